@@ -1,0 +1,1 @@
+"""The command line: parse, call one function of spool/ or runner/, render."""

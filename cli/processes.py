@@ -1,0 +1,162 @@
+"""Commands that run processes: coordinator, worker, run (the supervisor), and the demo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from spool.cli.main import App, cli, common, merge_common, pass_app
+from spool.cli.render import render_table
+from spool.errors import SpoolError, UsageError
+from spool.layout import State
+from spool.runner.logs import setup_logging
+from spool.spool import Spool
+
+_import_option = click.option("--import", "import_modules", multiple=True, metavar="MODULE",
+                              help="A module registering tasks (repeatable; adds to the `tasks` setting).")
+_shell_option = click.option("--allow-shell", is_flag=True, help="Run `shell` jobs (their argv is run as given).")
+
+
+def _daemonise_stdio(role: str) -> None:
+    """A stray write on fd 0 must never land in a spool file; die with our supervisor."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    parent = os.environ.get("SPOOL_PARENT_PID")
+    if parent and parent.isdigit():
+        from spool.runner.lifeline import die_with_parent
+
+        die_with_parent(int(parent))
+
+
+@cli.command()
+@common
+@pass_app
+def coordinator(app: App, spool_dir: str | None, json_output: bool) -> None:
+    """Run the coordinator: drops, leases, delays, retries, chains, reconcile."""
+    merge_common(app, spool_dir, json_output)
+    from spool.runner.coordinator import run_coordinator
+
+    sp = app.spool()
+    _daemonise_stdio("coordinator")
+    setup_logging(sp.settings.log_level, sp.settings.log_format, "coordinator")
+    sys.exit(run_coordinator(sp))
+
+
+@cli.command()
+@_import_option
+@_shell_option
+@click.option("--burst", is_flag=True, help="Exit when no ready job is left (for scripts and tests).")
+@click.option("--name", help="Worker name (default host-pid-random; must be unique).")
+@common
+@pass_app
+def worker(app: App, import_modules: tuple[str, ...], allow_shell: bool, burst: bool, name: str | None,
+           spool_dir: str | None, json_output: bool) -> None:
+    """Run a worker: claim jobs of the tasks it knows, run each attempt in a child process."""
+    merge_common(app, spool_dir, json_output)
+    from spool.runner.worker import run_worker
+
+    sp = app.spool()
+    _daemonise_stdio("worker")
+    setup_logging(sp.settings.log_level, sp.settings.log_format, "worker")
+    sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
+    sys.exit(run_worker(sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name,
+                        sys_path=[os.getcwd()]))
+
+
+def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool) -> list:
+    from spool.runner.supervisor import ChildSpec
+
+    base = [sys.executable, "-m", "spool.cli", *app.flag_argv()]
+    extra = [arg for module in import_modules for arg in ("--import", module)] + (["--allow-shell"] if allow_shell else [])
+    env = dict(os.environ)
+    specs = [ChildSpec("coordinator", [*base, "coordinator"], env)]
+    specs += [ChildSpec(f"worker-{n}", [*base, "worker", *extra], env) for n in range(1, workers + 1)]
+    return specs
+
+
+@cli.command()
+@click.option("--workers", type=click.IntRange(0, 256), default=2, show_default=True)
+@_import_option
+@_shell_option
+@common
+@pass_app
+def run(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool, spool_dir: str | None,
+        json_output: bool) -> None:
+    """Supervise a coordinator and N workers on this host; restart any that die."""
+    merge_common(app, spool_dir, json_output)
+    from spool.runner.supervisor import Supervisor
+
+    sp = app.spool()
+    setup_logging(sp.settings.log_level, sp.settings.log_format, "run")
+    import logging
+
+    supervisor = Supervisor(supervisor_specs(app, workers, import_modules, allow_shell),
+                            grace_seconds=sp.settings.grace_seconds, log=logging.getLogger("spool.run").info)
+    sys.exit(supervisor.run())
+
+
+@cli.command()
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--keep", is_flag=True, help="Keep the demo spool instead of removing it.")
+@click.option("--timeout", "timeout_seconds", type=float, default=120.0, show_default=True)
+@pass_app
+def demo(app: App, workers: int, keep: bool, timeout_seconds: float) -> None:
+    """The README's first run: count the words of the example texts with real workers."""
+    home = Path(tempfile.mkdtemp(prefix="spool-demo-"))
+    root = home / "spool"
+    sp = Spool.init(root, environ={}, flags={"poll_seconds": 0.5})
+    texts = _copy_texts(home / "texts")
+    click.echo(f"spool at {root}; submitting {len(texts)} word-count jobs")
+    ids = {path.name: sp.submit("wordcount", {"path": str(path)}, key=f"demo-{path.stem}") for path in texts}
+    argv = [sys.executable, "-m", "spool.cli", "--spool", str(root), "--poll-seconds", "0.5", "--log-level",
+            "warning", "run", "--workers", str(workers)]
+    started = time.monotonic()
+    supervisor = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    try:
+        states = sp.wait(ids.values(), timeout_seconds=timeout_seconds)
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        try:
+            supervisor.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            supervisor.kill()
+    elapsed = time.monotonic() - started
+    rows, total = [], 0
+    for name, job_id in ids.items():
+        state = states[job_id]
+        words = sp.result(job_id)["words"] if state is State.DONE else None
+        total += words or 0
+        rows.append([name, state.value if state else "?", words if words is not None else "-", job_id])
+    render_table(["text", "state", "words", "job"], rows)
+    click.echo(f"{total} words in {len(ids)} texts, {workers} workers, {elapsed:.1f}s")
+    if keep:
+        click.echo(f"look around: ls {root}/*/   cat {root}/done/*.yaml")
+    else:
+        sp.close()
+        shutil.rmtree(home, ignore_errors=True)
+    if any(state is not State.DONE for state in states.values()):
+        raise SpoolError("not every demo job finished")
+
+
+def _copy_texts(target: Path) -> list[Path]:
+    target.mkdir(parents=True)
+    copied = []
+    source = resources.files("spool.examples") / "texts"
+    for entry in sorted(source.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".txt"):
+            path = target / entry.name
+            path.write_bytes(entry.read_bytes())
+            copied.append(path)
+    if not copied:
+        raise UsageError("the example texts are missing from the installed package")
+    return copied

@@ -1,0 +1,50 @@
+"""Rendering for people (tables, a status page) and for machines (one JSON document)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=False))
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def render_status(view: dict[str, Any]) -> None:
+    lines = [
+        ("id", view["id"]), ("key", view["key"]), ("task", view["task"]), ("state", view["state"]),
+        ("reason", view["reason"]), ("attempt", view["attempt"]), ("tries", f"{view['tries']}/{view['max_tries']}"),
+        ("lease", f"{view['lease']['worker']} (attempt {view['lease']['attempt']}, since {view['lease']['claimed_at']})"
+         if view["lease"] else None),
+        ("skipped because", view.get("skipped_because")), ("result", view["result"]),
+    ]
+    for name, value in lines:
+        if value is not None:
+            click.echo(f"{name + ':':<17}{value}")
+    for record in view["attempts"]:
+        click.echo(f"attempt {record['attempt']}: {record['outcome'] or 'running'} on {record['worker']} "
+                   f"({record['started']} .. {record['ended'] or ''})")
+    if view["error"]:
+        click.echo("error:")
+        click.echo("  " + view["error"].rstrip().replace("\n", "\n  "))
+
+
+def render_stats(view: dict[str, Any]) -> None:
+    counts = view["counts"]
+    click.echo("  ".join(f"{state} {counts.get(state, 0)}" for state in ("pending", "waiting", "leased", "done", "dead")))
+    click.echo(f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
+               f"completed last minute {view['completed_last_minute']}")
+    click.echo(f"coordinator: {view['coordinator']}")
+    for worker in view["workers"]:
+        click.echo(f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
+                   f"last seen {worker['seen']}")

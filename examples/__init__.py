@@ -1,0 +1,1 @@
+"""Example task modules and the texts the demo counts."""

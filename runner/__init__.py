@@ -1,0 +1,1 @@
+"""Processes and time: coordinator, workers, supervisor, wake-ups."""

@@ -1,0 +1,246 @@
+"""``spool coordinator``: the one process whose clock decides leases.
+
+On every pass it ingests drops, watches leases, makes delayed and backed-off jobs ready,
+promotes waiting jobs (or skips them when a dependency died), and every few seconds reconciles
+the ledger against folder listings and sweeps tmp/. One coordinator per spool: a second one
+waits on ``locks/coordinator.lock`` and takes over when the first dies.
+
+Leases (SPEC promise 4): for each leased job it notes, on ``time.monotonic()``, when it last saw
+the job's heartbeat counter change, and expires a lease whose counter has not changed across a
+full ``lease_seconds`` of its own observation. A lease it sees first (after a start, or a pause
+of its own) gets a fresh full term. It never reads a worker's timestamp or a file's mtime. A
+local worker whose liveness lock is free is dead: its lease is expired at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from filelock import FileLock
+
+from spool import crash
+from spool.chains import advance_waiting, make_ready
+from spool.errors import InvalidJob
+from spool.fsck import sweep_tmp
+from spool.fsio import fs
+from spool.ids import is_valid_id
+from spool.job import format_time, parse_time
+from spool.layout import JOB_SUFFIX, State, heartbeat_name, is_ignored_name
+from spool.locks import is_held, worker_lock_name
+from spool.recovery import list_folders, reconcile, resync_locked
+from spool.spool import Spool
+from spool.store import read_job
+from spool.submission import ingest
+from spool.transitions import expire
+
+log = logging.getLogger("spool.coordinator")
+
+RECONCILE_SECONDS = 5.0
+
+
+@dataclass
+class LeaseWatch:
+    attempt: int
+    worker: str | None
+    counter: bytes | None
+    changed: float  # our monotonic clock when the counter last changed (or we first saw it)
+
+
+class Coordinator:
+    def __init__(self, sp: Spool, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sp = sp
+        self.clock = clock
+        self.lease_seconds = sp.settings.lease_seconds
+        self.leases: dict[str, LeaseWatch] = {}
+        self.timers: dict[str, float] = {}  # job id -> when (our clock) it becomes ready
+        self.last_pass: float | None = None
+        self.last_reconcile = -1e18
+        self._stop = False
+
+    # -- life --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        from spool.runner.wake import Waker
+
+        lock = FileLock(str(self.sp.layout.path("locks", "coordinator.lock")))
+        if not _try(lock):
+            log.info("another coordinator runs; waiting for its lock")
+            lock.acquire()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        folders = [self.sp.layout.path(state) for state in State]
+        waker = Waker(folders)
+        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                coordinator_started=format_time(time.time()))
+        log.info("coordinator started (lease %ss)", self.lease_seconds)
+        try:
+            landed: list[tuple[str, str]] = []
+            while not self._stop:
+                self.run_pass(landed)
+                landed = waker.wait(self._next_wait())
+        finally:
+            waker.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            lock.release()
+        log.info("coordinator stopped")
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop = True
+
+    def _next_wait(self) -> float:
+        wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)
+        if self.timers:
+            wait = min(wait, max(min(self.timers.values()) - self.clock(), 0.0))
+        return wait
+
+    # -- one pass ----------------------------------------------------------------------------
+
+    def run_pass(self, landed: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+        now = self.clock()
+        if self.last_pass is not None and now - self.last_pass > max(self.lease_seconds / 2.0, 5.0):
+            # We were paused (SIGSTOP, a suspended VM): nobody could heartbeat into our view.
+            log.warning("coordinator was paused %.1fs; every lease gets a fresh term", now - self.last_pass)
+            self.leases.clear()
+        self.last_pass = now
+        drops, arrivals = self._sort_landed(landed)
+        if now - self.last_reconcile >= RECONCILE_SECONDS:
+            self.last_reconcile = now
+            listing = reconcile(self.sp)
+            drops = listing.drops
+            arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
+            sweep_tmp(self.sp)
+            self._load_timers()
+        for name in drops:
+            self._ingest(name)
+        self._watch_leases(now)
+        self._fire_timers()
+        self._advance_chains(arrivals)
+        self.sp.ledger.set_meta(coordinator_seen=format_time(time.time()), lease_seconds=self.lease_seconds)
+
+    def _sort_landed(self, landed: list[tuple[str, str]]) -> tuple[list[str], dict[str, set[str]]]:
+        drops: list[str] = []
+        arrivals: dict[str, set[str]] = {}
+        for folder, name in landed:
+            if is_ignored_name(name):
+                continue
+            job_id = name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
+            if folder == State.PENDING.value and not is_valid_id(job_id):
+                drops.append(name)
+            elif is_valid_id(job_id):
+                arrivals.setdefault(folder, set()).add(job_id)
+        if arrivals.get(State.PENDING.value):
+            self._load_timers()  # a retry or a delayed job may have landed
+        return list(dict.fromkeys(drops)), arrivals
+
+    def _ingest(self, name: str) -> None:
+        try:
+            ingest(self.sp, name)
+        except OSError as err:
+            log.error("ingest of pending/%s failed: %s", name, err)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def _watch_leases(self, now: float) -> None:
+        leased_fd = self.sp.layout.fd(State.LEASED)
+        names = set(fs.list_dir(leased_fd))
+        current = {n[: -len(JOB_SUFFIX)] for n in names if n.endswith(JOB_SUFFIX) and not is_ignored_name(n)}
+        for job_id in list(self.leases):
+            if job_id not in current:
+                del self.leases[job_id]
+        for job_id in current:
+            watch = self.leases.get(job_id)
+            if watch is None or heartbeat_name(job_id, watch.attempt + 1) in names:
+                watch = self._first_look(job_id, now)
+                if watch is None:
+                    continue
+            counter = _read_counter(leased_fd, heartbeat_name(job_id, watch.attempt))
+            if counter != watch.counter:
+                watch.counter, watch.changed = counter, now
+            why = None
+            if watch.worker and is_held(self.sp.layout.fd("locks"), worker_lock_name(watch.worker)) is False:
+                why = f"worker {watch.worker} died (its lock was freed)"
+            elif now - watch.changed > self.lease_seconds:
+                why = f"no heartbeat for {self.lease_seconds:g}s"
+            if why is not None and expire(self.sp, job_id, watch.attempt, why) is not None:
+                self.leases.pop(job_id, None)
+
+    def _first_look(self, job_id: str, now: float) -> LeaseWatch | None:
+        try:
+            job_file = read_job(self.sp, State.LEASED, job_id)
+        except (FileNotFoundError, InvalidJob):
+            resync_locked(self.sp, job_id)
+            return None
+        lease = job_file.lease or {}
+        if lease.get("attempt") != job_file.attempt:
+            resync_locked(self.sp, job_id)  # a claim that died before recording its lease
+            return None
+        watch = LeaseWatch(job_file.attempt, lease.get("worker"), None, now)
+        watch.counter = _read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
+        self.leases[job_id] = watch
+        return watch
+
+    # -- delays and backoffs -----------------------------------------------------------------
+
+    def _load_timers(self) -> None:
+        """Each pending job that is not ready gets a due time on our clock, once."""
+        waiting_ids = set(self.sp.ledger.not_ready_pending())
+        for job_id in list(self.timers):
+            if job_id not in waiting_ids:
+                del self.timers[job_id]
+        for job_id in waiting_ids - set(self.timers):
+            try:
+                job_file = read_job(self.sp, State.PENDING, job_id)
+            except (FileNotFoundError, InvalidJob):
+                continue
+            delay = job_file.backoff_seconds or 0.0
+            if job_file.job.not_before is not None:
+                wall = parse_time(job_file.job.not_before, "not_before").timestamp()
+                delay = max(delay, wall - time.time())
+            self.timers[job_id] = self.clock() + max(delay, 0.0)
+
+    def _fire_timers(self) -> None:
+        now = self.clock()
+        for job_id, due in sorted(self.timers.items(), key=lambda item: item[1]):
+            if due > now:
+                break
+            if make_ready(self.sp, job_id):
+                del self.timers[job_id]
+
+    # -- chains ------------------------------------------------------------------------------
+
+    def _advance_chains(self, arrivals: dict[str, set[str]]) -> None:
+        candidates = set(arrivals.get(State.WAITING.value, ()))
+        for folder in (State.DONE.value, State.DEAD.value):
+            for job_id in arrivals.get(folder, ()):
+                candidates.update(self.sp.ledger.dependents(job_id))
+        for job_id in sorted(candidates):
+            advance_waiting(self.sp, job_id)
+
+
+def _read_counter(dir_fd: int, name: str) -> bytes | None:
+    try:
+        return fs.read_file(dir_fd, name, 64)
+    except (FileNotFoundError, InvalidJob):
+        return None
+
+
+def _try(lock: FileLock) -> bool:
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=0)
+        return True
+    except Timeout:
+        return False
+
+
+def run_coordinator(sp: Spool) -> int:
+    crash.arm("coordinator", os.environ)
+    return Coordinator(sp).run()

@@ -1,0 +1,58 @@
+"""Wake-ups: watchdog (inotify) tells a waiting process the moment a file lands.
+
+A ``Waker`` watches some spool folders and collects (folder, name) of what appeared or
+changed; ``wait`` returns them, or an empty list when the timeout (the slow poll that stays as
+a fallback) ran out first. A lost event delays a job until the next poll; it never strands it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+_MAX_REMEMBERED = 10_000
+
+
+class Waker(FileSystemEventHandler):
+    def __init__(self, folders: Iterable[Path]) -> None:
+        self._event = threading.Event()
+        self._mutex = threading.Lock()
+        self._seen: list[tuple[str, str]] = []
+        self._overflow = False
+        self._observer = Observer()
+        for folder in folders:
+            self._observer.schedule(self, str(folder), recursive=False)
+        self._observer.daemon = True
+        self._observer.start()
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory or event.event_type in ("opened", "closed_no_write", "deleted"):
+            return
+        path = Path(event.dest_path or event.src_path)  # a move's new name is what landed
+        with self._mutex:
+            if len(self._seen) < _MAX_REMEMBERED:
+                self._seen.append((path.parent.name, path.name))
+            else:
+                self._overflow = True
+        self._event.set()
+
+    def wait(self, timeout_seconds: float) -> list[tuple[str, str]]:
+        """Block until something lands or ``timeout_seconds`` pass; return what landed."""
+        self._event.wait(max(timeout_seconds, 0.0))
+        with self._mutex:
+            self._event.clear()
+            seen, self._seen = self._seen, []
+            self._overflow = False
+        return seen
+
+    def poke(self) -> None:
+        """Wake the waiter now (a signal handler asking it to stop)."""
+        self._event.set()
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join(timeout=2.0)

@@ -1,0 +1,164 @@
+"""Moves a person asks for: cancel, requeue, purge.
+
+Each blocks on the job's lock (a person can wait a moment; the coordinator never does).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from spool.errors import AlreadyTerminal, InvalidJob, NotFound, SpoolError
+from spool.fsio import fs
+from spool.job import now_text, parse_time
+from spool.layout import State, cancel_name, job_name, key_name, log_name, result_name, tmp_name
+from spool.locks import acquire, job_lock_name
+from spool.store import folders_of, has_result, move_job, read_job, rewrite_job, state_of, wake
+from spool.transitions import bury
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+log = logging.getLogger("spool.admin")
+
+
+def _lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
+    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+
+
+def cancel(sp: Spool, job_id: str) -> str:
+    """PENDING/WAITING -> DEAD (cancelled) before returning; for LEASED, a request the worker
+    acts on at its next heartbeat (it kills the attempt and buries the job).
+
+    Commit point: ``bury``'s rename (durable). For a leased job, the commit point is the
+    request file ``leased/.<id>.cancel``; if the worker is gone, expiry honours it instead.
+    Returns "cancelled" or "requested". Raises AlreadyTerminal for done or dead jobs.
+    """
+    with _lock(sp, job_id):
+        state = state_of(sp, job_id)
+        if state is None:
+            raise NotFound(f"no job {job_id}")
+        if state.terminal:
+            raise AlreadyTerminal(f"{job_id}: already {state.value}; nothing changed")
+        if state is State.LEASED:
+            fs.overwrite_small(sp.layout.fd(State.LEASED), cancel_name(job_id), now_text().encode())
+            log.info("cancel %s requested (leased)", job_id)
+            return "requested"
+        job_file = read_job(sp, state, job_id)
+        dead = bury(sp, job_file, state, reason="cancelled", error="cancelled by request", outcome="cancelled",
+                    ended=now_text())
+    sp.ledger.record(dead, State.DEAD, ready=False, event="cancel")
+    wake(sp, State.DEAD)
+    log.info("cancel %s", job_id)
+    return "cancelled"
+
+
+def requeue(sp: Spool, job_id: str) -> State:
+    """DEAD -> PENDING (or WAITING while dependencies are not all done) with a fresh set of tries;
+    children skipped because of it are re-armed (back to waiting) too.
+
+    Commit point: the rename out of dead/, fsync'd so an acknowledged requeue stays requeued.
+    Crash after it: the file still carries its old reason, which the claim replaces.
+    """
+    with _lock(sp, job_id):
+        state = state_of(sp, job_id)
+        if state is None:
+            raise NotFound(f"no job {job_id}")
+        if state is not State.DEAD:
+            raise AlreadyTerminal(f"{job_id}: is {state.value}, not dead; nothing changed")
+        job_file = read_job(sp, State.DEAD, job_id)
+        if job_file.reason == "invalid":
+            raise SpoolError(f"{job_id}: an invalid drop can't run; fix it and drop it again")
+        target = State.PENDING
+        for dep in job_file.job.depends_on:
+            if not has_result(sp, dep):
+                target = State.WAITING
+        move_job(sp, job_id, State.DEAD, target)
+        fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None)
+        rewrite_job(sp, target, fresh, sync=True)
+        fs.fsync_dir(sp.layout.fd(State.DEAD))
+    sp.ledger.record(fresh, target, ready=target is State.PENDING and fresh.job.not_before is None, event="requeue")
+    log.info("requeue %s -> %s", job_id, target.value)
+    wake(sp, target)
+    for child in sp.ledger.dependents(job_id):
+        _rearm_skipped(sp, child, because=job_id)
+    return target
+
+
+def _rearm_skipped(sp: Spool, job_id: str, because: str) -> None:
+    try:
+        job_file = read_job(sp, State.DEAD, job_id)
+    except (FileNotFoundError, InvalidJob):
+        return
+    if job_file.reason == "skipped" and job_file.skipped_because == because:
+        requeue(sp, job_id)
+
+
+def requeue_all_dead(sp: Spool, task: str | None = None) -> list[str]:
+    requeued = []
+    for job_id in sp.ledger.ids(state="dead"):
+        try:
+            job_file = read_job(sp, State.DEAD, job_id)
+        except (FileNotFoundError, InvalidJob):
+            continue
+        if job_file.reason == "invalid" or (task is not None and job_file.job.task != task):
+            continue
+        if job_file.reason == "skipped" and state_of(sp, job_file.skipped_because or "") is State.DEAD:
+            continue  # re-armed with its parent
+        try:
+            requeue(sp, job_id)
+            requeued.append(job_id)
+        except SpoolError:
+            continue
+    return requeued
+
+
+def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD)) -> list[str]:
+    """DONE/DEAD -> (gone): jobs that ended more than ``older_than_seconds`` ago, with their
+    results, logs and keys.
+
+    Commit point: the job file's rename into tmp/ (under a name the tmp sweep removes). Crash
+    after it: a result, logs or a key reservation without a job; fsck --repair removes them, and
+    a key without a job is taken over by the next submit of that key.
+    """
+    cutoff = time.time() - older_than_seconds
+    purged = []
+    for state in states:
+        if not state.terminal:
+            raise SpoolError(f"purge: {state.value} jobs are not finished; only done and dead can be purged")
+        for job_id in sp.ledger.updated_before([state.value], cutoff):
+            if _purge_one(sp, job_id, state, cutoff):
+                purged.append(job_id)
+    sp.ledger.forget(purged)
+    return purged
+
+
+def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float) -> bool:
+    with _lock(sp, job_id):
+        if folders_of(sp, job_id) != [state]:
+            return False
+        try:
+            job_file = read_job(sp, state, job_id)
+        except (FileNotFoundError, InvalidJob):
+            return False
+        ended = [record.get("ended") for record in job_file.attempts if record.get("ended")]
+        last = ended[-1] if ended else job_file.submitted_at
+        try:
+            if parse_time(last, "ended").timestamp() > cutoff:
+                return False
+        except InvalidJob:
+            pass
+        fs.rename_noreplace(sp.layout.fd(state), job_name(job_id), sp.layout.fd("tmp"), tmp_name())
+        fs.fsync_dir(sp.layout.fd(state))
+        fs.unlink(sp.layout.fd("results"), result_name(job_id), missing_ok=True)
+        for attempt in range(1, job_file.attempt + 1):
+            fs.unlink(sp.layout.fd("logs"), log_name(job_id, attempt), missing_ok=True)
+    if job_file.job.has_own_key:
+        from spool.submission import remove_key
+
+        remove_key(sp, job_file.job.key, job_id)
+    fs.unlink(sp.layout.fd("locks"), job_lock_name(job_id), missing_ok=True)
+    log.info("purge %s (%s, key %s)", job_id, state.value, key_name(job_file.job.key)[:12])
+    return True

@@ -1,0 +1,89 @@
+"""Moves the coordinator makes on its own clock: promote and skip chained jobs, make delayed ones ready.
+
+All take the job's lock without blocking (None: busy, come back later) and none is fsync'd
+except a skip, which is a move to dead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from spool.errors import InvalidJob
+from spool.job import now_text
+from spool.layout import State
+from spool.locks import acquire, job_lock_name
+from spool.store import has_result, move_job, read_job, rewrite_job, state_of, wake
+from spool.transitions import bury
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+log = logging.getLogger("spool.chains")
+
+
+def _try_lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
+    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=False)
+
+
+def advance_waiting(sp: Spool, job_id: str) -> State | None:
+    """WAITING -> PENDING (promote) when every dependency is done, or -> DEAD (skip) when one is
+    dead or gone. Returns the new state, or None when it stays waiting (or the lock is busy).
+
+    Promote commits with the rename waiting/ -> pending/ and changes nothing in the file, so a
+    crash after it leaves nothing to finish. Skip is ``bury``: durable, and a crash after its
+    rename leaves a dead file without a reason, which ``settle`` completes.
+    """
+    lock = _try_lock(sp, job_id)
+    if lock is None:
+        return None
+    with lock:
+        try:
+            job_file = read_job(sp, State.WAITING, job_id)
+        except (FileNotFoundError, InvalidJob):
+            return None
+        blocker = None
+        for dep in job_file.job.depends_on:
+            if has_result(sp, dep):
+                continue
+            dep_state = state_of(sp, dep)
+            if dep_state is None or dep_state is State.DEAD:
+                blocker = dep
+                break
+            return None  # still running or waiting
+        if blocker is None:
+            move_job(sp, job_id, State.WAITING, State.PENDING)
+            state, final = State.PENDING, job_file
+        else:
+            why = f"dependency {blocker} ended without a result"
+            state, final = State.DEAD, bury(sp, job_file, State.WAITING, reason="skipped", error=why,
+                                            outcome="skipped", ended=now_text(), skipped_because=blocker)
+    ready = state is State.PENDING and final.job.not_before is None
+    sp.ledger.record(final, state, ready=ready, event="promote" if state is State.PENDING else "skip",
+                     detail=blocker)
+    log.info("%s %s", "promote" if state is State.PENDING else f"skip (because {blocker})", job_id)
+    if ready:
+        wake(sp)
+    return state
+
+
+def make_ready(sp: Spool, job_id: str) -> bool:
+    """A delayed or backed-off job in pending/ becomes claimable (not a move: same folder).
+
+    The coordinator calls it when the delay ran out on its own clock. The file loses its
+    ``backoff_seconds`` (no fsync: lost in a power cut, the backoff is simply waited again).
+    """
+    lock = _try_lock(sp, job_id)
+    if lock is None:
+        return False
+    with lock:
+        try:
+            job_file = read_job(sp, State.PENDING, job_id)
+        except (FileNotFoundError, InvalidJob):
+            return False
+        if job_file.backoff_seconds is not None:
+            job_file = job_file.replace(backoff_seconds=None)
+            rewrite_job(sp, State.PENDING, job_file, sync=False)
+    sp.ledger.record(job_file, State.PENDING, ready=True, event="ready")
+    wake(sp)
+    return True

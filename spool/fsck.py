@@ -1,0 +1,281 @@
+"""``spool fsck``: check every promise on disk; ``--repair`` fixes what it can and rebuilds the ledger.
+
+Checks: each job in exactly one folder; every job file whole and valid; done iff a result
+exists (and a dead job has none); every result whole JSON; tries within max_tries; a leased job
+records its lease; each chosen key reserved for exactly its job; no leftovers in tmp/; the
+ledger agrees with the files. Safe beside running processes: a move in flight (a job whose lock
+is held, a result whose job is still in leased/, a tmp file whose writer lives, a ledger a
+little behind) is reported as in progress, not as a violation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from spool.errors import InvalidJob
+from spool.fsio import fs
+from spool.ids import is_valid_id
+from spool.job import JobFile
+from spool.layout import ADVANCEMENT, State, is_ignored_name, job_name, key_name, result_name
+from spool.locks import acquire, is_held, job_lock_name, key_lock_name
+from spool.recovery import is_ready, list_folders, resync
+from spool.store import read_job
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+
+@dataclass
+class Report:
+    violations: list[str] = field(default_factory=list)
+    in_progress: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    jobs: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def fsck(sp: Spool, *, repair: bool = False) -> Report:
+    """Check the spool; with ``repair``, fix first, then check again and report what remains."""
+    if repair:
+        repaired = _repair(sp)
+        report = _check(sp)
+        report.repaired = repaired
+        return report
+    return _check(sp)
+
+
+def _busy(sp: Spool, job_id: str) -> bool:
+    return bool(is_held(sp.layout.fd("locks"), job_lock_name(job_id)))
+
+
+def _processes_alive(sp: Spool) -> bool:
+    locks_fd = sp.layout.fd("locks")
+    names = [n for n in fs.list_dir(locks_fd) if n.startswith("worker-") or n == "coordinator.lock"]
+    return any(is_held(locks_fd, name) for name in names)
+
+
+def _check(sp: Spool) -> Report:
+    report = Report()
+    listing = list_folders(sp)
+    report.jobs = len(listing.jobs)
+    files: dict[str, tuple[State, JobFile]] = {}
+    for job_id, folders in sorted(listing.jobs.items()):
+        _check_job(sp, job_id, folders, report, files)
+    for state, name in listing.strays:
+        report.violations.append(f"{state.value}/{name}: not a job file name (only <id>.yaml belongs here)")
+    for name in listing.drops:
+        report.in_progress.append(f"pending/{name}: a drop waiting to be ingested by the coordinator")
+    _check_results(sp, listing.jobs, report)
+    _check_keys(sp, files, report)
+    _check_tmp(sp, report)
+    _check_ledger(sp, files, report)
+    return report
+
+
+def _check_job(sp: Spool, job_id: str, folders: list[State], report: Report,
+               files: dict[str, tuple[State, JobFile]]) -> None:
+    where = f"{folders[0].value}/{job_name(job_id)}"
+    if len(folders) > 1:
+        _flag(sp, report, job_id, f"{job_id}: in {len(folders)} folders ({', '.join(s.value for s in folders)})")
+    state = max(folders, key=lambda s: ADVANCEMENT[s])
+    try:
+        job_file = read_job(sp, state, job_id)
+    except InvalidJob as err:
+        _flag(sp, report, job_id, f"{where}: not a whole job file ({err})")
+        return
+    except FileNotFoundError:
+        report.in_progress.append(f"{job_id}: moved while being checked")
+        return
+    files[job_id] = (state, job_file)
+    has_result = fs.exists(sp.layout.fd("results"), result_name(job_id))
+    if state is State.DONE and not has_result:
+        report.violations.append(f"{where}: done without results/{result_name(job_id)}")
+    if state is State.LEASED and has_result:
+        report.in_progress.append(f"{where}: has a result; the move to done is in progress")
+    elif state in (State.PENDING, State.WAITING, State.DEAD) and has_result:
+        _flag(sp, report, job_id, f"{where}: has a result but is {state.value}")
+    if job_file.tries > job_file.job.max_tries:
+        report.violations.append(f"{where}: tries {job_file.tries} over max_tries {job_file.job.max_tries}")
+    if job_file.tries > job_file.attempt:
+        report.violations.append(f"{where}: tries {job_file.tries} over attempt {job_file.attempt}")
+    lease = job_file.lease or {}
+    if state is State.LEASED and lease.get("attempt") != job_file.attempt:
+        _flag(sp, report, job_id, f"{where}: leased without a lease for attempt {job_file.attempt}")
+    if state is State.DEAD and job_file.reason is None:
+        _flag(sp, report, job_id, f"{where}: dead without a reason")
+
+
+def _flag(sp: Spool, report: Report, job_id: str, message: str) -> None:
+    """A violation, unless the job's lock is held right now: then it is a move in flight."""
+    if _busy(sp, job_id):
+        report.in_progress.append(message + " (its lock is held: in progress)")
+    else:
+        report.violations.append(message)
+
+
+def _check_results(sp: Spool, jobs: dict[str, list[State]], report: Report) -> None:
+    results_fd = sp.layout.fd("results")
+    for name in fs.list_dir(results_fd):
+        job_id = name[:-5] if name.endswith(".json") else ""
+        if not is_valid_id(job_id):
+            report.violations.append(f"results/{name}: not a result name")
+            continue
+        if job_id not in jobs:
+            report.violations.append(f"results/{name}: a result without a job (a purge interrupted?)")
+            continue
+        try:
+            json.loads(fs.read_file(results_fd, name, sp.settings.max_result_bytes + 1024))
+        except (InvalidJob, ValueError) as err:
+            report.violations.append(f"results/{name}: not a whole JSON result ({err})")
+
+
+def _check_keys(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
+    keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
+    owners: dict[str, str] = {}
+    for job_id, (_state, job_file) in files.items():
+        key = job_file.job.key
+        if key in owners:
+            report.violations.append(f"key {key!r}: two jobs, {owners[key]} and {job_id}")
+        owners[key] = job_id
+        if job_file.job.has_own_key:
+            try:
+                held = fs.read_file(keys_fd, key_name(key), 256).decode("ascii", "replace").strip()
+            except (FileNotFoundError, InvalidJob):
+                held = None
+            if held != job_id:
+                report.violations.append(f"{job_id}: key {key!r} is not reserved for it in keys/")
+    reserved = {key_name(job_file.job.key) for _s, job_file in files.values() if job_file.job.has_own_key}
+    for name in fs.list_dir(keys_fd):
+        if name not in reserved:
+            if is_held(locks_fd, key_lock_name(name)):
+                report.in_progress.append(f"keys/{name}: a submit in progress")
+            else:
+                report.violations.append(f"keys/{name}: a reservation without its job (a submit died?)")
+
+
+def _check_tmp(sp: Spool, report: Report) -> None:
+    for name in fs.list_dir(sp.layout.fd("tmp")):
+        if writer_alive(name):
+            report.in_progress.append(f"tmp/{name}: being written")
+        else:
+            report.violations.append(f"tmp/{name}: left over by a process that is gone")
+
+
+def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
+    known = sp.ledger.states()
+    lagging = [job_id for job_id, (state, _f) in files.items() if known.get(job_id) != state.value]
+    lagging += [job_id for job_id in known if job_id not in files]
+    if not lagging:
+        return
+    message = f"ledger: {len(lagging)} job(s) disagree with the files (e.g. {lagging[0]})"
+    if _processes_alive(sp):
+        report.in_progress.append(message + "; the coordinator reconciles it")
+    else:
+        report.violations.append(message + "; run `spool fsck --repair`")
+
+
+def writer_alive(tmp_name: str) -> bool:
+    """tmp names start with their writer's pid (layout.tmp_name)."""
+    pid_text = tmp_name.split("-", 1)[0]
+    if not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_tmp(sp: Spool) -> list[str]:
+    """Remove tmp/ files whose writer is gone (never one still being written)."""
+    tmp_fd = sp.layout.fd("tmp")
+    swept = [name for name in fs.list_dir(tmp_fd) if not writer_alive(name)]
+    for name in swept:
+        fs.unlink(tmp_fd, name, missing_ok=True)
+    return swept
+
+
+def _repair(sp: Spool) -> list[str]:
+    repaired: list[str] = []
+    listing = list_folders(sp)
+    for job_id in sorted(listing.jobs):
+        lock = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=False)
+        if lock is None:
+            continue
+        with lock:
+            resync(sp, job_id)
+    for name in sweep_tmp(sp):
+        repaired.append(f"tmp/{name}: removed")
+    listing = list_folders(sp)
+    entries = []
+    for job_id, folders in listing.jobs.items():
+        try:
+            job_file = read_job(sp, folders[0], job_id)
+        except (InvalidJob, FileNotFoundError):
+            continue
+        entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, _now())))
+    repaired += _repair_keys_and_results(sp, {e[0].id: e[0] for e in entries}, listing.jobs)
+    _clear_stray_lease_files(sp, {e[0].id: e[0] for e in entries if e[1] is State.LEASED})
+    count = sp.ledger.rebuild(entries)
+    repaired.append(f"ledger: rebuilt from the files ({count} jobs)")
+    return repaired
+
+
+def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[str, list[State]]) -> list[str]:
+    from spool.submission import _reserve_key  # the one place that writes reservations
+
+    repaired = []
+    keys_fd, locks_fd, results_fd = sp.layout.fd("keys"), sp.layout.fd("locks"), sp.layout.fd("results")
+    wanted = {key_name(f.job.key): f for f in files.values() if f.job.has_own_key}
+    for name in fs.list_dir(keys_fd):
+        if name not in wanted:
+            lock = acquire(locks_fd, key_lock_name(name), blocking=False)
+            if lock is not None:
+                with lock:
+                    fs.unlink(keys_fd, name, missing_ok=True)
+                repaired.append(f"keys/{name}: a reservation without its job, removed")
+    for name, job_file in wanted.items():
+        try:
+            held = fs.read_file(keys_fd, name, 256).strip().decode("ascii", "replace")
+        except (FileNotFoundError, InvalidJob):
+            held = None
+        if held != job_file.id:
+            lock = acquire(locks_fd, key_lock_name(name), blocking=True)
+            with lock:  # type: ignore[union-attr]
+                _reserve_key(sp, job_file.job.key, job_file.id)
+            repaired.append(f"keys/{name}: reserved again for {job_file.id}")
+    for name in fs.list_dir(results_fd):
+        job_id = name[:-5] if name.endswith(".json") else ""
+        if is_valid_id(job_id) and job_id not in jobs:
+            fs.unlink(results_fd, name, missing_ok=True)
+            repaired.append(f"results/{name}: a result without a job, removed")
+    return repaired
+
+
+def _clear_stray_lease_files(sp: Spool, leased: dict[str, JobFile]) -> None:
+    leased_fd = sp.layout.fd(State.LEASED)
+    for name in fs.list_dir(leased_fd):
+        if not name.startswith(".") or name == ".wake":
+            continue
+        parts = name[1:].split(".")
+        job_file = leased.get(parts[0])
+        keep = job_file is not None and (parts[-1] == "cancel" or (len(parts) == 3 and parts[1] == str(job_file.attempt)))
+        if not keep:
+            fs.unlink(leased_fd, name, missing_ok=True)
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+__all__ = ["Report", "fsck", "sweep_tmp", "writer_alive", "is_ignored_name"]

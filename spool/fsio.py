@@ -1,0 +1,194 @@
+"""Every filesystem call spool makes on a spool, in one narrow seam.
+
+The durable-write recipe (RELIABILITY.md) lives here and nowhere else:
+
+- a new file is created in ``tmp/`` (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), written whole, fsync'd,
+  then moved into place with a rename that never replaces (renameat2 RENAME_NOREPLACE), or
+  published with link(2) when it must be create-exclusive with its full content (a result);
+- the directory that gained a name is fsync'd before anyone is told;
+- a failed fsync raises ``DurabilityError`` and is never retried: the kernel may already have
+  dropped the pages, so a second fsync that succeeds would be a lie;
+- ENOSPC raises ``DiskFull``.
+
+All calls work on directory file descriptors opened once with O_NOFOLLOW, so no symlink inside
+the spool is ever followed. Tests swap ``fs`` for a subclass that records or injects faults over
+the real calls (the power-loss model and the I/O-error tests); nothing else may call ``os`` on
+spool files directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+
+from spool.errors import DiskFull, DurabilityError, InvalidJob
+
+_RENAME_NOREPLACE = 1
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class RealFS:
+    """The real filesystem. Each method is one step a power cut can separate from the next."""
+
+    def __init__(self) -> None:
+        self._renameat2 = None
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            self._renameat2 = fn
+        except AttributeError:  # glibc older than 2.28: fall back to link + unlink
+            pass
+
+    # -- directories -------------------------------------------------------------------------
+
+    def open_dir(self, path: str, dir_fd: int | None = None) -> int:
+        return os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
+
+    def make_dir(self, name: str, mode: int, dir_fd: int | None = None) -> None:
+        os.mkdir(name, mode, dir_fd=dir_fd)
+
+    def list_dir(self, dir_fd: int) -> list[str]:
+        return os.listdir(dir_fd)
+
+    def fsync_dir(self, dir_fd: int) -> None:
+        """Make the names in a directory durable. A failure is final (see module doc)."""
+        try:
+            os.fsync(dir_fd)
+        except OSError as err:
+            raise DurabilityError(f"fsync of a spool directory failed: {err.strerror}") from err
+
+    # -- files -------------------------------------------------------------------------------
+
+    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
+        """Create ``name`` exclusively, write all of ``data``, fsync it if ``sync``."""
+        try:
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dir_fd,
+            )
+        except OSError as err:
+            _raise_disk_full(err)
+            raise
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if sync:
+                try:
+                    os.fsync(fd)
+                except OSError as err:
+                    raise DurabilityError(f"fsync of {name} failed: {err.strerror}") from err
+        except OSError as err:
+            os.close(fd)
+            self.unlink(dir_fd, name, missing_ok=True)
+            _raise_disk_full(err)
+            raise
+        except BaseException:
+            os.close(fd)
+            self.unlink(dir_fd, name, missing_ok=True)
+            raise
+        os.close(fd)
+
+    def overwrite_small(self, dir_fd: int, name: str, data: bytes) -> None:
+        """Write a runner dot-file (heartbeat counter, cancel request): no fsync, no rename."""
+        fd = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+        )
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def read_file(self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False) -> bytes:
+        """Read a regular file without following a symlink or blocking on a FIFO.
+
+        Raises ``InvalidJob`` for a symlink, a non-regular file, a second hard link (when asked)
+        or a file over ``max_bytes``; ``FileNotFoundError`` when the name is gone.
+        """
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise InvalidJob(f"{name}: is a symbolic link") from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InvalidJob(f"{name}: not a regular file")
+            if single_link and info.st_nlink != 1:
+                raise InvalidJob(f"{name}: has {info.st_nlink} hard links")
+            if info.st_size > max_bytes:
+                raise InvalidJob(f"{name}: {info.st_size} bytes, over the limit of {max_bytes}")
+            chunks = []
+            remaining = max_bytes + 1
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 1 << 16))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
+            if len(data) > max_bytes:
+                raise InvalidJob(f"{name}: over the limit of {max_bytes} bytes")
+            return data
+        finally:
+            os.close(fd)
+
+    def lstat(self, dir_fd: int, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def exists(self, dir_fd: int, name: str) -> bool:
+        return self.lstat(dir_fd, name) is not None
+
+    # -- names -------------------------------------------------------------------------------
+
+    def rename_noreplace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        """Move a name; raise FileExistsError rather than replace, FileNotFoundError if gone.
+
+        The fallback (link, then unlink) can leave the inode under both names if we die
+        between the two; recovery keeps the more advanced state (SPEC: done > dead > leased >
+        pending > waiting).
+        """
+        if self._renameat2 is not None:
+            if self._renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+                return
+            code = ctypes.get_errno()
+            if code not in (errno.EINVAL, errno.ENOSYS):
+                raise OSError(code, os.strerror(code), dst)
+        os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+        os.unlink(src, dir_fd=src_fd)
+
+    def rename_replace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        """Atomically replace ``dst`` (a job file rewritten in place, under its lock)."""
+        os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+    def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        """Publish ``src`` under ``dst``; FileExistsError means someone else's name is there."""
+        try:
+            os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+        except OSError as err:
+            _raise_disk_full(err)
+            raise
+
+    def unlink(self, dir_fd: int, name: str, *, missing_ok: bool = False) -> None:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+
+def _raise_disk_full(err: OSError) -> None:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise DiskFull("no space left on the spool's filesystem; nothing was accepted") from err
+
+
+fs: RealFS = RealFS()

@@ -1,0 +1,38 @@
+"""Job ids: generated, time-sortable, and safe as file names.
+
+An id is a ULID: 48 bits of milliseconds since the epoch and 80 random bits in Crockford base32,
+26 characters, so `ls` lists jobs in submission order. Ids made in one process in the same
+millisecond stay increasing. Any id spool accepts from outside matches ``ID_PATTERN``, which
+admits no `/`, `.`, NUL or leading dash, so an id can never traverse out of its folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_lock = threading.Lock()
+_last = (0, 0)
+
+
+def is_valid_id(text: object) -> bool:
+    return isinstance(text, str) and ID_PATTERN.fullmatch(text) is not None
+
+
+def new_id() -> str:
+    """A fresh ULID, strictly greater than the previous one made by this process."""
+    global _last
+    with _lock:
+        millis = time.time_ns() // 1_000_000
+        last_millis, last_random = _last
+        if millis <= last_millis:
+            millis, randomness = last_millis, last_random + 1
+        else:
+            randomness = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        _last = (millis, randomness)
+    value = (millis << 80) | randomness
+    return "".join(_ALPHABET[(value >> shift) & 31] for shift in range(125, -1, -5))

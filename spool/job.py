@@ -1,0 +1,272 @@
+"""What a job is: the user's spec (``Job``), the runner's additions (``JobFile``), and their YAML.
+
+``Job`` is the immutable part a user writes. ``JobFile`` is the whole file: the spec plus what
+the runner adds (attempt, tries, attempts, lease, reason, error...). A job's *state* is never
+in the file: it is the folder the file is in. ``decode`` wraps every parse or schema failure
+in one ``InvalidJob`` that names the field, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from spool.errors import InvalidJob
+from spool.ids import is_valid_id
+from spool.registry_names import is_valid_task_name
+from spool.yamlsafe import dump_yaml, load_yaml
+
+SPOOL_FORMAT = 1
+MAX_KEY_CHARS = 512
+MAX_DEPENDENCIES = 1000
+MAX_ERROR_BYTES = 4096
+SPEC_FIELDS = ("spool_format", "key", "task", "args", "priority", "max_tries", "timeout", "not_before", "depends_on")
+REASONS = ("failed", "expired", "skipped", "cancelled", "invalid")
+
+
+@dataclass(frozen=True)
+class Job:
+    """The user's part of a job: what to run and under which limits. Frozen at submit."""
+
+    id: str
+    key: str
+    task: str
+    args: Mapping[str, Any]
+    priority: int = 0
+    max_tries: int = 3
+    timeout: float = 3600.0
+    not_before: str | None = None
+    depends_on: tuple[str, ...] = ()
+
+    @property
+    def has_own_key(self) -> bool:
+        """A key the user chose (reserved in keys/); a defaulted key is the id itself."""
+        return self.key != self.id
+
+    @classmethod
+    def from_spec(
+        cls, spec: Mapping[str, Any], *, job_id: str, default_max_tries: int, default_timeout: float, where: str
+    ) -> Job:
+        """Validate a user's spec (CLI, API, dropped file) into a Job with a fresh id."""
+        if not isinstance(spec, Mapping):
+            raise InvalidJob(f"{where}: expected a mapping of job fields, got {_kind(spec)}")
+        for name in spec:
+            if name == "id":
+                raise InvalidJob(f"{where}: field 'id': ids are assigned by spool; remove it")
+            if name not in SPEC_FIELDS:
+                raise InvalidJob(f"{where}: unknown field {str(name)!r}; expected one of {', '.join(SPEC_FIELDS)}")
+        return _job_from_fields(spec, job_id=job_id, where=where, default_max_tries=default_max_tries,
+                                default_timeout=default_timeout)
+
+
+def _job_from_fields(
+    fields: Mapping[str, Any], *, job_id: str, where: str, default_max_tries: int, default_timeout: float
+) -> Job:
+    fmt = fields.get("spool_format", SPOOL_FORMAT)
+    if fmt != SPOOL_FORMAT or isinstance(fmt, bool):
+        raise InvalidJob(f"{where}: field 'spool_format': expected {SPOOL_FORMAT}, got {fmt!r}")
+    task = fields.get("task")
+    if not isinstance(task, str) or not (task == "shell" or is_valid_task_name(task)):
+        raise InvalidJob(f"{where}: field 'task': expected a task name like 'wordcount', got {_show(task)}")
+    key = fields.get("key", job_id)
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
+        raise InvalidJob(f"{where}: field 'key': expected a non-empty string of at most {MAX_KEY_CHARS} characters, got {_show(key)}")
+    args = fields.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args):
+        raise InvalidJob(f"{where}: field 'args': expected a mapping of names to values, got {_show(args)}")
+    _check_plain(args, f"{where}: field 'args'")
+    priority = fields.get("priority", 0)
+    if not _is_int(priority) or abs(priority) > 1_000_000_000:
+        raise InvalidJob(f"{where}: field 'priority': expected an integer, got {_show(priority)}")
+    max_tries = fields.get("max_tries", default_max_tries)
+    if not _is_int(max_tries) or not 1 <= max_tries <= 1000:
+        raise InvalidJob(f"{where}: field 'max_tries': expected an integer from 1 to 1000, got {_show(max_tries)}")
+    timeout = fields.get("timeout", default_timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise InvalidJob(f"{where}: field 'timeout': expected a positive number of seconds, got {_show(timeout)}")
+    not_before = fields.get("not_before")
+    if not_before is not None:
+        not_before = format_time(parse_time(not_before, f"{where}: field 'not_before'"))
+    depends_on = fields.get("depends_on") or []
+    if not isinstance(depends_on, list) or len(depends_on) > MAX_DEPENDENCIES:
+        raise InvalidJob(f"{where}: field 'depends_on': expected a list of at most {MAX_DEPENDENCIES} job ids, got {_show(depends_on)}")
+    for dep in depends_on:
+        if not is_valid_id(dep):
+            raise InvalidJob(f"{where}: field 'depends_on': {_show(dep)} is not a job id")
+    return Job(id=job_id, key=key, task=task, args=dict(args), priority=priority, max_tries=max_tries,
+               timeout=float(timeout), not_before=not_before, depends_on=tuple(dict.fromkeys(depends_on)))
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A whole job file: the spec and the runner's additions. Transitions make new ones."""
+
+    job: Job
+    submitted_at: str
+    dropped_as: str | None = None
+    attempt: int = 0  # the fence: 1, 2, 3... over the job's whole life, never reset
+    tries: int = 0  # pickups since submit or the last requeue
+    lease: Mapping[str, Any] | None = None  # {worker, attempt, claimed_at} while leased
+    backoff_seconds: float | None = None  # a retry waiting out its backoff (coordinator's clock)
+    reason: str | None = None
+    error: str | None = None
+    skipped_because: str | None = None
+    original: str | None = None  # an invalid drop's content, as text
+    attempts: tuple[Mapping[str, Any], ...] = field(default=())
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    def replace(self, **changes: Any) -> JobFile:
+        return dataclasses.replace(self, **changes)
+
+    def end_attempt(self, *, outcome: str, ended: str, error: str | None = None) -> tuple[Mapping[str, Any], ...]:
+        """The attempts list with the current attempt's record closed."""
+        records = list(self.attempts)
+        if records and records[-1].get("attempt") == self.attempt and records[-1].get("ended") is None:
+            records[-1] = {**records[-1], "ended": ended, "outcome": outcome, "error": error}
+        return tuple(records)
+
+    def to_mapping(self) -> dict[str, Any]:
+        job = self.job
+        out: dict[str, Any] = {
+            "spool_format": SPOOL_FORMAT, "id": job.id, "key": job.key, "task": job.task, "args": dict(job.args),
+            "priority": job.priority, "max_tries": job.max_tries, "timeout": job.timeout,
+        }
+        if job.not_before is not None:
+            out["not_before"] = job.not_before
+        out["depends_on"] = list(job.depends_on)
+        out["submitted_at"] = self.submitted_at
+        if self.dropped_as is not None:
+            out["dropped_as"] = self.dropped_as
+        out["attempt"] = self.attempt
+        out["tries"] = self.tries
+        out["lease"] = dict(self.lease) if self.lease else None
+        for name in ("backoff_seconds", "reason", "error", "skipped_because", "original"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        out["attempts"] = [dict(record) for record in self.attempts]
+        return out
+
+
+RUNNER_FIELDS = ("id", "submitted_at", "dropped_as", "original", "attempt", "tries", "lease", "backoff_seconds", "reason",
+                 "error", "skipped_because", "attempts")
+
+
+def encode(job_file: JobFile) -> bytes:
+    return dump_yaml(job_file.to_mapping())
+
+
+def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int) -> JobFile:
+    """Parse a runner-written job file; any flaw raises ``InvalidJob`` naming ``source``."""
+    fields = load_yaml(data, max_bytes=max_bytes, source=source)
+    if not isinstance(fields, Mapping):
+        raise InvalidJob(f"{source}: expected a mapping of job fields, got {_kind(fields)}")
+    for name in fields:
+        if name not in SPEC_FIELDS and name not in RUNNER_FIELDS:
+            raise InvalidJob(f"{source}: unknown field {str(name)!r}")
+    job_id = fields.get("id")
+    if not is_valid_id(job_id) or (expected_id is not None and job_id != expected_id):
+        raise InvalidJob(f"{source}: field 'id': expected {expected_id or 'a job id'}, got {_show(job_id)}")
+    job = _job_from_fields(fields, job_id=job_id, where=source, default_max_tries=3, default_timeout=3600.0)
+    submitted_at = fields.get("submitted_at")
+    if not isinstance(submitted_at, str):
+        raise InvalidJob(f"{source}: field 'submitted_at': expected a time, got {_show(submitted_at)}")
+    attempt, tries = fields.get("attempt", 0), fields.get("tries", 0)
+    if not _is_int(attempt) or not _is_int(tries) or attempt < 0 or tries < 0:
+        raise InvalidJob(f"{source}: fields 'attempt'/'tries': expected counts, got {_show(attempt)}/{_show(tries)}")
+    lease = fields.get("lease")
+    if lease is not None and not (isinstance(lease, Mapping) and _is_int(lease.get("attempt"))
+                                  and isinstance(lease.get("worker"), str)):
+        raise InvalidJob(f"{source}: field 'lease': expected {{worker, attempt, claimed_at}} or null")
+    attempts = fields.get("attempts") or []
+    if not isinstance(attempts, list) or not all(isinstance(r, Mapping) for r in attempts):
+        raise InvalidJob(f"{source}: field 'attempts': expected a list of records")
+    backoff = fields.get("backoff_seconds")
+    if backoff is not None and (isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0):
+        raise InvalidJob(f"{source}: field 'backoff_seconds': expected seconds, got {_show(backoff)}")
+    reason = fields.get("reason")
+    if reason is not None and reason not in REASONS:
+        raise InvalidJob(f"{source}: field 'reason': expected one of {', '.join(REASONS)}, got {_show(reason)}")
+    for name in ("dropped_as", "error", "skipped_because", "original"):
+        if fields.get(name) is not None and not isinstance(fields[name], str):
+            raise InvalidJob(f"{source}: field {name!r}: expected text, got {_show(fields[name])}")
+    return JobFile(job=job, submitted_at=submitted_at, dropped_as=fields.get("dropped_as"), attempt=attempt,
+                   tries=tries, lease=lease, backoff_seconds=backoff, reason=reason, error=fields.get("error"),
+                   skipped_because=fields.get("skipped_because"), original=fields.get("original"),
+                   attempts=tuple(attempts))
+
+
+def tail(text: str, limit_bytes: int = MAX_ERROR_BYTES) -> str:
+    """The end of a traceback, at most ``limit_bytes`` of UTF-8: the end says what broke."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit_bytes:
+        return text
+    return "..." + data[-(limit_bytes - 3):].decode("utf-8", errors="ignore")
+
+
+def format_time(moment: float | datetime) -> str:
+    """RFC 3339 UTC with milliseconds: 2026-11-30T12:00:00.000Z."""
+    if not isinstance(moment, datetime):
+        moment = datetime.fromtimestamp(moment, tz=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def now_text() -> str:
+    return format_time(time.time())
+
+
+def parse_time(value: object, where: str) -> datetime:
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip().replace("z", "Z"))
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is not None:
+            return moment.astimezone(timezone.utc)
+    raise InvalidJob(f"{where}: expected an RFC 3339 time with a zone like '2026-11-30T12:00:00Z', got {_show(value)}")
+
+
+def _check_plain(value: Any, where: str, depth: int = 0) -> None:
+    """Arguments are plain data (JSON-like): no NaN, no odd key types, bounded depth."""
+    if depth > 32:
+        raise InvalidJob(f"{where}: nested too deeply")
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidJob(f"{where}: {value!r} is not a finite number")
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_plain(item, where, depth + 1)
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidJob(f"{where}: mapping keys must be strings, got {_show(key)}")
+            _check_plain(item, where, depth + 1)
+        return
+    raise InvalidJob(f"{where}: {_kind(value)} is not plain data")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _kind(value: object) -> str:
+    return {dict: "a mapping", list: "a list", str: "text", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

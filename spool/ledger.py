@@ -1,0 +1,265 @@
+"""The ledger: an SQLite index over the job files, never the truth.
+
+It answers what folders can't answer cheaply: which ready job to claim next at 100,000 pending
+(an index on priority and the order jobs became ready), which key maps to which id, which
+waiting jobs depend on a job, counts per state, and each job's history. Everything in it can be
+derived from the files; ``spool fsck --repair`` rebuilds it from them, and the coordinator
+reconciles it against folder listings at start and on every pass. It runs in WAL mode with
+``synchronous=NORMAL``: its commits are not fsync'd (SPEC: ledger commits need not survive a
+power cut, because the files do).
+
+Tables:
+    jobs(id, key UNIQUE, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
+         reason, submitted_at, updated)    one row per job file; state = the folder
+    deps(job_id, dep_id)                   depends_on of every job, for promotion and skips
+    history(seq, job_id, at, event, attempt, worker, detail)   one row per transition
+    meta(name, value)                      ready_seq counter, coordinator's lease term and
+                                           last pass, drops seen by the coordinator
+    workers(name, pid, host, started, seen)  workers seen, for ``spool stats``
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Collection, Iterable
+from pathlib import Path
+from typing import Any
+
+from spool.job import JobFile
+from spool.layout import State
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs(
+    id TEXT PRIMARY KEY, key TEXT NOT NULL UNIQUE, task TEXT NOT NULL, state TEXT NOT NULL,
+    priority INTEGER NOT NULL, ready INTEGER NOT NULL DEFAULT 0, ready_seq INTEGER,
+    attempt INTEGER NOT NULL, tries INTEGER NOT NULL, max_tries INTEGER NOT NULL, reason TEXT,
+    submitted_at TEXT NOT NULL, updated REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS claim_order ON jobs(priority DESC, ready_seq) WHERE state = 'pending' AND ready = 1;
+CREATE INDEX IF NOT EXISTS by_state ON jobs(state, id);
+CREATE TABLE IF NOT EXISTS deps(job_id TEXT NOT NULL, dep_id TEXT NOT NULL, PRIMARY KEY(job_id, dep_id));
+CREATE INDEX IF NOT EXISTS deps_by_dep ON deps(dep_id);
+CREATE TABLE IF NOT EXISTS history(seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, at REAL NOT NULL,
+    event TEXT NOT NULL, attempt INTEGER, worker TEXT, detail TEXT);
+CREATE INDEX IF NOT EXISTS history_by_job ON history(job_id, seq);
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS workers(name TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL, seen REAL);
+"""
+
+
+class Ledger:
+    """One connection per process; every method is one short transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mutex = threading.Lock()
+        self._db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA busy_timeout = 30000")
+        if self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise sqlite3.OperationalError("the ledger needs WAL mode (is the spool on a network filesystem?)")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        with self._write():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._db, self._mutex)
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        with self._mutex:
+            return self._db.execute(sql, tuple(params)).fetchall()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def record(self, job_file: JobFile, state: State, *, ready: bool, event: str, worker: str | None = None,
+               detail: str | None = None, now: float | None = None) -> None:
+        """Make the job's row match its file after a transition, and log the event."""
+        now = time.time() if now is None else now
+        with self._write() as db:
+            _upsert(db, job_file, state, ready, now)
+            db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
+                       (job_file.id, now, event, job_file.attempt, worker, detail))
+
+    def reserve_next(self, tasks: Collection[str] | None) -> str | None:
+        """Take the best ready job of ``tasks`` off the claim order; the caller then claims it.
+
+        The row goes to 'leased' before the file moves; if the caller dies before its rename,
+        the coordinator's reconcile puts the row back to match the file (pending).
+        """
+        where, params = "state = 'pending' AND ready = 1", []
+        if tasks is not None:
+            if not tasks:
+                return None
+            where += f" AND task IN ({','.join('?' * len(tasks))})"
+            params = list(tasks)
+        with self._write() as db:
+            row = db.execute(
+                f"UPDATE jobs SET state = 'leased', ready = 0 WHERE id = (SELECT id FROM jobs WHERE {where} "
+                "ORDER BY priority DESC, ready_seq LIMIT 1) RETURNING id", params).fetchone()
+        return row[0] if row else None
+
+    def unreserve(self, job_id: str) -> None:
+        """Undo ``reserve_next`` for a job the caller could not take (its lock was busy)."""
+        with self._write() as db:
+            db.execute("UPDATE jobs SET state = 'pending', ready = 1 WHERE id = ? AND state = 'leased'", (job_id,))
+
+    def set_state(self, job_id: str, state: State, *, ready: bool = False) -> None:
+        with self._write() as db:
+            seq = _next_ready_seq(db) if ready else None
+            db.execute("UPDATE jobs SET state = ?, ready = ?, ready_seq = COALESCE(?, ready_seq) WHERE id = ?",
+                       (state.value, int(ready), seq, job_id))
+
+    def forget(self, job_ids: Iterable[str]) -> None:
+        with self._write() as db:
+            for job_id in job_ids:
+                db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+                db.execute("DELETE FROM deps WHERE job_id = ?", (job_id,))
+                db.execute("DELETE FROM history WHERE job_id = ?", (job_id,))
+
+    def rebuild(self, entries: Iterable[tuple[JobFile, State, bool]]) -> int:
+        """Replace every row with ones derived from the files; returns the number of jobs."""
+        count = 0
+        with self._write() as db:
+            for table in ("jobs", "deps", "history"):
+                db.execute(f"DELETE FROM {table}")
+            db.execute("DELETE FROM meta WHERE name = 'ready_seq'")
+            for job_file, state, ready in sorted(entries, key=lambda entry: entry[0].id):
+                _upsert(db, job_file, state, ready, time.time())
+                for record in job_file.attempts:
+                    db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
+                               (job_file.id, time.time(), f"attempt:{record.get('outcome') or 'running'}",
+                                record.get("attempt"), record.get("worker"), None))
+                count += 1
+        return count
+
+    def set_meta(self, **values: object) -> None:
+        with self._write() as db:
+            for name, value in values.items():
+                db.execute("INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                           (name, None if value is None else str(value)))
+
+    def worker_seen(self, name: str, pid: int, host: str, started: float, seen: float) -> None:
+        with self._write() as db:
+            db.execute("INSERT INTO workers VALUES(?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET seen = excluded.seen",
+                       (name, pid, host, started, seen))
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def meta(self, name: str) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def states(self) -> dict[str, str]:
+        return dict(self._read("SELECT id, state FROM jobs"))
+
+    def row(self, job_id: str) -> dict[str, Any] | None:
+        with self._mutex:
+            cursor = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+            found = cursor.fetchone()
+            return dict(zip([c[0] for c in cursor.description], found)) if found else None
+
+    def id_for_key(self, key: str) -> str | None:
+        rows = self._read("SELECT id FROM jobs WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def ready_pending_count(self) -> int:
+        return self._read("SELECT count(*) FROM jobs WHERE state = 'pending' AND ready = 1")[0][0]
+
+    def counts(self) -> dict[str, int]:
+        return dict(self._read("SELECT state, count(*) FROM jobs GROUP BY state"))
+
+    def ids(self, state: str | None = None, reason: str | None = None, limit: int | None = None) -> list[str]:
+        sql, params = "SELECT id FROM jobs WHERE 1=1", []
+        if state:
+            sql, params = sql + " AND state = ?", params + [state]
+        if reason:
+            sql, params = sql + " AND reason = ?", params + [reason]
+        sql += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        return [row[0] for row in self._read(sql, params)]
+
+    def not_ready_pending(self) -> list[str]:
+        return [row[0] for row in self._read("SELECT id FROM jobs WHERE state = 'pending' AND ready = 0")]
+
+    def waiting(self) -> list[str]:
+        return [row[0] for row in self._read("SELECT id FROM jobs WHERE state = 'waiting'")]
+
+    def dependents(self, dep_id: str) -> list[str]:
+        return [row[0] for row in self._read("SELECT job_id FROM deps WHERE dep_id = ?", (dep_id,))]
+
+    def dependencies(self, job_id: str) -> dict[str, str | None]:
+        rows = self._read("SELECT d.dep_id, j.state FROM deps d LEFT JOIN jobs j ON j.id = d.dep_id "
+                          "WHERE d.job_id = ?", (job_id,))
+        return dict(rows)
+
+    def history(self, job_id: str) -> list[tuple[float, str, int | None, str | None, str | None]]:
+        return self._read("SELECT at, event, attempt, worker, detail FROM history WHERE job_id = ? ORDER BY seq",
+                          (job_id,))
+
+    def completed_since(self, since: float) -> int:
+        return self._read("SELECT count(*) FROM history WHERE event = 'complete' AND at >= ?", (since,))[0][0]
+
+    def oldest_ready_submitted(self) -> str | None:
+        rows = self._read("SELECT min(submitted_at) FROM jobs WHERE state = 'pending' AND ready = 1")
+        return rows[0][0] if rows else None
+
+    def workers(self) -> list[tuple[str, int, str, float, float]]:
+        return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
+
+    def updated_before(self, states: Collection[str], before: float) -> list[str]:
+        marks = ",".join("?" * len(states))
+        return [row[0] for row in self._read(f"SELECT id FROM jobs WHERE state IN ({marks}) AND updated < ?",
+                                             [*states, before])]
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers queue on SQLite's lock, never deadlock."""
+
+    def __init__(self, db: sqlite3.Connection, mutex: threading.Lock) -> None:
+        self._db, self._mutex = db, mutex
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._mutex.acquire()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._mutex.release()
+            raise
+        return self._db
+
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
+        try:
+            self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        finally:
+            self._mutex.release()
+
+
+def _next_ready_seq(db: sqlite3.Connection) -> int:
+    row = db.execute("INSERT INTO meta(name, value) VALUES('ready_seq', 1) ON CONFLICT(name) "
+                     "DO UPDATE SET value = CAST(value AS INTEGER) + 1 RETURNING value").fetchone()
+    return int(row[0])
+
+
+def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool, now: float) -> None:
+    job = job_file.job
+    old = db.execute("SELECT ready, ready_seq FROM jobs WHERE id = ?", (job.id,)).fetchone()
+    if ready and old and old[0]:
+        seq = old[1]  # still ready: keep its place in line
+    else:
+        seq = _next_ready_seq(db) if ready else (old[1] if old else None)
+    db.execute(
+        "INSERT INTO jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries, reason, "
+        "submitted_at, updated) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+        "state = excluded.state, ready = excluded.ready, ready_seq = excluded.ready_seq, attempt = excluded.attempt, "
+        "tries = excluded.tries, reason = excluded.reason, updated = excluded.updated",
+        (job.id, job.key, job.task, state.value, job.priority, int(ready), seq, job_file.attempt, job_file.tries,
+         job.max_tries, job_file.reason, job_file.submitted_at, now))
+    if old is None:
+        for dep in job.depends_on:
+            db.execute("INSERT OR IGNORE INTO deps(job_id, dep_id) VALUES(?, ?)", (job.id, dep))

@@ -1,0 +1,136 @@
+"""Handlers by name: the ``@task`` registry, ``Reject``, and ``current()`` inside a handler.
+
+A handler is any callable registered under a task name; the attempt child looks it up with
+``handler_for`` and calls it with the job's ``args`` as keyword arguments. ``shell`` is not a
+handler: it is reserved, and the attempt child runs it itself when the worker allows it.
+
+``current()`` is one module-wide value, not a context variable, because a handler's own threads
+must see it too (a new thread does not inherit the caller's context). The attempt child runs one
+attempt at a time, sets it before the call with ``set_current`` and clears it after.
+
+This module imports ``spool.builtin_tasks`` at the end, so ``wordcount`` is always registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from spool.errors import UsageError
+from spool.registry_names import TASK_NAME, is_valid_task_name
+
+__all__ = [
+    "Current",
+    "Reject",
+    "current",
+    "handler_for",
+    "import_task_modules",
+    "registered",
+    "set_current",
+    "task",
+]
+
+RESERVED = frozenset({"shell"})
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_handlers: dict[str, Callable[..., Any]] = {}
+_current: Current | None = None
+
+
+class Reject(Exception):
+    """Raised by a handler to end its job dead at once: the input can never succeed, so no retry."""
+
+
+@dataclass(frozen=True)
+class Current:
+    """The attempt a handler is running in, so it can make its own side effects idempotent.
+
+    ``deadline`` is a ``time.monotonic()`` value; CLOCK_MONOTONIC is host-wide on Linux, so the
+    number means the same in the worker and in the child.
+    """
+
+    job_id: str
+    attempt: int
+    tries_left: int
+    deadline: float
+
+
+def _same_definition(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    # importlib.reload() makes a new function object for the same definition; that is a
+    # re-registration, not a clash.
+    def ident(f: Callable[..., Any]) -> tuple[object, object]:
+        return getattr(f, "__module__", None), getattr(f, "__qualname__", None)
+
+    return a is b or (ident(a) == ident(b) and ident(a)[1] is not None)
+
+
+def task(name: str) -> Callable[[F], F]:
+    """Register the decorated callable as the handler of task ``name``; returns it unchanged.
+
+    Raises ValueError for a malformed or reserved name, or when another callable already has it.
+    """
+    if not is_valid_task_name(name):
+        raise ValueError(f"task name {name!r} must match {TASK_NAME.pattern}")
+    if name in RESERVED:
+        raise ValueError(f"task name {name!r} is reserved")
+
+    def register(fn: F) -> F:
+        if not callable(fn):
+            raise TypeError(f"@task({name!r}) needs a callable, got {type(fn).__name__}")
+        existing = _handlers.get(name)
+        if existing is not None and not _same_definition(existing, fn):
+            raise ValueError(
+                f"task {name!r} is already registered to "
+                f"{getattr(existing, '__module__', '?')}.{getattr(existing, '__qualname__', '?')}"
+            )
+        _handlers[name] = fn
+        return fn
+
+    return register
+
+
+def handler_for(name: str) -> Callable[..., Any] | None:
+    """The handler registered under ``name``, or None."""
+    return _handlers.get(name)
+
+
+def registered() -> frozenset[str]:
+    """Every registered task name (``shell`` is never among them)."""
+    return frozenset(_handlers)
+
+
+def import_task_modules(modules: Sequence[str]) -> None:
+    """Import each module so its ``@task`` decorators run.
+
+    Raises UsageError with one line naming the module and the error, since a worker that cannot
+    import its tasks is misconfigured rather than unlucky.
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit at import is a misconfiguration too
+            detail = str(exc).strip().splitlines()
+            message = f"{type(exc).__name__}: {detail[-1]}" if detail else type(exc).__name__
+            raise UsageError(f"cannot import task module {module!r}: {message}") from exc
+
+
+def current() -> Current:
+    """The running attempt; RuntimeError outside a handler."""
+    value = _current
+    if value is None:
+        raise RuntimeError("spool.current() is only available inside a handler")
+    return value
+
+
+def set_current(value: Current | None) -> None:
+    """Set (or clear, with None) what ``current()`` returns; for the attempt child only."""
+    global _current  # noqa: PLW0603 - one value for all threads; see the module docstring
+    _current = value
+
+
+import spool.builtin_tasks  # noqa: E402, F401  - registers wordcount; needs task() defined above

@@ -1,0 +1,251 @@
+"""The settings in force: one frozen ``Settings`` built once by ``load_settings``, then passed down.
+
+Each value comes from, in order of strength: a flag, ``SPOOL_<NAME>`` in the environment,
+``SPOOL/config.yaml``, the default. ``Settings.sources`` records which, for ``spool config``.
+Values are parsed and checked here, so a bad one is a ``UsageError`` naming where it came from
+and which setting, and nothing downstream re-checks. Nothing here reads the environment by
+itself: the caller passes it in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+
+from spool.errors import InvalidJob, UsageError
+from spool.yamlsafe import load_yaml
+
+__all__ = ["CONFIG_MAX_BYTES", "Settings", "load_settings", "parse_duration"]
+
+CONFIG_MAX_BYTES = 1024 * 1024
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class Settings:
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float | None = None  # None: a third of the lease term the coordinator publishes
+    max_tries: int = 3
+    backoff_base_seconds: float = 1.0
+    backoff_max_seconds: float = 300.0
+    max_pending: int = 10000
+    poll_seconds: float = 2.0
+    grace_seconds: float = 30.0
+    default_timeout_seconds: float = 3600.0
+    max_job_bytes: int = 65536
+    max_result_bytes: int = 1048576
+    tasks: tuple[str, ...] = ()
+    log_level: str = "info"
+    log_format: str = "text"
+    group_shared: bool = False
+    # name -> "default", "config.yaml", "env SPOOL_X" or "flag --x"; names absent are defaults.
+    sources: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+
+    def describe(self) -> list[tuple[str, object, str]]:
+        """(name, value, source) for every setting, in declaration order."""
+        return [
+            (name, getattr(self, name), self.sources.get(name, "default"))
+            for name in setting_names()
+        ]
+
+
+def setting_names() -> list[str]:
+    return [f.name for f in fields(Settings) if f.name != "sources"]
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h|d)?")
+_SECONDS_PER = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_HINT = "a duration like 30, 30s, 5m or 1h"
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from ``30``, ``1.5``, ``"30s"``, ``"5m"``, ``"1h"``, ``"2d"``, ``"250ms"``.
+
+    Zero is allowed (``--delay 0``); negative, infinite and other forms raise ``UsageError``.
+    """
+    seconds: float | None = None
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    elif isinstance(text, str):
+        match = _DURATION.fullmatch(text.strip())
+        if match:
+            seconds = float(match[1]) * _SECONDS_PER[match[2]]
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise UsageError(f"expected {_DURATION_HINT}, got {text!r}")
+    return seconds
+
+
+def _positive_duration(raw: object) -> float:
+    seconds = parse_duration(raw)  # type: ignore[arg-type]  # wrong types are refused inside
+    if seconds <= 0:
+        raise UsageError(f"expected {_DURATION_HINT} above zero, got {raw!r}")
+    return seconds
+
+
+def _optional_duration(raw: object) -> float | None:
+    return None if raw is None else _positive_duration(raw)
+
+
+def _count(raw: object) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and re.fullmatch(r"[0-9]{1,18}", raw.strip()):
+        value = int(raw.strip())
+    else:
+        raise UsageError(f"expected a whole number, got {raw!r}")
+    if value < 1:
+        raise UsageError(f"expected a whole number of at least 1, got {raw!r}")
+    return value
+
+
+_SIZE = re.compile(r"([0-9]{1,15})\s*(b|kb|kib|mb|mib|gb|gib)?", re.IGNORECASE)
+_BYTES_PER = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20,
+              "gb": 10**9, "gib": 2**30}
+
+
+def _size(raw: object) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        match = _SIZE.fullmatch(raw.strip()) if isinstance(raw, str) else None
+        if match is None:
+            raise UsageError(f"expected a size like 65536, 64KiB or 1MiB, got {raw!r}")
+        unit = match[2].lower() if match[2] else None
+        value = int(match[1]) * _BYTES_PER[unit]
+    if value < 1:
+        raise UsageError(f"expected a size of at least 1 byte, got {raw!r}")
+    return value
+
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+def _flag(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    word = str(raw).strip().lower() if isinstance(raw, (str, int)) else None
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise UsageError(f"expected true or false (or 1/0, yes/no), got {raw!r}")
+
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _modules(raw: object) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        names = [name.strip() for name in raw.split(",") if name.strip()]
+    elif isinstance(raw, (list, tuple)) and all(isinstance(name, str) for name in raw):
+        names = [name.strip() for name in raw]
+    else:
+        raise UsageError(f"expected a list of module names, got {raw!r}")
+    for name in names:
+        if not _MODULE.fullmatch(name):
+            raise UsageError(f"expected module names like myapp.tasks, got {name!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object], str]:
+    def parse(raw: object) -> str:
+        word = raw.strip().lower() if isinstance(raw, str) else None
+        if word not in choices:
+            raise UsageError(f"expected one of {', '.join(choices)}, got {raw!r}")
+        return word
+
+    return parse
+
+
+_PARSERS: dict[str, Callable[[object], object]] = {
+    "lease_seconds": _positive_duration,
+    "heartbeat_seconds": _optional_duration,
+    "max_tries": _count,
+    "backoff_base_seconds": _positive_duration,
+    "backoff_max_seconds": _positive_duration,
+    "max_pending": _count,
+    "poll_seconds": _positive_duration,
+    "grace_seconds": _positive_duration,
+    "default_timeout_seconds": _positive_duration,
+    "max_job_bytes": _size,
+    "max_result_bytes": _size,
+    "tasks": _modules,
+    "log_level": _one_of(LOG_LEVELS),
+    "log_format": _one_of(LOG_FORMATS),
+    "group_shared": _flag,
+}
+
+
+def _read_config(path: Path) -> Mapping[object, object]:
+    try:
+        # O_NOFOLLOW: a symlink inside a spool is refused, never followed (RELIABILITY.md).
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return {}
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        with open(fd, "rb") as file:
+            data = file.read(CONFIG_MAX_BYTES + 1)  # one byte over is enough to be refused
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        loaded = load_yaml(data, max_bytes=CONFIG_MAX_BYTES, source=str(path))
+    except InvalidJob as err:
+        raise UsageError(str(err)) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{path}: expected a mapping of settings, got a {type(loaded).__name__}")
+    for key in loaded:
+        if key not in _PARSERS:
+            close = difflib.get_close_matches(str(key), _PARSERS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"{path.name}: {key}: not a setting{hint}")
+    return loaded
+
+
+def load_settings(
+    config_path: Path | None,
+    environ: Mapping[str, str],
+    flags: Mapping[str, object | None],
+) -> Settings:
+    """Build the settings in force: flag > ``SPOOL_<NAME>`` > config.yaml > default.
+
+    Flags set to None and empty environment values count as not given. Raises ``UsageError``.
+    """
+    for name in flags:
+        if name not in _PARSERS:
+            raise UsageError(f"flag --{name.replace('_', '-')}: not a setting")
+    config = _read_config(config_path) if config_path is not None else {}
+    config_label = config_path.name if config_path is not None else ""
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    for name, parse in _PARSERS.items():
+        env_name = f"SPOOL_{name.upper()}"
+        if flags.get(name) is not None:
+            raw, where = flags[name], f"flag --{name.replace('_', '-')}"
+        elif environ.get(env_name):
+            raw, where = environ[env_name], f"env {env_name}"
+        elif name in config:
+            raw, where = config[name], config_label
+        else:
+            sources[name] = "default"
+            continue
+        try:
+            values[name] = parse(raw)
+        except UsageError as err:
+            raise UsageError(f"{where}: {name}: {err}") from None
+        sources[name] = where
+    return Settings(**values, sources=MappingProxyType(sources))  # type: ignore[arg-type]

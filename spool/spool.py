@@ -1,0 +1,194 @@
+"""``Spool``: a spool folder opened for use, and the Python API for producers and tools.
+
+    from spool import Spool
+    sp = Spool("./spool")
+    job_id = sp.submit("wordcount", {"path": "book.txt"}, key="book-1")   # durable on return
+
+One ``Spool`` holds the layout's directory fds, the settings in force and a ledger connection.
+Every command and process builds one and passes it down; nothing reads the environment later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from spool import admin, store
+from spool.errors import InvalidJob, NotFound, SpoolError
+from spool.fsio import fs
+from spool.ids import is_valid_id
+from spool.job import JobFile, format_time
+from spool.layout import Layout, State, init_spool, refuse_unsafe_root, result_name
+from spool.ledger import Ledger
+from spool.settings import Settings, load_settings
+from spool.submission import Submitted, submit
+
+DEFAULT_ROOT = "./spool"
+
+
+def resolve_root(root: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path:
+    """--spool DIR, else $SPOOL_DIR, else ./spool."""
+    return Path(root or environ.get("SPOOL_DIR") or DEFAULT_ROOT)
+
+
+class Spool:
+    """An open spool. Raises NotASpool for a folder without the ``.spool`` marker."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
+                 flags: Mapping[str, object | None] | None = None, settings: Settings | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        self.layout = Layout(resolve_root(root, environ))
+        refuse_unsafe_root(self.layout.root)
+        self.settings = settings or load_settings(self.layout.config_path, environ, flags or {})
+        self._ledger: Ledger | None = None
+
+    @classmethod
+    def init(cls, root: str | os.PathLike[str], *, group_shared: bool = False, **kwargs: Any) -> Spool:
+        init_spool(root, group_shared=group_shared)
+        return cls(root, **kwargs)
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger(self.layout.ledger_path)
+        return self._ledger
+
+    def close(self) -> None:
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+        self.layout.close()
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- producing ---------------------------------------------------------------------------
+
+    def submit(self, task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,
+               priority: int | None = None, max_tries: int | None = None, timeout: float | None = None,
+               delay_seconds: float | None = None, depends_on: Sequence[str] = ()) -> str:
+        """Submit one job; returns its id (the existing job's id if ``key`` was seen before).
+
+        Durable on return: the job file and its key reservation are fsync'd. Raises TryLater
+        when the spool is full, InvalidJob for a bad spec, NotFound for an unknown dependency.
+        """
+        return self.submit_spec(build_spec(task, args, key=key, priority=priority, max_tries=max_tries,
+                                           timeout=timeout, delay_seconds=delay_seconds,
+                                           depends_on=depends_on)).id
+
+    def submit_spec(self, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
+        return submit(self, spec, where=where)
+
+    # -- inspecting --------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> tuple[State, JobFile]:
+        """The job's state (a result makes it done) and its file."""
+        _check_id(job_id)
+        folders = store.folders_of(self, job_id)
+        if not folders:
+            if store.has_result(self, job_id):
+                raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
+            raise NotFound(f"no job {job_id}")
+        job_file = store.read_job(self, folders[0], job_id)
+        return (State.DONE if store.has_result(self, job_id) else folders[0]), job_file
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        state, job_file = self.job(job_id)
+        return status_view(self, state, job_file)
+
+    def result(self, job_id: str) -> Any:
+        """The job's result value. NotFound before there is one; SpoolError for a dead job."""
+        _check_id(job_id)
+        try:
+            data = fs.read_file(self.layout.fd("results"), result_name(job_id), self.settings.max_result_bytes + 1024)
+        except FileNotFoundError:
+            state, job_file = self.job(job_id)
+            if state is State.DEAD:
+                raise SpoolError(f"{job_id}: dead ({job_file.reason}); it has no result") from None
+            raise NotFound(f"{job_id}: no result yet ({state.value})") from None
+        return json.loads(data)
+
+    def state(self, job_id: str) -> State | None:
+        return store.state_of(self, job_id)
+
+    def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05
+             ) -> dict[str, State]:
+        """Block until every job is done or dead (or the timeout runs out); returns their states."""
+        ids = list(job_ids)
+        for job_id in ids:
+            _check_id(job_id)
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        while True:
+            states = {job_id: self.state(job_id) for job_id in ids}
+            for job_id, state in states.items():
+                if state is None:
+                    raise NotFound(f"no job {job_id}")
+            if all(state.terminal for state in states.values() if state) or (
+                    deadline is not None and time.monotonic() >= deadline):
+                return states  # type: ignore[return-value]
+            time.sleep(poll_seconds)
+
+    # -- managing ----------------------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> str:
+        _check_id(job_id)
+        return admin.cancel(self, job_id)
+
+    def requeue(self, job_id: str) -> State:
+        _check_id(job_id)
+        return admin.requeue(self, job_id)
+
+
+def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,
+               priority: int | None = None, max_tries: int | None = None, timeout: float | None = None,
+               delay_seconds: float | None = None, depends_on: Sequence[str] = ()) -> dict[str, Any]:
+    """A job spec from keyword arguments (the CLI and the Python API share it)."""
+    spec: dict[str, Any] = {"task": task, "args": dict(args or {})}
+    if key is not None:
+        spec["key"] = key
+    if priority is not None:
+        spec["priority"] = priority
+    if max_tries is not None:
+        spec["max_tries"] = max_tries
+    if timeout is not None:
+        spec["timeout"] = timeout
+    if delay_seconds:
+        spec["not_before"] = format_time(time.time() + delay_seconds)
+    if depends_on:
+        spec["depends_on"] = list(depends_on)
+    return spec
+
+
+def status_view(sp: Spool, state: State, job_file: JobFile) -> dict[str, Any]:
+    """The one object ``spool status --json`` prints (SPEC: The command line)."""
+    lease = job_file.lease if state is State.LEASED else None
+    return {
+        "id": job_file.id, "key": job_file.job.key, "task": job_file.job.task, "state": state.value,
+        "reason": job_file.reason, "attempt": job_file.attempt, "tries": job_file.tries,
+        "max_tries": job_file.job.max_tries,
+        "attempts": [{name: record.get(name) for name in ("attempt", "worker", "started", "ended", "outcome", "error")}
+                     for record in job_file.attempts],
+        "lease": {"worker": lease.get("worker"), "attempt": lease.get("attempt"), "claimed_at": lease.get("claimed_at")}
+        if lease else None,
+        "error": job_file.error,
+        "result": str(sp.layout.path("results", result_name(job_file.id))) if state is State.DONE else None,
+        "priority": job_file.job.priority, "submitted_at": job_file.submitted_at,
+        "depends_on": list(job_file.job.depends_on), "skipped_because": job_file.skipped_because,
+        "not_before": job_file.job.not_before, "dropped_as": job_file.dropped_as,
+    }
+
+
+def _check_id(job_id: str) -> None:
+    if not is_valid_id(job_id):
+        raise InvalidJob(f"{job_id!r} is not a job id")

@@ -1,0 +1,101 @@
+"""Job files on disk: read one, write a new one, rewrite one in place, move one, find one.
+
+These are the steps transitions are made of; each is one or two calls into ``fsio``. None of
+them takes a lock or decides anything: the transition that calls them does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spool import job as jobs
+from spool.fsio import fs
+from spool.job import JobFile
+from spool.layout import ADVANCEMENT, State, cancel_name, heartbeat_name, job_name, result_name, tmp_name
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+# The runner's own files may carry long errors and an invalid drop's original text.
+_FILE_SLACK_BYTES = 64 * 1024
+
+
+def read_job(sp: Spool, state: State, job_id: str) -> JobFile:
+    """Read and decode ``<state>/<id>.yaml``; FileNotFoundError when absent, InvalidJob if torn."""
+    limit = sp.settings.max_job_bytes + _FILE_SLACK_BYTES
+    data = fs.read_file(sp.layout.fd(state), job_name(job_id), limit)
+    return jobs.decode(data, source=f"{state.value}/{job_name(job_id)}", expected_id=job_id, max_bytes=limit)
+
+
+def stage(sp: Spool, data: bytes, *, sync: bool) -> str:
+    """Write ``data`` to a fresh name in tmp/ and return the name."""
+    name = tmp_name()
+    fs.write_new(sp.layout.fd("tmp"), name, data, sync=sync)
+    return name
+
+
+def unstage(sp: Spool, name: str) -> None:
+    fs.unlink(sp.layout.fd("tmp"), name, missing_ok=True)
+
+
+def create_job(sp: Spool, state: State, job_file: JobFile) -> None:
+    """Publish a new job file (tmp, fsync, rename without replace, fsync the folder)."""
+    staged = stage(sp, jobs.encode(job_file), sync=True)
+    try:
+        fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
+    except BaseException:
+        unstage(sp, staged)
+        raise
+
+
+def rewrite_job(sp: Spool, state: State, job_file: JobFile, *, sync: bool) -> None:
+    """Replace a job file's content in place, atomically (the caller holds the job's lock)."""
+    staged = stage(sp, jobs.encode(job_file), sync=sync)
+    try:
+        fs.rename_replace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
+    except BaseException:
+        unstage(sp, staged)
+        raise
+    if sync:
+        fs.fsync_dir(sp.layout.fd(state))
+
+
+def move_job(sp: Spool, job_id: str, source: State, target: State) -> None:
+    """The commit point of most transitions: one rename that never replaces."""
+    fs.rename_noreplace(sp.layout.fd(source), job_name(job_id), sp.layout.fd(target), job_name(job_id))
+
+
+def has_result(sp: Spool, job_id: str) -> bool:
+    return fs.exists(sp.layout.fd("results"), result_name(job_id))
+
+
+def folders_of(sp: Spool, job_id: str) -> list[State]:
+    """Every state folder holding the job, most advanced first (normally exactly one)."""
+    found = [state for state in State if fs.exists(sp.layout.fd(state), job_name(job_id))]
+    return sorted(found, key=lambda state: -ADVANCEMENT[state])
+
+
+def state_of(sp: Spool, job_id: str) -> State | None:
+    """The job's state as the files say: a result makes it done whatever folder it is in."""
+    folders = folders_of(sp, job_id)
+    if not folders:
+        return None
+    return State.DONE if has_result(sp, job_id) else folders[0]
+
+
+def clear_lease_files(sp: Spool, job_id: str, attempt: int | None = None) -> None:
+    """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable)."""
+    leased = sp.layout.fd(State.LEASED)
+    prefix = f".{job_id}."
+    names = [n for n in fs.list_dir(leased) if n.startswith(prefix)] if attempt is None else [
+        heartbeat_name(job_id, attempt), cancel_name(job_id)]
+    for name in names:
+        fs.unlink(leased, name, missing_ok=True)
+
+
+def wake(sp: Spool, state: State = State.PENDING) -> None:
+    """Touch ``<state>/.wake`` after the ledger commit, so inotify watchers look again."""
+    try:
+        fs.overwrite_small(sp.layout.fd(state), ".wake", b"")
+    except OSError:
+        pass  # a lost wake-up only delays a job until the next poll

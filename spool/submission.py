@@ -1,0 +1,276 @@
+"""How jobs enter the spool: ``submit`` (CLI, API, Python) and ``ingest`` (a file dropped in pending/).
+
+Keys make submits idempotent. A key the user chose is reserved in ``keys/<sha256(key)>``
+(holding the job id) under the key's lock, and the reservation is durable *before* the job
+file is committed, so after any crash a resubmit of the key finds either the job or a
+reservation without a job, which it takes over. A key left to default is the job's own id and
+needs no reservation: nobody can know it before the id is printed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spool import crash
+from spool.errors import InvalidJob, NotFound, TryLater
+from spool.fsio import fs
+from spool.ids import is_valid_id, new_id
+from spool.job import Job, JobFile, decode, now_text
+from spool.layout import State, job_name, key_name
+from spool.locks import Lock, acquire, key_lock_name
+from spool.store import create_job, folders_of, has_result, rewrite_job, stage, state_of, unstage, wake
+from spool.yamlsafe import load_yaml
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+log = logging.getLogger("spool.submission")
+crash.register("submit", "after-key-check", "after-key", "after-commit", "after-submit")
+crash.register("coordinator", "ingest-after-rename", "after-ingest")
+
+
+@dataclass(frozen=True)
+class Submitted:
+    id: str
+    created: bool  # False: the key was seen before and ``id`` is the existing job's
+
+
+def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
+    """(new) -> PENDING, or WAITING while some ``depends_on`` is not done.
+
+    Commit point: rename tmp/X -> pending/<id>.yaml (or waiting/), after which the folder is
+    fsync'd and only then is the id returned. Crash before the commit: at most a key
+    reservation without a job, which the next submit of that key takes over (and fsck --repair
+    removes). Crash after it but before the fsync: the caller was told nothing; the job may or
+    may not survive a power cut, and a resubmit with the key finds it if it did.
+    """
+    job = Job.from_spec(spec, job_id=new_id(), default_max_tries=sp.settings.max_tries,
+                        default_timeout=sp.settings.default_timeout_seconds, where=where)
+    state = _initial_state(sp, job)
+    key_lock = _lock_key(sp, job.key) if job.has_own_key else None
+    try:
+        if key_lock is not None:
+            existing = lookup_key(sp, job.key)
+            if existing is not None:
+                return Submitted(existing, created=False)
+        _check_room(sp)
+        crash.point("after-key-check")
+        if key_lock is not None:
+            _reserve_key(sp, job.key, job.id)
+            crash.point("after-key")
+        job_file = JobFile(job=job, submitted_at=now_text())
+        create_job(sp, state, job_file)
+        crash.point("after-commit")
+        fs.fsync_dir(sp.layout.fd(state))
+    except BaseException:
+        if key_lock is not None:
+            _unreserve_if_jobless(sp, job)
+        raise
+    finally:
+        if key_lock is not None:
+            key_lock.release()
+    crash.point("after-submit")
+    ready = state is State.PENDING and job.not_before is None
+    sp.ledger.record(job_file, state, ready=ready, event="submit")
+    if ready:
+        wake(sp)
+    log.info("submit %s task=%s key=%s -> %s", job.id, job.task, job.key, state.value)
+    return Submitted(job.id, created=True)
+
+
+def _initial_state(sp: Spool, job: Job) -> State:
+    waiting = False
+    for dep in job.depends_on:
+        dep_state = state_of(sp, dep)
+        if dep_state is None:
+            raise NotFound(f"depends_on: no job {dep}")
+        waiting = waiting or dep_state is not State.DONE
+    return State.WAITING if waiting else State.PENDING
+
+
+def _check_room(sp: Spool) -> None:
+    """Backpressure: ready jobs plus drops the coordinator last counted, against max_pending."""
+    drops = int(sp.ledger.meta("drops") or 0)
+    ready = sp.ledger.ready_pending_count()
+    if ready + drops >= sp.settings.max_pending:
+        raise TryLater(f"spool is full: {ready + drops} ready jobs (max_pending {sp.settings.max_pending}); "
+                       "nothing was written, try again later")
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+
+def _lock_key(sp: Spool, key: str) -> Lock:
+    lock = acquire(sp.layout.fd("locks"), key_lock_name(key_name(key)), blocking=True)
+    assert lock is not None
+    return lock
+
+
+def lookup_key(sp: Spool, key: str) -> str | None:
+    """The id of the kept job reserved under ``key``, or None (no reservation, or a dangling one)."""
+    try:
+        data = fs.read_file(sp.layout.fd("keys"), key_name(key), 256)
+    except (FileNotFoundError, InvalidJob):
+        return None
+    job_id = data.decode("ascii", errors="replace").strip()
+    if is_valid_id(job_id) and (folders_of(sp, job_id) or has_result(sp, job_id)):
+        return job_id
+    return None
+
+
+def _reserve_key(sp: Spool, key: str, job_id: str) -> None:
+    """keys/<sha> -> id, durable before the job is committed. Caller holds the key's lock."""
+    keys_fd = sp.layout.fd("keys")
+    staged = stage(sp, job_id.encode() + b"\n", sync=True)
+    try:
+        try:
+            fs.link(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
+        except FileExistsError:
+            # A dangling reservation (its submitter died, or its job was purged): take it over.
+            fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
+    finally:
+        unstage(sp, staged)
+    fs.fsync_dir(keys_fd)
+
+
+def _unreserve_if_jobless(sp: Spool, job: Job) -> None:
+    """After a failed submit, drop our reservation unless our job made it into a folder."""
+    if folders_of(sp, job.id):
+        return
+    try:
+        data = fs.read_file(sp.layout.fd("keys"), key_name(job.key), 256)
+    except (OSError, InvalidJob):
+        return
+    if data.strip() == job.id.encode():
+        fs.unlink(sp.layout.fd("keys"), key_name(job.key), missing_ok=True)
+
+
+def remove_key(sp: Spool, key: str, job_id: str) -> None:
+    """Forget a purged job's reservation, if it is still that job's."""
+    with _lock_key(sp, key):
+        try:
+            data = fs.read_file(sp.layout.fd("keys"), key_name(key), 256)
+        except (OSError, InvalidJob):
+            return
+        if data.strip() == job_id.encode():
+            fs.unlink(sp.layout.fd("keys"), key_name(key), missing_ok=True)
+
+
+# -- ingest -----------------------------------------------------------------------------------
+
+
+def ingest(sp: Spool, name: str) -> str | None:
+    """pending/<drop> -> PENDING or WAITING as <new id>.yaml, or -> DEAD (invalid).
+
+    Commit point: the rename of the dropped file itself to its new name, so a crash can never
+    ingest one drop twice. Crash after it: the new name holds the user's text; ``finish_ingest``
+    (whoever reads it next: the coordinator's reconcile) validates and rewrites it. A drop
+    whose key is already kept is removed and logged. Returns the new (or existing) id.
+    """
+    pending = sp.layout.fd(State.PENDING)
+    job_id = new_id()
+    try:
+        data = fs.read_file(pending, name, sp.settings.max_job_bytes, single_link=True)
+        spec = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=f"pending/{name}")
+        job = Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
+                            default_timeout=sp.settings.default_timeout_seconds, where=f"pending/{name}")
+        state = _initial_state(sp, job)
+    except FileNotFoundError:
+        return None
+    except (InvalidJob, NotFound) as err:
+        return _ingest_invalid(sp, name, job_id, str(err))
+    key_lock = _lock_key(sp, job.key) if job.has_own_key else None
+    try:
+        if key_lock is not None:
+            existing = lookup_key(sp, job.key)
+            if existing is not None:
+                fs.unlink(pending, name, missing_ok=True)
+                log.warning("ingest: pending/%s has key %r of job %s; the drop was removed", name, job.key, existing)
+                return existing
+            _reserve_key(sp, job.key, job_id)
+        try:
+            fs.rename_noreplace(pending, name, sp.layout.fd(state), job_name(job_id))
+        except FileNotFoundError:
+            return None
+        crash.point("ingest-after-rename")
+        job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=name)
+        rewrite_job(sp, state, job_file, sync=True)
+        fs.fsync_dir(pending)
+    finally:
+        if key_lock is not None:
+            key_lock.release()
+    crash.point("after-ingest")
+    sp.ledger.record(job_file, state, ready=state is State.PENDING and job.not_before is None, event="ingest",
+                     detail=name)
+    log.info("ingest pending/%s -> %s/%s", name, state.value, job_name(job_id))
+    wake(sp)
+    return job_id
+
+
+def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State = State.PENDING) -> str | None:
+    """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record."""
+    source_fd = sp.layout.fd(source)
+    original = _raw_text(sp, source, name)
+    try:
+        fs.rename_noreplace(source_fd, name, sp.layout.fd(State.DEAD), job_name(job_id))
+    except FileNotFoundError:
+        return None
+    crash.point("ingest-after-rename")
+    _write_invalid_record(sp, job_id, name, error, original)
+    fs.fsync_dir(source_fd)
+    log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", source.value, name, error, job_name(job_id))
+    return job_id
+
+
+def _write_invalid_record(sp: Spool, job_id: str, dropped_as: str, error: str, original: str) -> None:
+    record = JobFile(job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1), submitted_at=now_text(),
+                     dropped_as=dropped_as, reason="invalid", error=error, original=original)
+    rewrite_job(sp, State.DEAD, record, sync=True)
+    sp.ledger.record(record, State.DEAD, ready=False, event="ingest", detail=f"invalid: {error[:200]}")
+
+
+def _raw_text(sp: Spool, state: State, name: str) -> str:
+    """The drop's content as text for the dead record: never follows a link, never blocks."""
+    try:
+        data = fs.read_file(sp.layout.fd(state), name, sp.settings.max_job_bytes)
+    except InvalidJob as err:
+        return f"(not read: {err})"
+    except OSError as err:
+        return f"(not read: {err.strerror})"
+    return data.decode("utf-8", errors="replace")
+
+
+def finish_ingest(sp: Spool, state: State, job_id: str) -> None:
+    """Finish an ingest interrupted after its rename: ``<state>/<id>.yaml`` holds a user's text.
+
+    Caller holds the job's lock. A valid spec becomes the job file it would have been; anything
+    else becomes a dead record with reason ``invalid``.
+    """
+    name = job_name(job_id)
+    limit = sp.settings.max_job_bytes
+    try:
+        data = fs.read_file(sp.layout.fd(state), name, limit, single_link=True)
+        try:
+            decode(data, source=f"{state.value}/{name}", expected_id=job_id, max_bytes=limit + 65536)
+            return  # it is a whole job file after all
+        except InvalidJob:
+            pass
+        if state is State.DEAD:
+            raise InvalidJob(f"dead/{name}: an interrupted ingest of an invalid drop")
+        spec = load_yaml(data, max_bytes=limit, source=f"{state.value}/{name}")
+        job = Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
+                            default_timeout=sp.settings.default_timeout_seconds, where=f"{state.value}/{name}")
+    except FileNotFoundError:
+        return
+    except InvalidJob as err:
+        if state is State.DEAD:
+            _write_invalid_record(sp, job_id, name, str(err), _raw_text(sp, state, name))
+        else:
+            _ingest_invalid(sp, name, job_id, str(err), source=state)
+        return
+    job_file = JobFile(job=job, submitted_at=now_text(), dropped_as="(interrupted ingest)")
+    rewrite_job(sp, state, job_file, sync=True)
+    sp.ledger.record(job_file, state, ready=state is State.PENDING and job.not_before is None, event="ingest")

@@ -1,0 +1,345 @@
+"""The moves of a job's life after submit: claim, heartbeat, complete, fail, expire, release.
+
+Each transition has the same shape (SPEC "How a move is made"):
+  1. take the job's lock (the coordinator without blocking: it comes back later);
+  2. check the state is what the caller believes (folder, fence, no result yet);
+  3. commit with one rename that never replaces, or for a result one link(2);
+  4. rewrite the file in place with the runner's additions, then ledger, log and wake-ups;
+  5. release the lock.
+Each docstring says what a crash before and after the commit point leaves and who finishes it.
+Durable (fsync'd) exactly where SPEC says: the try counted at claim, a result, a move to dead.
+A move to done needs no fsync of its own: the result, already durable, is the commit point of
+done, and a done job whose file is still in leased/ is finished by whoever sees it (``settle``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spool import crash
+from spool.errors import InvalidJob, LeaseLost
+from spool.fsio import fs
+from spool.job import JobFile, now_text, tail
+from spool.layout import State, cancel_name, heartbeat_name, job_name, result_name
+from spool.locks import acquire, job_lock_name
+from spool.store import (clear_lease_files, has_result, move_job, read_job, rewrite_job, stage, unstage,
+                         wake)
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+log = logging.getLogger("spool.transitions")
+crash.register("worker", "claim-after-rename", "after-claim", "complete-after-stage", "after-result",
+               "complete-after-move", "fail-after-rename", "after-fail")
+crash.register("coordinator", "expire-after-rename", "after-expire")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One attempt's hold on a job: the fence every later step names."""
+
+    job_id: str
+    worker: str
+    attempt: int
+
+
+def _lock(sp: Spool, job_id: str, *, blocking: bool):  # type: ignore[no-untyped-def]
+    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=blocking)
+
+
+def backoff_seconds(sp: Spool, tries: int) -> float:
+    """Exponential in the tries spent, capped, with jitter so retries don't move in lockstep."""
+    ceiling = min(sp.settings.backoff_max_seconds, sp.settings.backoff_base_seconds * 2 ** max(tries - 1, 0))
+    return round(ceiling * random.uniform(0.5, 1.0), 3)
+
+
+# -- claim ------------------------------------------------------------------------------------
+
+
+def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | None:
+    """PENDING -> LEASED: the best ready job of ``tasks``, or None.
+
+    Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
+    attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
+    counted try survives a power cut. Crash before the commit: nothing changed (a ledger row
+    left 'leased' is put back by the coordinator's reconcile). Crash between commit and
+    rewrite: a file in leased/ with no lease for its attempt; ``settle`` (coordinator, under
+    the lock) counts it as a spent try and expires it.
+    """
+    for _ in range(64):
+        job_id = sp.ledger.reserve_next(tasks)
+        if job_id is None:
+            return None
+        lock = _lock(sp, job_id, blocking=False)
+        if lock is None:
+            sp.ledger.unreserve(job_id)
+            continue
+        with lock:
+            claimed = _claim_locked(sp, job_id, worker)
+        if claimed is not None:
+            sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
+            log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
+            crash.point("after-claim")
+            return claimed
+    return None
+
+
+def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
+    from spool.recovery import resync
+
+    try:
+        job_file = read_job(sp, State.PENDING, job_id)
+    except (FileNotFoundError, InvalidJob):
+        resync(sp, job_id)  # the ledger was behind the files, or an ingest is in flight
+        return None
+    if has_result(sp, job_id) or job_file.backoff_seconds is not None:
+        resync(sp, job_id)
+        return None
+    try:
+        move_job(sp, job_id, State.PENDING, State.LEASED)
+    except (FileNotFoundError, FileExistsError):
+        resync(sp, job_id)
+        return None
+    crash.point("claim-after-rename")
+    attempt = job_file.attempt + 1
+    now = now_text()
+    records = job_file.end_attempt(outcome="lost", ended=now)
+    claimed = job_file.replace(
+        attempt=attempt, tries=job_file.tries + 1, lease={"worker": worker, "attempt": attempt, "claimed_at": now},
+        backoff_seconds=None,
+        attempts=records + ({"attempt": attempt, "worker": worker, "started": now, "ended": None,
+                             "outcome": None, "error": None},))
+    rewrite_job(sp, State.LEASED, claimed, sync=True)
+    return claimed
+
+
+# -- heartbeat (not a move) -------------------------------------------------------------------
+
+
+def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
+    """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
+    change on its own clock; the worker's clock is never read."""
+    fs.overwrite_small(sp.layout.fd(State.LEASED), heartbeat_name(lease.job_id, lease.attempt), b"%d\n" % counter)
+
+
+def lease_status(sp: Spool, lease: Lease) -> str:
+    """'held', 'lost' (expired, requeued or finished elsewhere) or 'cancel' (a cancel request)."""
+    try:
+        current = read_job(sp, State.LEASED, lease.job_id)
+    except (FileNotFoundError, InvalidJob):
+        return "lost"
+    if current.attempt != lease.attempt:
+        return "lost"
+    if fs.exists(sp.layout.fd(State.LEASED), cancel_name(lease.job_id)):
+        return "cancel"
+    return "held"
+
+
+def _check_fence(sp: Spool, lease: Lease) -> JobFile:
+    try:
+        job_file = read_job(sp, State.LEASED, lease.job_id)
+    except FileNotFoundError:
+        raise LeaseLost(f"{lease.job_id}: no longer leased (attempt {lease.attempt} expired or ended)") from None
+    held = job_file.lease or {}
+    if job_file.attempt != lease.attempt or held.get("attempt") != lease.attempt:
+        raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
+    return job_file
+
+
+# -- complete ---------------------------------------------------------------------------------
+
+
+def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
+    """LEASED -> DONE with ``result_json`` as results/<id>.json.
+
+    Commit point: link(tmp/X, results/<id>.json), after the result was written whole and
+    fsync'd in tmp/; then results/ is fsync'd. Crash before it: nothing changed; the lease
+    expires and the job is retried. Crash after it: the job is done; its file still in leased/
+    is moved to done/ by whoever takes its lock next (``settle`` via the coordinator, or a
+    claim). A stale attempt (fence mismatch) raises LeaseLost and links nothing: the first
+    result wins and a late one is dropped.
+    """
+    staged = stage(sp, result_json, sync=True)
+    crash.point("complete-after-stage")
+    try:
+        with _lock(sp, lease.job_id, blocking=True):
+            job_file = _check_fence(sp, lease)
+            try:
+                fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
+            except FileExistsError:
+                raise LeaseLost(f"{lease.job_id}: already has a result; this one is dropped") from None
+            fs.fsync_dir(sp.layout.fd("results"))
+            crash.point("after-result")
+            done = finish_done(sp, job_file)
+    finally:
+        unstage(sp, staged)
+    sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
+    log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
+    wake(sp, State.DONE)
+
+
+def finish_done(sp: Spool, job_file: JobFile) -> JobFile:
+    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock."""
+    done = job_file.replace(lease=None, backoff_seconds=None, reason=None, error=None,
+                            attempts=job_file.end_attempt(outcome="done", ended=now_text()))
+    move_job(sp, job_file.id, State.LEASED, State.DONE)
+    crash.point("complete-after-move")
+    rewrite_job(sp, State.DONE, done, sync=False)
+    clear_lease_files(sp, job_file.id, job_file.attempt)
+    return done
+
+
+# -- fail -------------------------------------------------------------------------------------
+
+
+def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
+    """LEASED -> PENDING after a backoff, or -> DEAD (failed) when tries are spent or rejected.
+
+    Commit point: rename leased/ -> pending/ or dead/. A move to dead is fsync'd; a return to
+    pending is not (lost in a power cut, the lease simply expires again). Crash before the
+    commit: the lease expires and expire does the same. Crash after it: the file's lease and
+    open attempt record lag its folder; a claim closes the record as 'lost', ``settle`` fixes
+    a dead one.
+    """
+    error = tail(error)
+    with _lock(sp, lease.job_id, blocking=True):
+        job_file = _check_fence(sp, lease)
+        if has_result(sp, lease.job_id):
+            finish_done(sp, job_file)
+            raise LeaseLost(f"{lease.job_id}: already has a result; the failure is dropped")
+        ended = now_text()
+        if reject or job_file.tries >= job_file.job.max_tries:
+            state = State.DEAD
+            job_file = bury(sp, job_file, State.LEASED, reason="failed", error=error,
+                            outcome="rejected" if reject else "failed", ended=ended)
+        else:
+            state = State.PENDING
+            move_job(sp, lease.job_id, State.LEASED, State.PENDING)
+            crash.point("fail-after-rename")
+            retry = job_file.replace(lease=None, error=error, backoff_seconds=backoff_seconds(sp, job_file.tries),
+                                     attempts=job_file.end_attempt(outcome="failed", ended=ended, error=error))
+            rewrite_job(sp, State.PENDING, retry, sync=False)
+            job_file = retry
+        clear_lease_files(sp, lease.job_id, lease.attempt)
+    crash.point("after-fail")
+    sp.ledger.record(job_file, state, ready=False, event="fail", worker=lease.worker, detail=error.splitlines()[-1][:200] if error else None)
+    log.info("fail %s attempt=%d worker=%s -> %s", lease.job_id, lease.attempt, lease.worker, state.value)
+    return state
+
+
+def bury(sp: Spool, job_file: JobFile, source: State, *, reason: str, error: str | None, outcome: str, ended: str,
+         skipped_because: str | None = None) -> JobFile:
+    """Move a job to dead/ durably with its reason (caller holds the lock)."""
+    move_job(sp, job_file.id, source, State.DEAD)
+    dead = job_file.replace(lease=None, backoff_seconds=None, reason=reason, error=error,
+                            skipped_because=skipped_because,
+                            attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error))
+    rewrite_job(sp, State.DEAD, dead, sync=True)
+    fs.fsync_dir(sp.layout.fd(source))
+    return dead
+
+
+# -- expire -----------------------------------------------------------------------------------
+
+
+def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
+    """LEASED -> PENDING after a backoff, or -> DEAD (expired) when tries are spent.
+
+    Called by the coordinator only, from its own clock's view of the heartbeats (or a freed
+    worker lock). Takes the lock without blocking: None means "busy, come back later".
+    Commit point: the rename out of leased/. Crash before: the next coordinator gives the
+    lease a fresh term and decides again. Crash after: as ``fail``. A job that already has
+    a result is finished as done instead, never sent back.
+    """
+    lock = _lock(sp, job_id, blocking=False)
+    if lock is None:
+        return None
+    with lock:
+        try:
+            job_file = read_job(sp, State.LEASED, job_id)
+        except (FileNotFoundError, InvalidJob):
+            return None
+        if job_file.attempt != attempt:
+            return None
+        state, final = _expire_locked(sp, job_file, why)
+    crash.point("after-expire")
+    sp.ledger.record(final, state, ready=False, event="expire", detail=why)
+    log.info("expire %s attempt=%d -> %s (%s)", job_id, attempt, state.value, why)
+    if state is State.DONE:
+        wake(sp, State.DONE)
+    return state
+
+
+def _expire_locked(sp: Spool, job_file: JobFile, why: str) -> tuple[State, JobFile]:
+    job_id, ended = job_file.id, now_text()
+    if has_result(sp, job_id):
+        return State.DONE, finish_done(sp, job_file)
+    if fs.exists(sp.layout.fd(State.LEASED), cancel_name(job_id)):
+        state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="cancelled", error=f"cancelled ({why})",
+                                        outcome="cancelled", ended=ended)
+    elif job_file.tries >= job_file.job.max_tries:
+        state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="expired", error=why, outcome="expired",
+                                        ended=ended)
+    else:
+        state = State.PENDING
+        move_job(sp, job_id, State.LEASED, State.PENDING)
+        crash.point("expire-after-rename")
+        final = job_file.replace(lease=None, error=why, backoff_seconds=backoff_seconds(sp, job_file.tries),
+                                 attempts=job_file.end_attempt(outcome="expired", ended=ended, error=why))
+        rewrite_job(sp, State.PENDING, final, sync=False)
+    clear_lease_files(sp, job_id)
+    return state, final
+
+
+# -- release ----------------------------------------------------------------------------------
+
+
+def release(sp: Spool, lease: Lease) -> None:
+    """LEASED -> PENDING at graceful shutdown, giving back the try it spent; ready at once.
+
+    Commit point: the rename. Not fsync'd: lost in a power cut, the lease expires instead
+    (which spends the try). Crash after the commit: a claim closes the record as 'lost'.
+    """
+    with _lock(sp, lease.job_id, blocking=True):
+        job_file = _check_fence(sp, lease)
+        if has_result(sp, lease.job_id):
+            finish_done(sp, job_file)
+            return
+        move_job(sp, lease.job_id, State.LEASED, State.PENDING)
+        released = job_file.replace(lease=None, tries=max(job_file.tries - 1, 0),
+                                    attempts=job_file.end_attempt(outcome="released", ended=now_text()))
+        rewrite_job(sp, State.PENDING, released, sync=False)
+        clear_lease_files(sp, lease.job_id, lease.attempt)
+    sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
+    log.info("release %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
+    wake(sp)
+
+
+def job_path_for_humans(sp: Spool, state: State, job_id: str) -> str:
+    return str(sp.layout.path(state, job_name(job_id)))
+
+
+# -- cancel of a leased job (by its worker) ---------------------------------------------------
+
+
+def cancel_leased(sp: Spool, lease: Lease) -> None:
+    """LEASED -> DEAD (cancelled): the worker acts on a cancel request after killing the attempt.
+
+    Commit point: ``bury``'s rename (durable). Crash before: the request stays, and expiry
+    honours it. A job that got a result first stays done: the first result wins.
+    """
+    with _lock(sp, lease.job_id, blocking=True):
+        job_file = _check_fence(sp, lease)
+        if has_result(sp, lease.job_id):
+            finish_done(sp, job_file)
+            raise LeaseLost(f"{lease.job_id}: already has a result; the cancel came too late")
+        dead = bury(sp, job_file, State.LEASED, reason="cancelled", error="cancelled by request while running",
+                    outcome="cancelled", ended=now_text())
+        clear_lease_files(sp, lease.job_id)
+    sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
+    log.info("cancel %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
+    wake(sp, State.DEAD)

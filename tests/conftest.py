@@ -1,0 +1,59 @@
+"""Fixtures every test composes: a clean environment, a fresh spool, real spool processes.
+
+- ``clean_environ`` (autouse): no SPOOL_* variable leaks in from the developer's shell.
+- ``spool_dir``: an initialised spool in tmp_path; ``sp``: a ``Spool`` opened on it.
+- ``spool_cli(*args)``: run ``spool ...`` as a real process and return the CompletedProcess.
+- ``procs``: start long-running ``spool`` processes; every one is SIGKILLed at teardown.
+Helpers (``wait_until``, ``run_spool``, ``Procs``) live in ``support.py``: ``from support import wait_until``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from spool import Spool
+from support import ROOT, Procs, run_spool
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("SPOOL_"):
+            monkeypatch.delenv(name)
+    # Processes we start import task modules from the checkout (examples.tasks, test modules).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.fixture
+def spool_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "spool"
+    Spool.init(root, environ={}).close()
+    return root
+
+
+@pytest.fixture
+def sp(spool_dir: Path) -> Iterator[Spool]:
+    opened = Spool(spool_dir, environ={})
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def spool_cli(spool_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    def call(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return run_spool(*args, spool=spool_dir, **kwargs)  # type: ignore[arg-type]
+
+    return call
+
+
+@pytest.fixture
+def procs(spool_dir: Path, tmp_path: Path) -> Iterator[Procs]:
+    logs = tmp_path / "proc-logs"
+    logs.mkdir()
+    started = Procs(spool_dir, logs)
+    yield started
+    started.kill_all()

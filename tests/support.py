@@ -1,0 +1,64 @@
+"""Helpers shared by the tests: the checkout's root, running ``spool``, waiting with a deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPOOL_CMD = [sys.executable, "-m", "spool.cli"]
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "condition") -> object:
+    """Return the condition's first truthy value; fail the test if the deadline passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def run_spool(*args: str, spool: Path | None = None, env: dict[str, str] | None = None, input: bytes | None = None,
+              timeout: float = 60.0, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [*SPOOL_CMD, *(["--spool", str(spool)] if spool else []), *args]
+    return subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          input=input.decode() if input else None, timeout=timeout, cwd=cwd or ROOT)
+
+
+class Procs:
+    """Long-running spool processes, each in its own process group, killed at teardown."""
+
+    def __init__(self, spool: Path, logs: Path) -> None:
+        self.spool, self.logs = spool, logs
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None, name: str = "proc") -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}-{len(self.started)}.log", "wb")
+        proc = subprocess.Popen([*SPOOL_CMD, "--spool", str(self.spool), *args], stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, cwd=ROOT, start_new_session=True)
+        log.close()
+        self.started.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+    def output(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))
