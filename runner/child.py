@@ -208,7 +208,7 @@ class Child:
             # attempt never reached it, so it gets a fresh child rather than a failure.
             self._kill_and_reap()
             self.start()
-            self._served = 1
+            self._request, self._served = request, 1
 
     def poll(self, timeout_seconds: float) -> Outcome | None:
         """Wait up to ``timeout_seconds`` for the attempt's outcome; None while it still runs.

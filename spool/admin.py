@@ -49,7 +49,7 @@ def cancel(sp: Spool, job_id: str) -> str:
         job_file = read_job(sp, state, job_id)
         dead = bury(sp, job_file, state, reason="cancelled", error="cancelled by request", outcome="cancelled",
                     ended=now_text())
-    sp.ledger.record(dead, State.DEAD, ready=False, event="cancel")
+        sp.ledger.record(dead, State.DEAD, ready=False, event="cancel")
     wake(sp, State.DEAD)
     log.info("cancel %s", job_id)
     return "cancelled"
@@ -79,7 +79,8 @@ def requeue(sp: Spool, job_id: str) -> State:
         fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None)
         rewrite_job(sp, target, fresh, sync=True)
         fs.fsync_dir(sp.layout.fd(State.DEAD))
-    sp.ledger.record(fresh, target, ready=target is State.PENDING and fresh.job.not_before is None, event="requeue")
+        sp.ledger.record(fresh, target, ready=target is State.PENDING and fresh.job.not_before is None,
+                         event="requeue")
     log.info("requeue %s -> %s", job_id, target.value)
     wake(sp, target)
     for child in sp.ledger.dependents(job_id):

@@ -58,9 +58,9 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
             why = f"dependency {blocker} ended without a result"
             state, final = State.DEAD, bury(sp, job_file, State.WAITING, reason="skipped", error=why,
                                             outcome="skipped", ended=now_text(), skipped_because=blocker)
-    ready = state is State.PENDING and final.job.not_before is None
-    sp.ledger.record(final, state, ready=ready, event="promote" if state is State.PENDING else "skip",
-                     detail=blocker)
+        ready = state is State.PENDING and final.job.not_before is None
+        sp.ledger.record(final, state, ready=ready, event="promote" if state is State.PENDING else "skip",
+                         detail=blocker)
     log.info("%s %s", "promote" if state is State.PENDING else f"skip (because {blocker})", job_id)
     if ready:
         wake(sp)
@@ -84,6 +84,6 @@ def make_ready(sp: Spool, job_id: str) -> bool:
         if job_file.backoff_seconds is not None:
             job_file = job_file.replace(backoff_seconds=None)
             rewrite_job(sp, State.PENDING, job_file, sync=False)
-    sp.ledger.record(job_file, State.PENDING, ready=True, event="ready")
+        sp.ledger.record(job_file, State.PENDING, ready=True, event="ready")
     wake(sp)
     return True

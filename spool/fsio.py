@@ -33,6 +33,7 @@ class RealFS:
     """The real filesystem. Each method is one step a power cut can separate from the next."""
 
     def __init__(self) -> None:
+        self.file_mode = 0o600  # 0o660 in a group-shared spool (set by Spool when it opens one)
         self._renameat2 = None
         try:
             fn = ctypes.CDLL(None, use_errno=True).renameat2
@@ -67,7 +68,7 @@ class RealFS:
             fd = os.open(
                 name,
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
+                self.file_mode,
                 dir_fd=dir_fd,
             )
         except OSError as err:
@@ -97,7 +98,7 @@ class RealFS:
     def overwrite_small(self, dir_fd: int, name: str, data: bytes) -> None:
         """Write a runner dot-file (heartbeat counter, cancel request): no fsync, no rename."""
         fd = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+            name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode, dir_fd=dir_fd
         )
         try:
             os.write(fd, data)

@@ -144,7 +144,8 @@ class Layout:
 def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> Path:
     """Create a spool's layout; refuse a non-empty folder that is not a spool. Idempotent."""
     path = Path(root)
-    mode = 0o770 if group_shared else 0o700
+    # setgid on group-shared folders, so every file keeps the spool's group.
+    mode = 0o2770 if group_shared else 0o700
     try:
         os.mkdir(path, mode)
     except FileExistsError:
@@ -159,7 +160,13 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
             try:
                 fs.make_dir(folder, mode, dir_fd=root_fd)
             except FileExistsError:
-                pass
+                continue
+            if group_shared:  # the umask (0o077 in the CLI) narrowed what mkdir made
+                folder_fd = fs.open_dir(folder, dir_fd=root_fd)
+                os.chmod(folder_fd, mode)
+                os.close(folder_fd)
+        if group_shared:
+            os.chmod(root_fd, mode)
         if not fs.exists(root_fd, MARKER):
             # The marker goes last and durably: a spool with a marker has all its folders.
             fs.write_new(root_fd, MARKER, f"spool_format: {FORMAT}\n".encode(), sync=True)
@@ -167,6 +174,10 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
     finally:
         os.close(root_fd)
     return Path(os.path.realpath(path))
+
+
+def is_group_shared(root: Path) -> bool:
+    return bool(os.stat(root).st_mode & 0o020)
 
 
 def refuse_unsafe_root(root: Path) -> None:

@@ -12,6 +12,8 @@ import fcntl
 import os
 from types import TracebackType
 
+from spool.fsio import fs
+
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -35,7 +37,7 @@ class Lock:
 
 def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
     """Take ``locks/<name>``; None when ``blocking`` is False and someone else holds it."""
-    fd = os.open(name, _OPEN_FLAGS, 0o600, dir_fd=locks_fd)
+    fd = os.open(name, _OPEN_FLAGS, fs.file_mode, dir_fd=locks_fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
     except BlockingIOError:

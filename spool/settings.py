@@ -68,7 +68,7 @@ _SECONDS_PER = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 8
 _DURATION_HINT = "a duration like 30, 30s, 5m or 1h"
 
 
-def parse_duration(text: str | float | int) -> float:
+def parse_duration(text: str | float) -> float:
     """Seconds from ``30``, ``1.5``, ``"30s"``, ``"5m"``, ``"1h"``, ``"2d"``, ``"250ms"``.
 
     Zero is allowed (``--delay 0``); negative, infinite and other forms raise ``UsageError``.

@@ -22,7 +22,7 @@ from spool.errors import InvalidJob, NotFound, SpoolError
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import JobFile, format_time
-from spool.layout import Layout, State, init_spool, refuse_unsafe_root, result_name
+from spool.layout import Layout, State, init_spool, is_group_shared, refuse_unsafe_root, result_name
 from spool.ledger import Ledger
 from spool.settings import Settings, load_settings
 from spool.submission import Submitted, submit
@@ -43,6 +43,9 @@ class Spool:
         environ = os.environ if environ is None else environ
         self.layout = Layout(resolve_root(root, environ))
         refuse_unsafe_root(self.layout.root)
+        if is_group_shared(self.layout.root):
+            fs.file_mode = 0o660
+            os.umask(0o007)
         self.settings = settings or load_settings(self.layout.config_path, environ, flags or {})
         self._ledger: Ledger | None = None
 

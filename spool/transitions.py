@@ -80,8 +80,10 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
             continue
         with lock:
             claimed = _claim_locked(sp, job_id, worker)
+            if claimed is not None:
+                # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
+                sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
         if claimed is not None:
-            sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
             log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
             crash.point("after-claim")
             return claimed
@@ -175,9 +177,9 @@ def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
             fs.fsync_dir(sp.layout.fd("results"))
             crash.point("after-result")
             done = finish_done(sp, job_file)
+            sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     finally:
         unstage(sp, staged)
-    sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
     wake(sp, State.DONE)
 
@@ -225,8 +227,9 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
             rewrite_job(sp, State.PENDING, retry, sync=False)
             job_file = retry
         clear_lease_files(sp, lease.job_id, lease.attempt)
+        sp.ledger.record(job_file, state, ready=False, event="fail", worker=lease.worker,
+                         detail=error.splitlines()[-1][:200] if error else None)
     crash.point("after-fail")
-    sp.ledger.record(job_file, state, ready=False, event="fail", worker=lease.worker, detail=error.splitlines()[-1][:200] if error else None)
     log.info("fail %s attempt=%d worker=%s -> %s", lease.job_id, lease.attempt, lease.worker, state.value)
     return state
 
@@ -266,8 +269,8 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
         if job_file.attempt != attempt:
             return None
         state, final = _expire_locked(sp, job_file, why)
+        sp.ledger.record(final, state, ready=False, event="expire", detail=why)
     crash.point("after-expire")
-    sp.ledger.record(final, state, ready=False, event="expire", detail=why)
     log.info("expire %s attempt=%d -> %s (%s)", job_id, attempt, state.value, why)
     if state is State.DONE:
         wake(sp, State.DONE)
@@ -314,7 +317,7 @@ def release(sp: Spool, lease: Lease) -> None:
                                     attempts=job_file.end_attempt(outcome="released", ended=now_text()))
         rewrite_job(sp, State.PENDING, released, sync=False)
         clear_lease_files(sp, lease.job_id, lease.attempt)
-    sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
+        sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
     log.info("release %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
     wake(sp)
 
@@ -340,6 +343,6 @@ def cancel_leased(sp: Spool, lease: Lease) -> None:
         dead = bury(sp, job_file, State.LEASED, reason="cancelled", error="cancelled by request while running",
                     outcome="cancelled", ended=now_text())
         clear_lease_files(sp, lease.job_id)
-    sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
+        sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
     log.info("cancel %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
     wake(sp, State.DEAD)
