@@ -143,7 +143,11 @@ def _ids(text: str | None) -> list[str]:
 def status(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> None:
     """A job's state, tries, attempts, lease, error and result path."""
     merge_common(app, spool_dir, json_output)
-    view = app.spool().status(job_id)
+    from spool.stats import coordinator_state
+
+    sp = app.spool()
+    view = sp.status(job_id)
+    view["coordinator"] = coordinator_state(sp)  # "no coordinator since T" while none runs
     echo_json(view) if app.json_output else render_status(view)
 
 

@@ -10,6 +10,7 @@ traceback.
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except OSError as err:
         _fail(f"{err.filename + ': ' if err.filename else ''}{err.strerror or err}", 1)
+    except sqlite3.Error as err:  # the ledger failed (a full or failing disk): one line, never a traceback
+        _fail(f"ledger: {err}", 1)
     sys.exit(code if isinstance(code, int) else 0)
 
 

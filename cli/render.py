@@ -27,6 +27,7 @@ def render_status(view: dict[str, Any]) -> None:
         ("lease", f"{view['lease']['worker']} (attempt {view['lease']['attempt']}, since {view['lease']['claimed_at']})"
          if view["lease"] else None),
         ("skipped because", view.get("skipped_because")), ("result", view["result"]),
+        ("coordinator", view.get("coordinator")),
     ]
     for name, value in lines:
         if value is not None:

@@ -34,6 +34,7 @@ import math
 import os
 import select
 import signal
+import site
 import subprocess
 import sys
 import threading
@@ -52,8 +53,13 @@ from spool.runner.lifeline import die_with_parent
 ERROR_BYTES = 4096
 _LOG_FLAGS = os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_ATTEMPTS_PER_CHILD = 1000
-# Where the parent's own spool lives, so the child imports that very copy.
+
+# The folder holding the worker's own spool package. An uninstalled checkout's folder must be on
+# the child's path for `-m` to find spool from any cwd; a site-packages folder already is, and
+# putting it ahead of the standard library would let a stray backport shadow a stdlib module.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(spool.__file__ or "")))
+_SITES = {os.path.realpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+_EXTRA_PATH = "" if os.path.realpath(_ROOT) in _SITES else _ROOT
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,11 @@ class Outcome:
 
 def _failed(error: str) -> Outcome:
     return Outcome(ok=False, value=None, error=error, reject=False)
+
+
+def _seconds(value: float) -> str:
+    """``5``, ``0.5``, ``86400``: no exponent, no trailing zeros."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
 def _describe_exit(returncode: int) -> str:
@@ -161,9 +172,8 @@ class Child:
         pythonpath = os.environ.get("PYTHONPATH")
         config = dict(self._config, parent_pid=os.getpid(), pythonpath=pythonpath)
         config.update(request_fd=request_r, reply_fd=reply_w)
-        # `-m` must find this spool even from another cwd in an uninstalled checkout; the child
-        # puts PYTHONPATH back before any handler can see it.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_ROOT, pythonpath])))
+        # The child puts PYTHONPATH back before any handler can see it.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_EXTRA_PATH, pythonpath])))
         try:
             argv = [sys.executable, "-m", "spool.runner.child", json.dumps(config)]
             self._proc = subprocess.Popen(
@@ -230,16 +240,18 @@ class Child:
                 outcome = self._take_reply() if self._hello else None
                 return outcome or _failed(f"child {_describe_exit(self._kill_and_reap())}")
             now = time.monotonic()
-            started = self._deadline is not None
-            limit = self._deadline if started else self._spawned_at + self._start_timeout_seconds
-            assert limit is not None
+            if self._deadline is not None:
+                limit = self._deadline
+            else:
+                limit = self._spawned_at + self._start_timeout_seconds
             if now >= limit:
+                started = self._deadline is not None
                 self.kill()
                 if started:
-                    return _failed(f"timed out after {request.timeout_seconds:g}s")
+                    return _failed(f"timed out after {_seconds(request.timeout_seconds)}s")
                 modules = ", ".join(self._config["import_modules"]) or "spool"
                 return _failed(
-                    f"child did not start within {self._start_timeout_seconds:g}s "
+                    f"child did not start within {_seconds(self._start_timeout_seconds)}s "
                     f"(importing {modules})"
                 )
             if now >= until:
@@ -357,6 +369,9 @@ def _tail(data: bytes, limit: int) -> str:
 
 
 def _error_reply(error: str, *, reject: bool = False) -> bytes:
+    # A lone surrogate (an undecodable file name in a message) would be valid JSON here but not
+    # UTF-8 in the job file the worker writes; replace it.
+    error = error.encode("utf-8", errors="replace").decode()
     message = {"ok": False, "value": None, "error": error, "reject": reject}
     return (json.dumps(message) + "\n").encode()
 
@@ -419,7 +434,7 @@ class _Attempts:
         except BaseException as exc:  # noqa: BLE001 - even SystemExit only fails the attempt
             tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # from the handler on
             text = "".join(traceback.format_exception(type(exc), exc, tb))
-            return _error_reply(_tail(text.encode(), ERROR_BYTES))
+            return _error_reply(_tail(text.encode(errors="replace"), ERROR_BYTES))
         finally:
             set_current(None)
             _flush_std()

@@ -26,10 +26,10 @@ from filelock import FileLock
 
 from spool import crash
 from spool.chains import advance_waiting, make_ready
-from spool.errors import InvalidJob
+from spool.errors import DiskFull, DurabilityError, InvalidJob
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
-from spool.ids import is_valid_id
+from spool.ids import is_generated_id, is_valid_id
 from spool.job import format_time, parse_time
 from spool.layout import JOB_SUFFIX, State, heartbeat_name, is_ignored_name
 from spool.locks import is_held, worker_lock_name
@@ -83,6 +83,11 @@ class Coordinator:
             while not self._stop:
                 self.run_pass(landed)
                 landed = waker.wait(self._next_wait())
+        except (DurabilityError, DiskFull, OSError) as err:
+            # The disk failed under a move; a failed fsync is final (RELIABILITY.md). Exit for the
+            # supervisor to restart us: a move left half made is settled by the next reconcile.
+            log.error("coordinator stops, the spool's storage failed: %s", err)
+            return 1
         finally:
             waker.stop()
             for sig, handler in previous.items():
@@ -110,15 +115,21 @@ class Coordinator:
             self.leases.clear()
         self.last_pass = now
         drops, arrivals = self._sort_landed(landed)
+        listing_drops = None
         if now - self.last_reconcile >= RECONCILE_SECONDS:
             self.last_reconcile = now
             listing = reconcile(self.sp)
-            drops = listing.drops
+            drops = listing_drops = listing.drops
             arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
             sweep_tmp(self.sp)
             self._load_timers()
         for name in drops:
             self._ingest(name)
+        if drops and listing_drops is drops:
+            # reconcile counted these before they were ingested: count what is left, or each
+            # ingested drop holds a place against max_pending twice until the next reconcile.
+            pending_fd = self.sp.layout.fd(State.PENDING)
+            self.sp.ledger.set_meta(drops=sum(1 for name in drops if fs.exists(pending_fd, name)))
         self._watch_leases(now)
         self._fire_timers()
         self._advance_chains(arrivals)
@@ -127,15 +138,19 @@ class Coordinator:
     def _sort_landed(self, landed: list[tuple[str, str]]) -> tuple[list[str], dict[str, set[str]]]:
         drops: list[str] = []
         arrivals: dict[str, set[str]] = {}
+        woken = False
         for folder, name in landed:
             if is_ignored_name(name):
+                # pending/.wake follows a ledger commit: a retry's or a delayed job's row may
+                # only now say "not ready" (its move's own event can beat the commit).
+                woken = woken or (folder == State.PENDING.value and name == ".wake")
                 continue
             job_id = name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
-            if folder == State.PENDING.value and not is_valid_id(job_id):
+            if folder == State.PENDING.value and not is_generated_id(job_id):
                 drops.append(name)
             elif is_valid_id(job_id):
                 arrivals.setdefault(folder, set()).add(job_id)
-        if arrivals.get(State.PENDING.value):
+        if arrivals.get(State.PENDING.value) or woken:
             self._load_timers()  # a retry or a delayed job may have landed
         return list(dict.fromkeys(drops)), arrivals
 

@@ -3,18 +3,30 @@
 A ``Waker`` watches some spool folders and collects (folder, name) of what appeared or
 changed; ``wait`` returns them, or an empty list when the timeout (the slow poll that stays as
 a fallback) ran out first. A lost event delays a job until the next poll; it never strands it.
+
+watchdog holds each IN_MOVED_FROM up to 0.5 s to pair it with its IN_MOVED_TO, at the head of a
+FIFO per folder, so every later event of that folder waits behind it: each claim (a rename out
+of pending/) used to delay the next submit's wake-up by up to 0.5 s (benchmarks/throughput.py,
+idle pickup). A Waker needs only what landed, which an unpaired IN_MOVED_TO still reports (as a
+created file), so ``_no_move_pairing_delay`` turns the hold off.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (FileClosedEvent, FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileSystemEvent,
+                             FileSystemEventHandler)
 from watchdog.observers import Observer
 
 _MAX_REMEMBERED = 10_000
+# What can mean "a file landed or changed". Asking the kernel for these only spares watchdog's
+# threads every open and close-after-read of a spool file (the coordinator reads each heartbeat
+# counter on every pass): ~20% of the coordinator's CPU in a drain (benchmarks/throughput.py).
+_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent]
 
 
 class Waker(FileSystemEventHandler):
@@ -23,9 +35,10 @@ class Waker(FileSystemEventHandler):
         self._mutex = threading.Lock()
         self._seen: list[tuple[str, str]] = []
         self._overflow = False
+        _no_move_pairing_delay()
         self._observer = Observer()
         for folder in folders:
-            self._observer.schedule(self, str(folder), recursive=False)
+            self._observer.schedule(self, str(folder), recursive=False, event_filter=_EVENTS)
         self._observer.daemon = True
         self._observer.start()
 
@@ -56,3 +69,14 @@ class Waker(FileSystemEventHandler):
     def stop(self) -> None:
         self._observer.stop()
         self._observer.join(timeout=2.0)
+
+
+def _no_move_pairing_delay() -> None:
+    """Stop watchdog holding a folder's events behind a move out of it (see the module doc)."""
+    for module, name in (("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),  # newer watchdog
+                         ("watchdog.observers.inotify_buffer", "InotifyBuffer")):  # watchdog 4
+        try:
+            holder = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        holder.delay = 0.0

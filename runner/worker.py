@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from spool import crash, registry
-from spool.errors import LeaseLost, SpoolError
+from spool.errors import DiskFull, DurabilityError, LeaseLost, SpoolError
 from spool.job import JobFile
 from spool.layout import State, log_name
 from spool.locks import Lock, acquire, worker_lock_name
@@ -80,6 +80,12 @@ class Worker:
                 if time.monotonic() - last_seen > 5:
                     last_seen = time.monotonic()
                     self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, time.time())
+        except (DurabilityError, DiskFull, OSError) as err:
+            # The disk failed under a transition; a failed fsync is final, never retried (RELIABILITY.md).
+            # Exit for the supervisor to restart us: our lock is freed, so the coordinator expires our
+            # lease at once and settles a move we left half made.
+            log.error("worker %s stops, the spool's storage failed: %s", self.name, err)
+            return 1
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -6,6 +6,7 @@ Each blocks on the job's lock (a person can wait a moment; the coordinator never
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 from spool.errors import AlreadyTerminal, InvalidJob, NotFound, SpoolError
 from spool.fsio import fs
 from spool.job import now_text, parse_time
-from spool.layout import State, cancel_name, job_name, key_name, log_name, result_name, tmp_name
+from spool.layout import State, cancel_name, job_name, key_name, log_name, result_name
 from spool.locks import acquire, job_lock_name
 from spool.store import folders_of, has_result, move_job, read_job, rewrite_job, state_of, wake
 from spool.transitions import bury
@@ -136,6 +137,24 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
     return purged
 
 
+def purge_marker_name(job_id: str) -> str:
+    """Where a purge puts the job file (its commit point): a tmp name that says whose results go.
+
+    If the purger dies, the tmp sweep finishes the purge (``finish_purge``) before removing it,
+    so a result left without its job is never mistaken for an acknowledged one that lost its file.
+    """
+    return f"{os.getpid()}-purge-{job_id}.tmp"
+
+
+def finish_purge(sp: Spool, job_id: str) -> None:
+    """Remove what an interrupted purge left: the result and the logs (repeatable)."""
+    fs.unlink(sp.layout.fd("results"), result_name(job_id), missing_ok=True)
+    logs_fd = sp.layout.fd("logs")
+    for name in fs.list_dir(logs_fd):
+        if name.startswith(job_id + "."):
+            fs.unlink(logs_fd, name, missing_ok=True)
+
+
 def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float) -> bool:
     with _lock(sp, job_id):
         if folders_of(sp, job_id) != [state]:
@@ -151,11 +170,14 @@ def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float) -> bool:
                 return False
         except InvalidJob:
             pass
-        fs.rename_noreplace(sp.layout.fd(state), job_name(job_id), sp.layout.fd("tmp"), tmp_name())
+        buried = purge_marker_name(job_id)
+        fs.rename_noreplace(sp.layout.fd(state), job_name(job_id), sp.layout.fd("tmp"), buried)
         fs.fsync_dir(sp.layout.fd(state))
         fs.unlink(sp.layout.fd("results"), result_name(job_id), missing_ok=True)
         for attempt in range(1, job_file.attempt + 1):
             fs.unlink(sp.layout.fd("logs"), log_name(job_id, attempt), missing_ok=True)
+        # The sweep only removes tmp/ files whose writer is gone: we are alive, so we remove ours.
+        fs.unlink(sp.layout.fd("tmp"), buried, missing_ok=True)
     if job_file.job.has_own_key:
         from spool.submission import remove_key
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -127,7 +128,8 @@ def _check_results(sp: Spool, jobs: dict[str, list[State]], report: Report) -> N
             report.violations.append(f"results/{name}: not a result name")
             continue
         if job_id not in jobs:
-            report.violations.append(f"results/{name}: a result without a job (a purge interrupted?)")
+            report.violations.append(f"results/{name}: a result without a job file in any folder; kept for a "
+                                     "person to look at (repair never deletes a result)")
             continue
         try:
             json.loads(fs.read_file(results_fd, name, sp.settings.max_result_bytes + 1024))
@@ -160,9 +162,14 @@ def _check_keys(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Repo
 
 
 def _check_tmp(sp: Spool, report: Report) -> None:
+    # A running coordinator sweeps what a dead writer left (every few seconds), as it reconciles
+    # a lagging ledger: beside it, a leftover is work in progress, not a broken promise.
+    sweeper = is_held(sp.layout.fd("locks"), "coordinator.lock")
     for name in fs.list_dir(sp.layout.fd("tmp")):
         if writer_alive(name):
             report.in_progress.append(f"tmp/{name}: being written")
+        elif sweeper:
+            report.in_progress.append(f"tmp/{name}: left over by a process that is gone; the coordinator sweeps it")
         else:
             report.violations.append(f"tmp/{name}: left over by a process that is gone")
 
@@ -194,11 +201,20 @@ def writer_alive(tmp_name: str) -> bool:
     return True
 
 
+_PURGE_MARKER = re.compile(r"[0-9]+-purge-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.tmp")
+
+
 def sweep_tmp(sp: Spool) -> list[str]:
-    """Remove tmp/ files whose writer is gone (never one still being written)."""
+    """Remove tmp/ files whose writer is gone (never one still being written), finishing an
+    interrupted purge first: its job file is here, its result and logs may still be in place."""
+    from spool.admin import finish_purge
+
     tmp_fd = sp.layout.fd("tmp")
     swept = [name for name in fs.list_dir(tmp_fd) if not writer_alive(name)]
     for name in swept:
+        purged = _PURGE_MARKER.fullmatch(name)
+        if purged:
+            finish_purge(sp, purged.group(1))
         fs.unlink(tmp_fd, name, missing_ok=True)
     return swept
 
@@ -233,7 +249,7 @@ def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[st
     from spool.submission import _reserve_key  # the one place that writes reservations
 
     repaired = []
-    keys_fd, locks_fd, results_fd = sp.layout.fd("keys"), sp.layout.fd("locks"), sp.layout.fd("results")
+    keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
     wanted = {key_name(f.job.key): f for f in files.values() if f.job.has_own_key}
     for name in fs.list_dir(keys_fd):
         if name not in wanted:
@@ -252,11 +268,8 @@ def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[st
             with lock:  # type: ignore[union-attr]
                 _reserve_key(sp, job_file.job.key, job_file.id)
             repaired.append(f"keys/{name}: reserved again for {job_file.id}")
-    for name in fs.list_dir(results_fd):
-        job_id = name[:-5] if name.endswith(".json") else ""
-        if is_valid_id(job_id) and job_id not in jobs:
-            fs.unlink(results_fd, name, missing_ok=True)
-            repaired.append(f"results/{name}: a result without a job, removed")
+    # A result without a job is kept: an interrupted purge was finished by the tmp sweep above,
+    # so this one may be the only trace of an acknowledged job. fsck reports it for a person.
     return repaired
 
 

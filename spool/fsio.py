@@ -112,10 +112,12 @@ class RealFS:
         or a file over ``max_bytes``; ``FileNotFoundError`` when the name is gone.
         """
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as err:
             if err.errno == errno.ELOOP:
                 raise InvalidJob(f"{name}: is a symbolic link") from None
+            if err.errno == errno.ENXIO:  # a socket (or a device with nothing behind it): open(2) refuses it
+                raise InvalidJob(f"{name}: not a regular file") from None
             raise
         try:
             info = os.fstat(fd)
@@ -163,13 +165,23 @@ class RealFS:
                 return
             code = ctypes.get_errno()
             if code not in (errno.EINVAL, errno.ENOSYS):
-                raise OSError(code, os.strerror(code), dst)
-        os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+                err = OSError(code, os.strerror(code), dst)
+                _raise_disk_full(err)  # a folder that must grow a block can be full too
+                raise err
+        try:
+            os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+        except OSError as err:
+            _raise_disk_full(err)
+            raise
         os.unlink(src, dir_fd=src_fd)
 
     def rename_replace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         """Atomically replace ``dst`` (a job file rewritten in place, under its lock)."""
-        os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        try:
+            os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        except OSError as err:
+            _raise_disk_full(err)
+            raise
 
     def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         """Publish ``src`` under ``dst``; FileExistsError means someone else's name is there."""

@@ -15,12 +15,19 @@ import time
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_GENERATED = re.compile(f"[{_ALPHABET}]{{26}}")
 _lock = threading.Lock()
 _last = (0, 0)
 
 
 def is_valid_id(text: object) -> bool:
     return isinstance(text, str) and ID_PATTERN.fullmatch(text) is not None
+
+
+def is_generated_id(text: object) -> bool:
+    """An id ``new_id`` could have made. In pending/ only such names are jobs: a user's drop
+    named ``invoice.yaml`` is a drop to ingest under a new id, never a job called ``invoice``."""
+    return isinstance(text, str) and _GENERATED.fullmatch(text) is not None
 
 
 def new_id() -> str:

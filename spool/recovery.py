@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob
 from spool.fsio import fs
-from spool.ids import is_valid_id
+from spool.ids import is_generated_id, is_valid_id
 from spool.job import JobFile, now_text
 from spool.layout import ADVANCEMENT, JOB_SUFFIX, State, is_ignored_name, job_name
 from spool.locks import acquire, job_lock_name
@@ -54,7 +54,7 @@ def list_folders(sp: Spool) -> Listing:
             if is_ignored_name(name):
                 continue
             job_id = name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
-            if is_valid_id(job_id):
+            if is_generated_id(job_id) if state is State.PENDING else is_valid_id(job_id):
                 listing.jobs.setdefault(job_id, []).append(state)
             elif state is State.PENDING:
                 listing.drops.append(name)

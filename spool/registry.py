@@ -58,13 +58,18 @@ class Current:
     deadline: float
 
 
-def _same_definition(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
-    # importlib.reload() makes a new function object for the same definition; that is a
-    # re-registration, not a clash.
-    def ident(f: Callable[..., Any]) -> tuple[object, object]:
-        return getattr(f, "__module__", None), getattr(f, "__qualname__", None)
+def _definition(fn: Callable[..., Any]) -> tuple[str, str] | None:
+    """Where a named top-level callable is defined; None for lambdas and closures."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    return module, qualname
 
-    return a is b or (ident(a) == ident(b) and ident(a)[1] is not None)
+
+def _same_definition(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    # importlib.reload() makes a new function object for the same definition: a re-registration,
+    # not a clash. Two lambdas or closures are only the same if they are the same object.
+    return a is b or (_definition(a) is not None and _definition(a) == _definition(b))
 
 
 def task(name: str) -> Callable[[F], F]:

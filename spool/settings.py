@@ -13,6 +13,7 @@ import difflib
 import math
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,7 +22,7 @@ from types import MappingProxyType
 from spool.errors import InvalidJob, UsageError
 from spool.yamlsafe import load_yaml
 
-__all__ = ["CONFIG_MAX_BYTES", "Settings", "load_settings", "parse_duration"]
+__all__ = ["CONFIG_MAX_BYTES", "Settings", "load_settings", "parse_duration", "setting_names"]
 
 CONFIG_MAX_BYTES = 1024 * 1024
 
@@ -31,6 +32,8 @@ LOG_FORMATS = ("text", "json")
 
 @dataclass(frozen=True)
 class Settings:
+    """The settings in force. Build once with ``load_settings``, then pass it down."""
+
     lease_seconds: float = 30.0
     heartbeat_seconds: float | None = None  # None: a third of the lease term the coordinator publishes
     max_tries: int = 3
@@ -60,6 +63,7 @@ class Settings:
 
 
 def setting_names() -> list[str]:
+    """Every setting's name, in declaration order (``sources`` is not a setting)."""
     return [f.name for f in fields(Settings) if f.name != "sources"]
 
 
@@ -189,14 +193,17 @@ _PARSERS: dict[str, Callable[[object], object]] = {
 
 def _read_config(path: Path) -> Mapping[object, object]:
     try:
-        # O_NOFOLLOW: a symlink inside a spool is refused, never followed (RELIABILITY.md).
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        # A symlink inside a spool is refused, never followed (RELIABILITY.md); O_NONBLOCK so
+        # a FIFO planted as config.yaml can't hang the open.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return {}
     except OSError as err:
         raise UsageError(f"{path}: cannot read ({err.strerror})") from None
     try:
         with open(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{path}: not a regular file")
             data = file.read(CONFIG_MAX_BYTES + 1)  # one byte over is enough to be refused
     except OSError as err:
         raise UsageError(f"{path}: cannot read ({err.strerror})") from None

@@ -123,6 +123,7 @@ class Spool:
         return json.loads(data)
 
     def state(self, job_id: str) -> State | None:
+        _check_id(job_id)  # `spool wait ../done/X` must not look outside the state folders
         return store.state_of(self, job_id)
 
     def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05

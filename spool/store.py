@@ -49,8 +49,15 @@ def create_job(sp: Spool, state: State, job_file: JobFile) -> None:
 
 
 def rewrite_job(sp: Spool, state: State, job_file: JobFile, *, sync: bool) -> None:
-    """Replace a job file's content in place, atomically (the caller holds the job's lock)."""
-    staged = stage(sp, jobs.encode(job_file), sync=sync)
+    """Replace a job file's content in place, atomically (the caller holds the job's lock).
+
+    The new content is always fsync'd before the rename: renamed over the old file unsynced,
+    a power cut could leave the name pointing at an empty or torn file, losing an acknowledged
+    job (the power-loss model finds it). ``sync`` decides only whether the folder is fsync'd,
+    i.e. whether the rewrite itself must survive; without it a power cut may bring back the
+    old, whole content.
+    """
+    staged = stage(sp, jobs.encode(job_file), sync=True)
     try:
         fs.rename_replace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
     except BaseException:

@@ -10,6 +10,7 @@ needs no reservation: nobody can know it before the id is printed.
 from __future__ import annotations
 
 import logging
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,11 @@ from spool import crash
 from spool.errors import InvalidJob, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
-from spool.job import Job, JobFile, decode, now_text
+from spool.job import Job, JobFile, decode, encode, now_text
 from spool.layout import State, job_name, key_name
 from spool.locks import Lock, acquire, key_lock_name
-from spool.store import create_job, folders_of, has_result, rewrite_job, stage, state_of, unstage, wake
+from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
+from spool.store import create_job, folders_of, has_result, read_job, rewrite_job, stage, state_of, unstage, wake
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
@@ -75,8 +77,8 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
     crash.point("after-submit")
     ready = state is State.PENDING and job.not_before is None
     sp.ledger.record(job_file, state, ready=ready, event="submit")
-    if ready:
-        wake(sp)
+    if state is State.PENDING:
+        wake(sp)  # a delayed job too: the coordinator sets its timer from the row just recorded
     log.info("submit %s task=%s key=%s -> %s", job.id, job.task, job.key, state.value)
     return Submitted(job.id, created=True)
 
@@ -110,14 +112,25 @@ def _lock_key(sp: Spool, key: str) -> Lock:
 
 
 def lookup_key(sp: Spool, key: str) -> str | None:
-    """The id of the kept job reserved under ``key``, or None (no reservation, or a dangling one)."""
+    """The id of the kept job reserved under ``key``, or None (no reservation, or a dangling one).
+
+    A job whose key was left to default has its id as its key and no reservation: ``--key ID``
+    finds it too, or a second job would carry the same key (and the ledger refuse it).
+    """
     try:
         data = fs.read_file(sp.layout.fd("keys"), key_name(key), 256)
     except (FileNotFoundError, InvalidJob):
-        return None
+        data = b""
     job_id = data.decode("ascii", errors="replace").strip()
     if is_valid_id(job_id) and (folders_of(sp, job_id) or has_result(sp, job_id)):
         return job_id
+    folders = folders_of(sp, key) if is_valid_id(key) else []
+    if folders:
+        try:
+            if read_job(sp, folders[0], key).job.key == key:
+                return key
+        except (FileNotFoundError, InvalidJob):
+            pass
     return None
 
 
@@ -172,23 +185,26 @@ def ingest(sp: Spool, name: str) -> str | None:
     """
     pending = sp.layout.fd(State.PENDING)
     job_id = new_id()
+    shown = printable(name)  # for the file, the ledger and logs: a name need not be UTF-8
     try:
         data = fs.read_file(pending, name, sp.settings.max_job_bytes, single_link=True)
-        spec = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=f"pending/{name}")
+        spec = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=f"pending/{shown}")
         job = Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
-                            default_timeout=sp.settings.default_timeout_seconds, where=f"pending/{name}")
+                            default_timeout=sp.settings.default_timeout_seconds, where=f"pending/{shown}")
         state = _initial_state(sp, job)
     except FileNotFoundError:
         return None
-    except (InvalidJob, NotFound) as err:
+    except InvalidJob as err:
         return _ingest_invalid(sp, name, job_id, str(err))
+    except NotFound as err:  # a depends_on that names no job
+        return _ingest_invalid(sp, name, job_id, f"pending/{shown}: {err}")
     key_lock = _lock_key(sp, job.key) if job.has_own_key else None
     try:
         if key_lock is not None:
             existing = lookup_key(sp, job.key)
             if existing is not None:
                 fs.unlink(pending, name, missing_ok=True)
-                log.warning("ingest: pending/%s has key %r of job %s; the drop was removed", name, job.key, existing)
+                log.warning("ingest: pending/%s has key %r of job %s; the drop was removed", shown, job.key, existing)
                 return existing
             _reserve_key(sp, job.key, job_id)
         try:
@@ -196,7 +212,7 @@ def ingest(sp: Spool, name: str) -> str | None:
         except FileNotFoundError:
             return None
         crash.point("ingest-after-rename")
-        job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=name)
+        job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=shown)
         rewrite_job(sp, state, job_file, sync=True)
         fs.fsync_dir(pending)
     finally:
@@ -204,8 +220,8 @@ def ingest(sp: Spool, name: str) -> str | None:
             key_lock.release()
     crash.point("after-ingest")
     sp.ledger.record(job_file, state, ready=state is State.PENDING and job.not_before is None, event="ingest",
-                     detail=name)
-    log.info("ingest pending/%s -> %s/%s", name, state.value, job_name(job_id))
+                     detail=shown)
+    log.info("ingest pending/%s -> %s/%s", shown, state.value, job_name(job_id))
     wake(sp)
     return job_id
 
@@ -214,20 +230,37 @@ def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State
     """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record."""
     source_fd = sp.layout.fd(source)
     original = _raw_text(sp, source, name)
+    info = fs.lstat(source_fd, name)
+    # A folder can't be rewritten into a record file: hide it under a dot-name (never read
+    # again, so never ingested twice) and write the record as a new file. A crash between the
+    # two leaves the folder hidden and no record.
+    hidden, target_fd = (f".{job_id}.invalid-folder", source_fd) if info and stat.S_ISDIR(info.st_mode) else (
+        job_name(job_id), sp.layout.fd(State.DEAD))
     try:
-        fs.rename_noreplace(source_fd, name, sp.layout.fd(State.DEAD), job_name(job_id))
+        fs.rename_noreplace(source_fd, name, target_fd, hidden)
     except FileNotFoundError:
         return None
     crash.point("ingest-after-rename")
     _write_invalid_record(sp, job_id, name, error, original)
     fs.fsync_dir(source_fd)
-    log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", source.value, name, error, job_name(job_id))
+    log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", source.value, printable(name), printable(error),
+                job_name(job_id))
     return job_id
+
+
+def printable(text: str) -> str:
+    """A file name as text YAML and SQLite can hold: bytes that were not UTF-8 become U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _write_invalid_record(sp: Spool, job_id: str, dropped_as: str, error: str, original: str) -> None:
     record = JobFile(job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1), submitted_at=now_text(),
-                     dropped_as=dropped_as, reason="invalid", error=error, original=original)
+                     dropped_as=printable(dropped_as), reason="invalid", error=printable(error), original=original)
+    if len(encode(record)) > sp.settings.max_job_bytes + store_slack_bytes:
+        # YAML escapes a control byte in four: keep the record readable (read_job's limit) by
+        # keeping the start of the original, which says what it was.
+        cut = original[: sp.settings.max_job_bytes // 8]
+        record = record.replace(original=cut + f"\n... (cut: the original was {len(original)} characters)")
     rewrite_job(sp, State.DEAD, record, sync=True)
     sp.ledger.record(record, State.DEAD, ready=False, event="ingest", detail=f"invalid: {error[:200]}")
 

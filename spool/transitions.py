@@ -7,9 +7,11 @@ Each transition has the same shape (SPEC "How a move is made"):
   4. rewrite the file in place with the runner's additions, then ledger, log and wake-ups;
   5. release the lock.
 Each docstring says what a crash before and after the commit point leaves and who finishes it.
-Durable (fsync'd) exactly where SPEC says: the try counted at claim, a result, a move to dead.
-A move to done needs no fsync of its own: the result, already durable, is the commit point of
-done, and a done job whose file is still in leased/ is finished by whoever sees it (``settle``).
+Durable (fsync'd) exactly where SPEC says: the try counted at claim, a result, a move to done or dead.
+The result, durable first, is the commit point of done: a done job whose file is still in leased/
+is finished by whoever sees it (``settle``). done/ is still fsync'd after the move, because the
+next claim's fsync of leased/ would otherwise make the file's removal from leased/ durable while
+its entry in done/ is not: a power cut then loses the job file (the power-loss model finds it).
 """
 
 from __future__ import annotations
@@ -70,24 +72,31 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
     rewrite: a file in leased/ with no lease for its attempt; ``settle`` (coordinator, under
     the lock) counts it as a spent try and expires it.
     """
-    for _ in range(64):
-        job_id = sp.ledger.reserve_next(tasks)
-        if job_id is None:
-            return None
-        lock = _lock(sp, job_id, blocking=False)
-        if lock is None:
-            sp.ledger.unreserve(job_id)
-            continue
-        with lock:
-            claimed = _claim_locked(sp, job_id, worker)
+    busy: list[str] = []
+    try:
+        for _ in range(64):
+            job_id = sp.ledger.reserve_next(tasks)
+            if job_id is None:
+                return None
+            lock = _lock(sp, job_id, blocking=False)
+            if lock is None:
+                # RACE: its holder (a make_ready, a cancel; maybe SIGSTOPped) keeps it. Put it back
+                # only after this claim, or reserve_next hands us the same head job every time.
+                busy.append(job_id)
+                continue
+            with lock:
+                claimed = _claim_locked(sp, job_id, worker)
+                if claimed is not None:
+                    # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
+                    sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
             if claimed is not None:
-                # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
-                sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
-        if claimed is not None:
-            log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
-            crash.point("after-claim")
-            return claimed
-    return None
+                log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
+                crash.point("after-claim")
+                return claimed
+        return None
+    finally:
+        for job_id in busy:
+            sp.ledger.unreserve(job_id)
 
 
 def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
@@ -101,6 +110,9 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
     if has_result(sp, job_id) or job_file.backoff_seconds is not None:
         resync(sp, job_id)
         return None
+    # A cancel request is only ever written for a lease that holds: one still here is an earlier
+    # lease's, left by a crash between a move out of leased/ and its cleanup. It must not kill this one.
+    fs.unlink(sp.layout.fd(State.LEASED), cancel_name(job_id), missing_ok=True)
     try:
         move_job(sp, job_id, State.PENDING, State.LEASED)
     except (FileNotFoundError, FileExistsError):
@@ -190,7 +202,7 @@ def finish_done(sp: Spool, job_file: JobFile) -> JobFile:
                             attempts=job_file.end_attempt(outcome="done", ended=now_text()))
     move_job(sp, job_file.id, State.LEASED, State.DONE)
     crash.point("complete-after-move")
-    rewrite_job(sp, State.DONE, done, sync=False)
+    rewrite_job(sp, State.DONE, done, sync=True)  # fsyncs done/ before anyone fsyncs leased/ (module doc)
     clear_lease_files(sp, job_file.id, job_file.attempt)
     return done
 
@@ -231,6 +243,10 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
                          detail=error.splitlines()[-1][:200] if error else None)
     crash.point("after-fail")
     log.info("fail %s attempt=%d worker=%s -> %s", lease.job_id, lease.attempt, lease.worker, state.value)
+    if state is State.PENDING:
+        # RACE: the coordinator: woken by the move alone, it may read the ledger before our
+        # record and miss the backoff's timer until its next reconcile (seconds late).
+        wake(sp)
     return state
 
 

@@ -108,6 +108,16 @@ class _Loader(yaml.SafeLoader):
         self.stale_possible_simple_keys()
         return bool(self.next_possible_simple_key() == self.tokens_taken)
 
+    def fetch_flow_collection_start(self, token_class: type[yaml.Token]) -> None:
+        # Each open `[` may yet be a key, so the scanner reads ahead up to 1024 characters
+        # sweeping every open level per token: 60 KB of `[` cost half a second before the
+        # builder saw the 33rd. Refusing here keeps that sweep to MAX_DEPTH levels.
+        if self.flow_level >= MAX_DEPTH:
+            raise _Refused(
+                None, None, f"nesting is deeper than {MAX_DEPTH} levels", self.get_mark()
+            )
+        super().fetch_flow_collection_start(token_class)
+
     def load_single(self) -> object:
         self.get_event()  # StreamStartEvent
         if self.check_event(StreamEndEvent):

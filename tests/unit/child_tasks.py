@@ -79,7 +79,9 @@ def sleeper_grandchild(pidfile: str) -> None:
 
 @task("t.value")
 def value(kind: str, size: int = 0) -> object:
-    return {"big": lambda: "x" * size, "set": lambda: {1, 2}, "nan": lambda: float("nan")}[kind]()
+    if kind == "big":
+        return "x" * size
+    return {1, 2} if kind == "set" else float("nan")
 
 
 @task("t.print")
@@ -91,6 +93,11 @@ def chatty(marker: str) -> str:
     os.write(1, f"raw fd1 {marker}\n".encode())
     sys.stdout.write("unflushed tail")  # no newline: the child must flush it into the log
     return "printed"
+
+
+@task("t.environ")
+def environ(name: str) -> str | None:
+    return os.environ.get(name)
 
 
 @task("t.current")

@@ -58,7 +58,7 @@ def test_sixty_kilobytes_of_openers_is_refused_quickly(opener: str) -> None:
     data = opener * (60_000 // len(opener))
     start = time.monotonic()
     message = refused(data)
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 0.2  # the scanner stops at the 33rd, not 1024 later
     assert f"nesting is deeper than {MAX_DEPTH} levels" in message
 
 
@@ -283,7 +283,7 @@ json_like = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(json_like)
 def test_round_trip(value: object) -> None:
     assume(depth(value) < MAX_DEPTH)
@@ -293,7 +293,7 @@ def test_round_trip(value: object) -> None:
 yamlish = st.text(alphabet=" \t\n\r-:?[]{},&*!|>'\"#%@`\\0123456789abeflnortuxy.~\x00\x85é")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=200) | yamlish.map(str.encode))
 def test_any_bytes_load_or_raise_invalid_job(data: bytes) -> None:
     try:

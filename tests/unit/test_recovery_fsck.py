@@ -1,0 +1,400 @@
+"""spool.recovery and spool.fsck: every interrupted state ``settle`` names, made for real, then finished.
+
+Each interrupted state is made by the real transition in a forked process that SIGKILLs itself at a
+crash point (``crash_at``), or, where no crash point separates the two halves of a move, by doing
+the first half by hand through fsio. Then ``resync`` (or ``fsck --repair``) runs and the test looks
+at the end state, and ``fsck`` must find every promise holding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from spool import crash
+from spool.fsck import fsck
+from spool.fsio import fs
+from spool.ids import new_id
+from spool.layout import State, job_name, key_name, result_name
+from spool.locks import acquire, job_lock_name, worker_lock_name
+from spool.recovery import resync_locked
+from spool.runner.coordinator import Coordinator
+from spool.spool import Spool
+from spool.store import folders_of, move_job, read_job
+from spool.submission import ingest, lookup_key
+from spool.transitions import Lease, claim, complete, expire, fail
+
+FLAGS = {"backoff_base_seconds": 0.001}
+
+
+@pytest.fixture
+def sp(spool_dir: Path) -> Iterator[Spool]:
+    opened = Spool(spool_dir, environ={}, flags=FLAGS)
+    yield opened
+    opened.close()
+
+
+def crash_at(sp: Spool, point: str, action: Callable[[Spool], object]) -> None:
+    """Run ``action`` in a forked process armed for ``point``; it must die there by SIGKILL."""
+    role = point.split(":", 1)[0]
+    pid = os.fork()
+    if pid == 0:  # the child: its own Spool (fds, ledger connection), then the real transition
+        try:
+            child = Spool(sp.root, environ={}, flags=FLAGS)
+            crash.arm(role, {"SPOOL_CRASH_AT": point})
+            action(child)
+        finally:
+            os._exit(3)  # only reached if the point was never hit
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"{point} was never reached"
+
+
+def as_worker(name: str, then: Callable[[Spool, Lease], object] | None = None) -> Callable[[Spool], None]:
+    """A worker's steps: hold its liveness lock, claim, then ``then`` with the lease."""
+    def run(child: Spool) -> None:
+        acquire(child.layout.fd("locks"), worker_lock_name(name), blocking=True)
+        claimed = claim(child, name, None)
+        assert claimed is not None
+        if then is not None:
+            then(child, Lease(claimed.id, name, claimed.attempt))
+    return run
+
+
+def settle_now(sp: Spool, job_id: str) -> None:
+    assert resync_locked(sp, job_id)
+
+
+def assert_clean(sp: Spool) -> None:
+    report = fsck(sp)
+    assert report.ok, report.violations
+    assert not report.in_progress, report.in_progress
+
+
+def where(sp: Spool, job_id: str) -> list[State]:
+    return folders_of(sp, job_id)
+
+
+def row_state(sp: Spool, job_id: str) -> str | None:
+    row = sp.ledger.row(job_id)
+    return row["state"] if row else None
+
+
+# -- the worker's points ------------------------------------------------------------------------
+
+
+def test_a_claim_killed_after_its_rename_is_a_spent_try(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:claim-after-rename", as_worker("w1"))
+    assert where(sp, job_id) == [State.LEASED]
+    stranded = read_job(sp, State.LEASED, job_id)
+    assert stranded.lease is None and stranded.attempt == 0
+    report = fsck(sp)
+    assert not report.ok and any("leased without a lease" in v for v in report.violations)
+    settle_now(sp, job_id)
+    back = read_job(sp, State.PENDING, job_id)
+    assert (back.attempt, back.tries, back.lease) == (1, 1, None)
+    assert back.attempts[-1]["outcome"] == "lost" and back.backoff_seconds is not None
+    assert row_state(sp, job_id) == "pending"
+    assert_clean(sp)
+
+
+def test_a_lost_claim_of_the_last_try_is_dead_expired(sp: Spool) -> None:
+    job_id = sp.submit("echo", max_tries=1)
+    crash_at(sp, "worker:claim-after-rename", as_worker("w1"))
+    settle_now(sp, job_id)
+    dead = read_job(sp, State.DEAD, job_id)
+    assert (dead.reason, dead.tries) == ("expired", 1)
+    assert_clean(sp)
+
+
+def test_a_worker_killed_after_claim_is_expired_at_once_when_its_lock_is_free(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:after-claim", as_worker("w1"))
+    assert where(sp, job_id) == [State.LEASED] and row_state(sp, job_id) == "leased"
+    assert_clean(sp)  # a held lease is a consistent state
+    Coordinator(sp).run_pass()
+    assert where(sp, job_id) == [State.PENDING]
+    assert read_job(sp, State.PENDING, job_id).attempts[-1]["outcome"] == "expired"
+    assert_clean(sp)
+
+
+def test_a_complete_killed_after_staging_leaves_only_tmp_for_the_sweep(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:complete-after-stage", as_worker("w1", lambda c, lease: complete(c, lease, b'"r"')))
+    assert where(sp, job_id) == [State.LEASED] and os.listdir(sp.root / "results") == []
+    assert len(os.listdir(sp.root / "tmp")) == 1
+    report = fsck(sp)
+    assert any("left over by a process that is gone" in v for v in report.violations)
+    repaired = fsck(sp, repair=True)
+    assert repaired.ok and os.listdir(sp.root / "tmp") == []
+    assert any(line.startswith("tmp/") for line in repaired.repaired)
+
+
+def test_a_complete_killed_after_the_result_link_is_done(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:after-result", as_worker("w1", lambda c, lease: complete(c, lease, b'"r"')))
+    assert where(sp, job_id) == [State.LEASED]
+    assert sp.state(job_id) is State.DONE and sp.result(job_id) == "r"  # the result is the commit point
+    report = fsck(sp)
+    assert any("move to done is in progress" in line for line in report.in_progress)
+    settle_now(sp, job_id)
+    assert where(sp, job_id) == [State.DONE] and row_state(sp, job_id) == "done"
+    done = read_job(sp, State.DONE, job_id)
+    assert done.lease is None and done.attempts[-1]["outcome"] == "done"
+    fsck(sp, repair=True)  # the staged result's tmp name
+    assert_clean(sp)
+
+
+def test_a_complete_killed_after_the_move_is_finished(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:complete-after-move", as_worker("w1", lambda c, lease: complete(c, lease, b'"r"')))
+    assert where(sp, job_id) == [State.DONE]
+    lagging = read_job(sp, State.DONE, job_id)
+    assert lagging.lease is not None  # its content is behind its folder
+    settle_now(sp, job_id)
+    done = read_job(sp, State.DONE, job_id)
+    assert done.lease is None and done.attempts[-1]["ended"] and row_state(sp, job_id) == "done"
+    fsck(sp, repair=True)
+    assert_clean(sp)
+
+
+def test_a_fail_killed_after_its_rename_is_pending_with_the_record_closed(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:fail-after-rename", as_worker("w1", lambda c, lease: fail(c, lease, "boom")))
+    assert where(sp, job_id) == [State.PENDING]
+    assert read_job(sp, State.PENDING, job_id).lease is not None
+    settle_now(sp, job_id)
+    back = read_job(sp, State.PENDING, job_id)
+    assert back.lease is None and back.attempts[-1]["outcome"] == "lost" and back.tries == 1
+    assert row_state(sp, job_id) == "pending"
+    assert_clean(sp)
+    claimed = claim(sp, "w2", None)
+    assert claimed is not None and (claimed.attempt, claimed.tries) == (2, 2)
+
+
+def test_a_fail_killed_after_it_finished_leaves_nothing_to_do(sp: Spool) -> None:
+    job_id = sp.submit("echo", max_tries=1)
+    crash_at(sp, "worker:after-fail", as_worker("w1", lambda c, lease: fail(c, lease, "boom")))
+    assert where(sp, job_id) == [State.DEAD] and row_state(sp, job_id) == "dead"
+    assert_clean(sp)
+
+
+# -- the coordinator's points ---------------------------------------------------------------------
+
+
+def test_an_expire_killed_after_its_rename_is_pending_with_the_record_closed(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    assert claim(sp, "w1", None) is not None
+    crash_at(sp, "coordinator:expire-after-rename", lambda c: expire(c, job_id, 1, "no heartbeat"))
+    assert where(sp, job_id) == [State.PENDING]
+    settle_now(sp, job_id)
+    back = read_job(sp, State.PENDING, job_id)
+    assert back.lease is None and back.attempts[-1]["outcome"] == "lost"
+    assert_clean(sp)
+
+
+def test_an_expire_killed_after_it_finished_leaves_nothing_to_do(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    assert claim(sp, "w1", None) is not None
+    crash_at(sp, "coordinator:after-expire", lambda c: expire(c, job_id, 1, "no heartbeat"))
+    assert where(sp, job_id) == [State.PENDING] and row_state(sp, job_id) == "pending"
+    assert_clean(sp)
+
+
+def test_an_ingest_killed_after_its_rename_is_finished_once(sp: Spool) -> None:
+    (sp.root / "pending" / "mine.yaml").write_text("task: echo\nkey: dropped-key\nargs: {n: 5}\n")
+    crash_at(sp, "coordinator:ingest-after-rename", lambda c: ingest(c, "mine.yaml"))
+    names = [n for n in os.listdir(sp.root / "pending") if not n.startswith(".")]
+    assert len(names) == 1 and names[0] != "mine.yaml"  # renamed: can never be ingested twice
+    job_id = names[0][:-5]
+    Coordinator(sp).run_pass()  # reconcile finds a runner name holding a user's text
+    job_file = read_job(sp, State.PENDING, job_id)
+    assert job_file.job.args == {"n": 5} and job_file.job.key == "dropped-key"
+    assert lookup_key(sp, "dropped-key") == job_id
+    assert row_state(sp, job_id) == "pending"
+    assert_clean(sp)
+
+
+def test_an_invalid_drop_killed_after_its_rename_still_becomes_a_dead_record(sp: Spool) -> None:
+    (sp.root / "pending" / "bad.yaml").write_text("task: [unclosed\n")
+    crash_at(sp, "coordinator:ingest-after-rename", lambda c: ingest(c, "bad.yaml"))
+    names = os.listdir(sp.root / "dead")
+    assert len(names) == 1
+    job_id = names[0][:-5]
+    fsck(sp, repair=True)
+    dead = read_job(sp, State.DEAD, job_id)
+    assert dead.reason == "invalid" and dead.original == "task: [unclosed\n" and dead.error
+    assert_clean(sp)
+
+
+def test_an_ingest_killed_after_it_finished_leaves_nothing_to_do(sp: Spool) -> None:
+    (sp.root / "pending" / "mine.yaml").write_text("task: echo\n")
+    crash_at(sp, "coordinator:after-ingest", lambda c: ingest(c, "mine.yaml"))
+    Coordinator(sp).run_pass()  # the ledger record came after the point: reconcile catches up
+    assert_clean(sp)
+
+
+# -- the submitter's points -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", ["after-key-check", "after-key", "after-commit", "after-submit"])
+def test_a_submit_killed_before_it_answered_leaves_zero_or_one_job_and_the_key_finds_it(sp: Spool,
+                                                                                         step: str) -> None:
+    crash_at(sp, f"submit:{step}", lambda c: c.submit("echo", key="k"))
+    fsck(sp, repair=True)
+    assert_clean(sp)
+    jobs = [n for state in State for n in os.listdir(sp.root / state.value) if not n.startswith(".")]
+    assert len(jobs) == (1 if step in ("after-commit", "after-submit") else 0)
+    job_id = sp.submit("echo", key="k")
+    assert sp.submit("echo", key="k") == job_id
+    if jobs:
+        assert jobs == [job_name(job_id)]
+    assert len([n for n in os.listdir(sp.root / "pending") if not n.startswith(".")]) == 1
+    assert_clean(sp)
+
+
+# -- by hand: the first half of a move that has no crash point between its halves ------------------
+
+
+def test_dead_without_a_reason_becomes_failed(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    assert claim(sp, "w1", None) is not None
+    move_job(sp, job_id, State.LEASED, State.DEAD)  # bury's rename, without its rewrite
+    settle_now(sp, job_id)
+    dead = read_job(sp, State.DEAD, job_id)
+    assert dead.reason == "failed" and dead.lease is None and dead.attempts[-1]["ended"]
+    assert row_state(sp, job_id) == "dead"
+    assert_clean(sp)
+
+
+@pytest.mark.parametrize("folder", [State.DEAD, State.PENDING, State.WAITING])
+def test_a_result_makes_the_job_done_wherever_its_file_is(sp: Spool, folder: State) -> None:
+    job_id = sp.submit("echo")
+    if folder is not State.PENDING:
+        move_job(sp, job_id, State.PENDING, folder)
+    (sp.root / "results" / result_name(job_id)).write_text('"late"')
+    assert sp.state(job_id) is State.DONE
+    assert not fsck(sp).ok
+    settle_now(sp, job_id)
+    assert where(sp, job_id) == [State.DONE] and row_state(sp, job_id) == "done"
+    assert_clean(sp)
+
+
+@pytest.mark.parametrize(("ahead", "behind"), [(State.LEASED, State.PENDING), (State.DONE, State.LEASED),
+                                               (State.DEAD, State.PENDING), (State.PENDING, State.WAITING)])
+def test_in_two_folders_the_more_advanced_copy_wins(sp: Spool, ahead: State, behind: State) -> None:
+    job_id = sp.submit("echo")
+    if ahead is State.LEASED or ahead is State.DONE:
+        claimed = claim(sp, "w1", None)
+        assert claimed is not None
+        if ahead is State.DONE:
+            complete(sp, Lease(job_id, "w1", 1), b"1")
+    elif ahead is State.DEAD:
+        sp.cancel(job_id)
+    # The link half of a link+unlink move (the fallback where renameat2 is missing).
+    fs.link(sp.layout.fd(ahead), job_name(job_id), sp.layout.fd(behind), job_name(job_id))
+    report = fsck(sp)
+    assert any("in 2 folders" in v for v in report.violations)
+    settle_now(sp, job_id)
+    assert where(sp, job_id) == [ahead] and row_state(sp, job_id) == ahead.value
+    assert_clean(sp)
+
+
+# -- fsck on its own ----------------------------------------------------------------------------
+
+
+def dead_pid() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_fsck_names_each_broken_promise_and_repair_fixes_what_it_can(sp: Spool) -> None:
+    done = sp.submit("echo", key="kept")
+    claim(sp, "w1", None)
+    complete(sp, Lease(done, "w1", 1), b"1")
+    over = sp.submit("echo", max_tries=1)
+    (sp.root / "keys" / key_name("orphan")).write_text(new_id() + "\n")
+    (sp.root / "results" / result_name(new_id())).write_text("1")
+    (sp.root / "tmp" / f"{dead_pid()}-abc.tmp").write_text("x")
+    os.unlink(sp.root / "keys" / key_name("kept"))
+    path = sp.root / "pending" / job_name(over)
+    path.write_text(path.read_text().replace("tries: 0", "tries: 5"))
+    report = fsck(sp)
+    text = "\n".join(report.violations)
+    for words in ("a reservation without its job", "a result without a job", "left over by a process",
+                  "key 'kept' is not reserved", "tries 5 over max_tries 1"):
+        assert words in text, words
+    repaired = fsck(sp, repair=True)
+    assert any("tries 5 over max_tries 1" in v for v in repaired.violations)  # not repairable: reported
+    # and tries over attempt; and the orphan result, which repair keeps for a person (it may be
+    # the only trace of an acknowledged job whose file was lost)
+    assert len(repaired.violations) == 3
+    assert any("a result without a job file" in v for v in repaired.violations)
+    assert lookup_key(sp, "kept") == done
+    assert os.listdir(sp.root / "tmp") == [] and len(os.listdir(sp.root / "results")) == 2
+
+
+def test_an_interrupted_purge_is_finished_by_the_tmp_sweep(sp: Spool) -> None:
+    from spool.admin import purge_marker_name
+
+    job_id = sp.submit("echo")
+    claim(sp, "w1", None)
+    complete(sp, Lease(job_id, "w1", 1), b"1")
+    (sp.root / "logs" / f"{job_id}.1.log").write_text("out")
+    # The purge's commit point (job file into tmp/ under its marker name), then the purger died.
+    marker = purge_marker_name(job_id).replace(str(os.getpid()), str(dead_pid()), 1)
+    os.rename(sp.root / "done" / job_name(job_id), sp.root / "tmp" / marker)
+    assert any("a result without a job file" in v for v in fsck(sp).violations)
+    repaired = fsck(sp, repair=True)
+    assert repaired.ok, repaired.violations
+    assert os.listdir(sp.root / "results") == [] and os.listdir(sp.root / "logs") == []
+    assert os.listdir(sp.root / "tmp") == []
+
+
+def test_fsck_reports_a_torn_file_a_stray_and_a_done_job_without_result(sp: Spool) -> None:
+    torn, lost = sp.submit("echo"), sp.submit("echo")
+    path = sp.root / "pending" / job_name(torn)
+    path.write_bytes(path.read_bytes()[:40])
+    move_job(sp, lost, State.PENDING, State.DONE)
+    (sp.root / "leased" / "notes.txt").write_text("hi")
+    text = "\n".join(fsck(sp).violations)
+    assert "not a whole job file" in text and "done without results" in text and "notes.txt" in text
+
+
+def test_fsck_calls_a_move_under_a_held_lock_in_progress(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    move_job(sp, job_id, State.PENDING, State.DEAD)  # dead without a reason...
+    held = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+    assert held is not None
+    with held:  # ...while its mover still holds the lock
+        report = fsck(sp)
+        assert any("dead without a reason (its lock is held" in line for line in report.in_progress)
+        assert not any("dead without a reason" in line for line in report.violations)
+    assert any("dead without a reason" in line for line in fsck(sp).violations)
+
+
+def test_fsck_repair_puts_a_ledger_behind_the_files_right(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    sp.ledger.set_state(job_id, State.DONE)
+    report = fsck(sp)
+    assert any("ledger: 1 job(s) disagree" in v for v in report.violations)
+    assert fsck(sp, repair=True).ok and row_state(sp, job_id) == "pending"
+    claimed = claim(sp, "w", None)
+    assert claimed is not None and claimed.id == job_id
+
+
+def test_a_result_is_whole_json_or_fsck_says_so(sp: Spool) -> None:
+    job_id = sp.submit("echo")
+    claim(sp, "w", None)
+    complete(sp, Lease(job_id, "w", 1), json.dumps({"a": 1}).encode())
+    assert fsck(sp).ok
+    (sp.root / "results" / result_name(job_id)).write_text('{"a": ')
+    assert any("not a whole JSON result" in v for v in fsck(sp).violations)
