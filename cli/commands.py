@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,8 +31,6 @@ from spool.cli.render import echo_json, render_stats, render_status, render_tabl
 def init(app: App, group_shared: bool, spool_dir: str | None, json_output: bool) -> None:
     """Create a spool's layout."""
     merge_common(app, spool_dir, json_output)
-    import os
-
     root = init_spool(resolve_root(app.spool_dir, os.environ), group_shared=group_shared)
     click.echo(f"initialised spool at {root}")
 
@@ -86,7 +85,7 @@ def submit(app: App, task: str | None, arg_pairs: tuple[str, ...], args_json: st
            delay_text: str | None, depends_on: str | None, spool_dir: str | None, json_output: bool) -> None:
     """Submit a job; prints only its id (the existing id for a key seen before)."""
     merge_common(app, spool_dir, json_output)
-    crash.arm("submit", __import__("os").environ)
+    crash.arm("submit", os.environ)
     sp = app.spool()
     if job_file is not None:
         if task or arg_pairs or args_json:
@@ -249,6 +248,7 @@ def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, spoo
             json_output: bool) -> None:
     """Dead -> pending (or waiting) with a fresh set of tries; skipped children re-armed."""
     merge_common(app, spool_dir, json_output)
+    crash.arm("admin", os.environ)
     sp = app.spool()
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
@@ -267,6 +267,7 @@ def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, spoo
 def cancel(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> None:
     """Pending/waiting -> dead (cancelled); a leased job's worker kills it at its next heartbeat."""
     merge_common(app, spool_dir, json_output)
+    crash.arm("admin", os.environ)
     outcome = app.spool().cancel(job_id)
     if app.json_output:
         echo_json({"id": job_id, "cancel": outcome})
@@ -307,6 +308,7 @@ def fsck(app: App, repair: bool, spool_dir: str | None, json_output: bool) -> No
 def purge(app: App, older_than: str, state_names: str, spool_dir: str | None, json_output: bool) -> None:
     """Remove old finished jobs with their results, logs and keys."""
     merge_common(app, spool_dir, json_output)
+    crash.arm("admin", os.environ)
     try:
         states = [State(name.strip()) for name in state_names.split(",") if name.strip()]
     except ValueError:

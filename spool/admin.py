@@ -11,6 +11,7 @@ import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from spool import crash
 from spool.errors import AlreadyTerminal, InvalidJob, NotFound, SpoolError
 from spool.fsio import fs
 from spool.job import now_text, parse_time
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.admin")
+crash.register("admin", "requeue-after-rename", "purge-after-rename")
 
 
 def _lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
@@ -77,6 +79,7 @@ def requeue(sp: Spool, job_id: str) -> State:
             if not has_result(sp, dep):
                 target = State.WAITING
         move_job(sp, job_id, State.DEAD, target)
+        crash.point("requeue-after-rename")
         fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None)
         rewrite_job(sp, target, fresh, sync=True)
         fs.fsync_dir(sp.layout.fd(State.DEAD))
@@ -172,6 +175,7 @@ def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float) -> bool:
             pass
         buried = purge_marker_name(job_id)
         fs.rename_noreplace(sp.layout.fd(state), job_name(job_id), sp.layout.fd("tmp"), buried)
+        crash.point("purge-after-rename")
         fs.fsync_dir(sp.layout.fd(state))
         fs.unlink(sp.layout.fd("results"), result_name(job_id), missing_ok=True)
         for attempt in range(1, job_file.attempt + 1):

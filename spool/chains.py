@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from spool import crash
 from spool.errors import InvalidJob
 from spool.job import now_text
 from spool.layout import State
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.chains")
+crash.register("coordinator", "promote-after-rename", "ready-after-rewrite")
 
 
 def _try_lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
@@ -53,6 +55,7 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
             return None  # still running or waiting
         if blocker is None:
             move_job(sp, job_id, State.WAITING, State.PENDING)
+            crash.point("promote-after-rename")
             state, final = State.PENDING, job_file
         else:
             why = f"dependency {blocker} ended without a result"
@@ -84,6 +87,7 @@ def make_ready(sp: Spool, job_id: str) -> bool:
         if job_file.backoff_seconds is not None:
             job_file = job_file.replace(backoff_seconds=None)
             rewrite_job(sp, State.PENDING, job_file, sync=False)
+        crash.point("ready-after-rewrite")
         sp.ledger.record(job_file, State.PENDING, ready=True, event="ready")
     wake(sp)
     return True

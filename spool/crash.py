@@ -1,7 +1,8 @@
 """Crash points: ``SPOOL_CRASH_AT=<role>:<step>`` makes the process SIGKILL itself there.
 
 Every step of every transition calls ``point(step)``; the process declares its role once at start
-(``arm(role, environ)``). Unarmed, a point is one comparison against ``None``. ``CRASH_POINTS`` is the
+(``arm(role, environ)``): ``submit``, ``worker``, ``coordinator``, ``serve``, and ``admin`` for the
+commands a person runs to cancel, requeue or purge. Unarmed, a point is one comparison against ``None``. ``CRASH_POINTS`` is the
 list ``spool crash-points`` prints; a test checks every ``point()`` call in the source is listed,
 and the crash matrix runs every listed point.
 """

@@ -103,9 +103,7 @@ def settle(sp: Spool, state: State, job_file: JobFile) -> tuple[State, JobFile]:
     """Finish a transition a crash interrupted (see the module doc). Caller holds the lock."""
     job_id, now = job_file.id, now_text()
     if has_result(sp, job_id) and state is not State.DONE:
-        if state is not State.LEASED:
-            move_job(sp, job_id, state, State.LEASED)  # finish_done moves from leased/
-        return State.DONE, finish_done(sp, job_file)
+        return State.DONE, finish_done(sp, job_file, source=state)
     lease = job_file.lease or {}
     if state is State.LEASED and (lease.get("attempt") != job_file.attempt or job_file.attempt == 0 or
                                   (job_file.attempts and job_file.attempts[-1].get("attempt") != job_file.attempt)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from spool import crash
 from spool import job as jobs
 from spool.fsio import fs
 from spool.job import JobFile
@@ -65,6 +66,27 @@ def rewrite_job(sp: Spool, state: State, job_file: JobFile, *, sync: bool) -> No
         raise
     if sync:
         fs.fsync_dir(sp.layout.fd(state))
+
+
+def publish_job(sp: Spool, job_file: JobFile, source: State, target: State, *, crash_step: str) -> None:
+    """Move a job forward to a final folder with its new content already in place.
+
+    Commit point: the rename of a whole, fsync'd new file from tmp/ to ``target``/<id>.yaml
+    (never replacing), then ``target`` is fsync'd. Only then is the copy in ``source`` removed.
+    A crash (or power cut) between the two leaves the job in both folders, and the more
+    advanced copy, the new one, wins for whoever looks next; the job is never in neither, and
+    its new state never lacks its reason. ``crash_step`` names the crash point between the two.
+    Caller holds the job's lock.
+    """
+    staged = stage(sp, jobs.encode(job_file), sync=True)
+    try:
+        fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_file.id))
+    except BaseException:
+        unstage(sp, staged)
+        raise
+    fs.fsync_dir(sp.layout.fd(target))
+    crash.point(crash_step)
+    fs.unlink(sp.layout.fd(source), job_name(job_file.id), missing_ok=True)
 
 
 def move_job(sp: Spool, job_id: str, source: State, target: State) -> None:

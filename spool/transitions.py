@@ -28,8 +28,8 @@ from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
 from spool.layout import State, cancel_name, heartbeat_name, job_name, result_name
 from spool.locks import acquire, job_lock_name
-from spool.store import (clear_lease_files, has_result, move_job, read_job, rewrite_job, stage, unstage,
-                         wake)
+from spool.store import (clear_lease_files, has_result, move_job, publish_job, read_job, rewrite_job, stage,
+                         unstage, wake)
 
 if TYPE_CHECKING:
     from spool.spool import Spool
@@ -38,6 +38,9 @@ log = logging.getLogger("spool.transitions")
 crash.register("worker", "claim-after-rename", "after-claim", "complete-after-stage", "after-result",
                "complete-after-move", "fail-after-rename", "after-fail")
 crash.register("coordinator", "expire-after-rename", "after-expire")
+crash.register("worker", "bury-after-rename", "release-after-rename")
+crash.register("coordinator", "bury-after-rename")
+crash.register("admin", "bury-after-rename")  # `spool cancel` of a pending or waiting job
 
 
 @dataclass(frozen=True)
@@ -196,13 +199,15 @@ def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
     wake(sp, State.DONE)
 
 
-def finish_done(sp: Spool, job_file: JobFile) -> JobFile:
-    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock."""
+def finish_done(sp: Spool, job_file: JobFile, source: State = State.LEASED) -> JobFile:
+    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock.
+
+    ``publish_job``: the done file is whole and durable before the leased copy goes, so no
+    fsync of leased/ by another claim can ever leave the job in neither folder.
+    """
     done = job_file.replace(lease=None, backoff_seconds=None, reason=None, error=None,
                             attempts=job_file.end_attempt(outcome="done", ended=now_text()))
-    move_job(sp, job_file.id, State.LEASED, State.DONE)
-    crash.point("complete-after-move")
-    rewrite_job(sp, State.DONE, done, sync=True)  # fsyncs done/ before anyone fsyncs leased/ (module doc)
+    publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
     clear_lease_files(sp, job_file.id, job_file.attempt)
     return done
 
@@ -252,13 +257,15 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
 
 def bury(sp: Spool, job_file: JobFile, source: State, *, reason: str, error: str | None, outcome: str, ended: str,
          skipped_because: str | None = None) -> JobFile:
-    """Move a job to dead/ durably with its reason (caller holds the lock)."""
-    move_job(sp, job_file.id, source, State.DEAD)
+    """Move a job to dead/ durably with its reason (caller holds the lock).
+
+    ``publish_job``: the dead record is whole, reason and all, at its commit point; a crash
+    after it leaves the old copy beside it, which the more advanced dead copy beats.
+    """
     dead = job_file.replace(lease=None, backoff_seconds=None, reason=reason, error=error,
                             skipped_because=skipped_because,
                             attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error))
-    rewrite_job(sp, State.DEAD, dead, sync=True)
-    fs.fsync_dir(sp.layout.fd(source))
+    publish_job(sp, dead, source, State.DEAD, crash_step="bury-after-rename")
     return dead
 
 
@@ -329,6 +336,7 @@ def release(sp: Spool, lease: Lease) -> None:
             finish_done(sp, job_file)
             return
         move_job(sp, lease.job_id, State.LEASED, State.PENDING)
+        crash.point("release-after-rename")
         released = job_file.replace(lease=None, tries=max(job_file.tries - 1, 0),
                                     attempts=job_file.end_attempt(outcome="released", ended=now_text()))
         rewrite_job(sp, State.PENDING, released, sync=False)

@@ -1,0 +1,39 @@
+"""Fault injection in a real spool process, for tests only: import this module into it.
+
+    FAULTFS_FAIL=fsync:1:EIO  spool worker --import tests.faults.inject_faults --import examples.tasks
+    FAULTFS_FAIL=write:1:ENOSPC  python -c "import tests.faults.inject_faults; \\
+        from spool.cli.main import main; main()" submit echo
+
+``FAULTFS_FAIL=<kind>:<n>:<errno name>`` makes the n-th call of that kind (write, fsync, rename,
+link; see faultfs.py) fail with that error, counted from the import. Without the variable the
+import does nothing. The variable is removed from the environment once read, so processes this
+one starts (a worker's attempt child) run without faults. The product has no hook for this: the
+module swaps ``spool.fsio.fs`` in the loaded spool modules, as the in-process tests do.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from tests.faults.faultfs import KINDS, FaultFS
+
+VARIABLE = "FAULTFS_FAIL"
+
+
+def _install_from_environment() -> FaultFS | None:
+    spec = os.environ.pop(VARIABLE, None)
+    if not spec:
+        return None
+    kind, count, name = spec.split(":")
+    if kind not in KINDS or not hasattr(errno, name):
+        raise SystemExit(f"{VARIABLE}={spec}: expected <{'|'.join(KINDS)}>:<n>:<errno name>")
+    import spool.runner.coordinator  # noqa: F401  (load every module that binds fs before swapping it)
+    import spool.runner.worker  # noqa: F401
+
+    faults = FaultFS(fail_at=int(count), error=getattr(errno, name), kinds={kind})
+    faults.install()
+    return faults
+
+
+INSTALLED = _install_from_environment()

@@ -1,0 +1,498 @@
+"""The crash matrix: every crash point, killed there, recovered, then the promises checked on disk.
+
+For each point ``spool.crash.all_points()`` lists there is at least one scenario (``SCENARIOS``);
+a point without one fails the suite, so a new crash point needs a scenario here. A scenario:
+
+1. ``setup`` (in the test process): the spool before the crash, plus two bystanders, a pending
+   job of a task no worker here runs and a done job, which must come out byte for byte the same;
+2. ``act`` in a forked child armed with ``SPOOL_CRASH_AT=<point>``: the transitions that reach
+   the point (a submit, a worker's claim/complete/fail, a coordinator pass). The child must die
+   of SIGKILL there; a child that returns never reached the point, and the test fails;
+3. ``retry`` (in the test process): what the crashed process's client does, e.g. submit the same
+   key again, since it was told nothing;
+4. recovery as a supervisor would restart it (the ``recover`` fixture: a coordinator and a
+   worker, in-process, on short lease and backoff terms) until every job is done or dead;
+5. the end state: the jobs' outcomes are the ones ``expect`` names, each job in one folder, done
+   iff one whole result, one 'done' attempt, tries within max_tries, tmp/ empty, fsck clean.
+
+The child opens its own ``Spool`` after the fork and the test process opens one only after the
+child is gone: an SQLite connection must never cross a fork.
+
+The last tests crash real ``spool`` processes through the command line (``SPOOL_CRASH_AT=...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spool.admin  # noqa: F401  (each module registers the crash points of its transitions)
+import spool.chains  # noqa: F401
+import spool.recovery  # noqa: F401
+import spool.runner.coordinator  # noqa: F401
+import spool.runner.worker  # noqa: F401
+import spool.submission  # noqa: F401
+import spool.transitions  # noqa: F401
+from spool import Spool, crash
+from spool.layout import State, result_name
+from spool.locks import acquire, worker_lock_name
+from spool.runner.coordinator import Coordinator
+from spool.admin import purge
+from spool.fsio import fs
+from spool.transitions import Lease, claim, complete, fail, release
+from support import wait_until
+
+Ctx = dict[str, Any]
+CRASHED_WORKER = "w-crash"
+
+
+def _nothing(sp: Spool, ctx: Ctx) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    act: Callable[[Spool, Ctx], None]
+    setup: Callable[[Spool, Ctx], None] = _nothing
+    retry: Callable[[Spool, Ctx], None] = _nothing
+    expect: tuple[str, ...] = ("done",)  # sorted outcomes of the jobs besides the bystanders
+    check: Callable[[Spool, Ctx, dict[str, Any]], None] | None = None
+
+
+# -- setups (test process) --------------------------------------------------------------------
+
+
+def echo_job(max_tries: int = 3, key: str | None = None) -> Callable[[Spool, Ctx], None]:
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        ctx["job"] = sp.submit("echo", {"n": 1}, max_tries=max_tries, key=key)
+
+    return setup
+
+
+def abandoned_lease(max_tries: int = 3, cancel: bool = False) -> Callable[[Spool, Ctx], None]:
+    """A job leased by a worker that then died (its liveness lock is free again)."""
+
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        echo_job(max_tries)(sp, ctx)
+        with acquire(sp.layout.fd("locks"), worker_lock_name("w-gone"), blocking=True):
+            assert claim(sp, "w-gone", ["echo"]) is not None
+        if cancel:
+            assert sp.cancel(ctx["job"]) == "requested"
+
+    return setup
+
+
+def drop(text: str) -> Callable[[Spool, Ctx], None]:
+    """A user drops a file into pending/ (written under a dot name, then renamed)."""
+
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        staging = sp.layout.path(State.PENDING, ".drop.partial")
+        staging.write_text(text)
+        os.rename(staging, sp.layout.path(State.PENDING, "drop.yaml"))
+
+    return setup
+
+
+def dependency(sp: Spool, ctx: Ctx) -> None:
+    ctx["parent"] = sp.submit("echo", {"n": 0})
+
+
+# -- acts (forked child, armed) ---------------------------------------------------------------
+
+
+def submit_keyed(sp: Spool, ctx: Ctx) -> None:
+    sp.submit("echo", {"n": 1}, key="k", depends_on=[ctx["parent"]] if "parent" in ctx else ())
+
+
+def submit_keyless(sp: Spool, ctx: Ctx) -> None:
+    sp.submit("echo", {"n": 1})
+
+
+def as_worker(then: Callable[[Spool, Lease], None] | None = None, *, liveness_lock: bool = True
+              ) -> Callable[[Spool, Ctx], None]:
+    """Claim like ``spool worker`` (holding its liveness lock), then ``then``."""
+
+    def act(sp: Spool, ctx: Ctx) -> None:
+        if liveness_lock:
+            ctx["lock"] = acquire(sp.layout.fd("locks"), worker_lock_name(CRASHED_WORKER), blocking=True)
+        job_file = claim(sp, CRASHED_WORKER, ["echo"])
+        assert job_file is not None, "nothing to claim"
+        if then is not None:
+            then(sp, Lease(job_file.id, CRASHED_WORKER, job_file.attempt))
+
+    return act
+
+
+def completes(sp: Spool, lease: Lease) -> None:
+    complete(sp, lease, json.dumps({"by": CRASHED_WORKER}).encode())
+
+
+def fails(sp: Spool, lease: Lease) -> None:
+    fail(sp, lease, "RuntimeError: boom")
+
+
+def coordinator_pass(sp: Spool, ctx: Ctx) -> None:
+    Coordinator(sp).run_pass()
+
+
+# -- retries (test process) -------------------------------------------------------------------
+
+
+def resubmit_keyed(sp: Spool, ctx: Ctx) -> None:
+    """The client was told nothing, so it submits the same key again."""
+    submit_keyed(sp, ctx)
+
+
+def result_by(worker: str) -> Callable[[Spool, Ctx, dict[str, Any]], None]:
+    """The first result linked wins: recovery finishes the crashed worker's, never replaces it."""
+
+    def check(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+        (job_id,) = jobs
+        value = json.loads(sp.layout.path("results", result_name(job_id)).read_bytes())
+        assert value["by"] == worker, value
+
+    return check
+
+
+def one_job_per_key(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    keys = [job_file.job.key for _state, job_file in jobs.values()]
+    assert keys.count("k") == 1, keys
+
+
+def releases(sp: Spool, lease: Lease) -> None:
+    release(sp, lease)
+
+
+def chain(parent_ends: str) -> Callable[[Spool, Ctx], None]:
+    """A parent and a child waiting on it; the parent then ends ``done`` or ``dead`` (cancelled)."""
+
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        ctx["parent"] = sp.submit("echo", {"n": 0})
+        ctx["job"] = sp.submit("echo", {"n": 1}, depends_on=[ctx["parent"]])
+        if parent_ends == "dead":
+            sp.cancel(ctx["parent"])
+            return
+        with acquire(sp.layout.fd("locks"), worker_lock_name("w-setup"), blocking=True):
+            job_file = claim(sp, "w-setup", ["echo"])
+            assert job_file is not None and job_file.id == ctx["parent"]
+            complete(sp, Lease(job_file.id, "w-setup", job_file.attempt), b'{"by": "w-setup"}')
+
+    return setup
+
+
+def delayed_job(sp: Spool, ctx: Ctx) -> None:
+    ctx["job"] = sp.submit("echo", {"n": 1}, delay_seconds=0.05)
+
+
+def cancelled_job(sp: Spool, ctx: Ctx) -> None:
+    echo_job()(sp, ctx)
+    assert sp.cancel(ctx["job"]) == "cancelled"
+
+
+def coordinator_passes(sp: Spool, ctx: Ctx) -> None:
+    """A coordinator running for a while (its timers fire on its own clock)."""
+    coordinator = Coordinator(sp)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        coordinator.run_pass()
+        time.sleep(0.01)
+
+
+def cancels(sp: Spool, ctx: Ctx) -> None:
+    sp.cancel(ctx["job"])
+
+
+def requeues(sp: Spool, ctx: Ctx) -> None:
+    sp.requeue(ctx["job"])
+
+
+def purges_dead(sp: Spool, ctx: Ctx) -> None:
+    purge(sp, 0.0, [State.DEAD])
+
+
+def nothing_left(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    assert not fs.list_dir(sp.layout.fd("keys")) or ctx["job"] not in str(jobs), jobs
+    assert sp.state(ctx["job"]) is None
+
+
+VALID_DROP = "task: echo\nargs: {n: 1}\n"
+KEYED_DROP = "task: echo\nkey: dropped-key\nargs: {n: 1}\n"
+INVALID_DROP = "task: echo\nargs: [not, a, mapping]\n"
+
+SCENARIOS: dict[str, list[Scenario]] = {
+    "submit:after-key-check": [
+        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyless", submit_keyless, expect=()),  # never committed, never told: no job
+    ],
+    "submit:after-key": [
+        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+    ],
+    "submit:after-commit": [
+        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyless", submit_keyless),
+        Scenario("waiting", submit_keyed, setup=dependency, retry=resubmit_keyed, expect=("done", "done"),
+                 check=one_job_per_key),
+    ],
+    "submit:after-submit": [
+        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyless", submit_keyless),
+    ],
+    "worker:claim-after-rename": [
+        Scenario("retried", as_worker(), setup=echo_job()),
+        Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
+    ],
+    "worker:after-claim": [
+        Scenario("retried", as_worker(), setup=echo_job()),
+        Scenario("lease-expires", as_worker(liveness_lock=False), setup=echo_job()),
+        Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
+    ],
+    "worker:complete-after-stage": [
+        Scenario("retried", as_worker(completes), setup=echo_job()),
+    ],
+    "worker:after-result": [
+        Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
+        Scenario("last-try", as_worker(completes), setup=echo_job(max_tries=1), check=result_by(CRASHED_WORKER)),
+    ],
+    "worker:complete-after-move": [
+        Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
+    ],
+    "worker:fail-after-rename": [
+        Scenario("retried", as_worker(fails), setup=echo_job()),
+    ],
+    "worker:after-fail": [
+        Scenario("retried", as_worker(fails), setup=echo_job()),
+        Scenario("dead", as_worker(fails), setup=echo_job(max_tries=1), expect=("dead:failed",)),
+    ],
+    "coordinator:expire-after-rename": [
+        Scenario("retried", coordinator_pass, setup=abandoned_lease()),
+    ],
+    "coordinator:after-expire": [
+        Scenario("retried", coordinator_pass, setup=abandoned_lease()),
+        Scenario("last-try", coordinator_pass, setup=abandoned_lease(max_tries=1), expect=("dead:expired",)),
+        Scenario("cancel-requested", coordinator_pass, setup=abandoned_lease(cancel=True),
+                 expect=("dead:cancelled",)),
+    ],
+    "coordinator:ingest-after-rename": [
+        Scenario("valid", coordinator_pass, setup=drop(VALID_DROP)),
+        Scenario("keyed", coordinator_pass, setup=drop(KEYED_DROP)),
+        Scenario("invalid", coordinator_pass, setup=drop(INVALID_DROP), expect=("dead:invalid",)),
+    ],
+    "worker:bury-after-rename": [
+        Scenario("failed", as_worker(fails), setup=echo_job(max_tries=1), expect=("dead:failed",)),
+    ],
+    "worker:release-after-rename": [
+        Scenario("released", as_worker(releases), setup=echo_job()),
+    ],
+    "coordinator:bury-after-rename": [
+        Scenario("expired", coordinator_pass, setup=abandoned_lease(max_tries=1), expect=("dead:expired",)),
+        Scenario("skipped", coordinator_pass, setup=chain("dead"), expect=("dead:cancelled", "dead:skipped")),
+    ],
+    "coordinator:promote-after-rename": [
+        Scenario("promoted", coordinator_pass, setup=chain("done"), expect=("done", "done")),
+    ],
+    "coordinator:ready-after-rewrite": [
+        Scenario("delayed", coordinator_passes, setup=delayed_job),
+    ],
+    "admin:bury-after-rename": [
+        Scenario("cancelled", cancels, setup=echo_job(), expect=("dead:cancelled",)),
+    ],
+    "admin:requeue-after-rename": [
+        Scenario("requeued", requeues, setup=cancelled_job),
+    ],
+    "admin:purge-after-rename": [
+        Scenario("purged", purges_dead, setup=cancelled_job, expect=(), check=nothing_left),
+    ],
+    "coordinator:after-ingest": [
+        Scenario("valid", coordinator_pass, setup=drop(VALID_DROP)),
+        Scenario("keyed", coordinator_pass, setup=drop(KEYED_DROP)),
+    ],
+}
+
+
+def _matrix() -> Iterator[Any]:
+    for point in crash.all_points():
+        scenarios = SCENARIOS.get(point)
+        if not scenarios:
+            yield pytest.param(point, None, id=f"{point}/MISSING")
+        for scenario in scenarios or ():
+            yield pytest.param(point, scenario, id=f"{point}/{scenario.name}")
+
+
+def test_every_scenario_names_a_real_point() -> None:
+    stale = sorted(set(SCENARIOS) - set(crash.all_points()))
+    assert not stale, f"SCENARIOS has points spool no longer has: {stale}"
+
+
+@pytest.mark.parametrize(("point", "scenario"), list(_matrix()))
+def test_crash_point(point: str, scenario: Scenario | None, make_spool: Callable[[str], Path],
+                     recover: Callable[..., None], check_end_state: Callable[[Spool], dict[str, Any]],
+                     add_bystanders: Callable[[Spool], dict[str, str]],
+                     bystander_files: Callable[[Spool, Ctx], dict[str, bytes]]) -> None:
+    if scenario is None:
+        pytest.fail(f"crash point {point} has no scenario: add one to SCENARIOS in {__file__}")
+    root = make_spool("spool")
+
+    ctx: Ctx = {}
+    with Spool(root, environ={}) as sp:
+        ctx.update(add_bystanders(sp))
+        scenario.setup(sp, ctx)
+        before = bystander_files(sp, ctx)
+    # The Spool (and its ledger connection) is closed before the fork.
+    crash_child(root, point, scenario.act, ctx)
+
+    with Spool(root, environ={}) as sp:
+        scenario.retry(sp, ctx)
+        recover(sp)
+        jobs = check_end_state(sp)
+        assert bystander_files(sp, ctx) == before, "a bystander's files changed"
+        assert jobs[ctx["bystander"]][0] is State.PENDING
+        ours = {job_id: entry for job_id, entry in jobs.items() if job_id not in (ctx["bystander"], ctx["old"])}
+        outcomes = sorted(state.value if state is State.DONE else f"dead:{job_file.reason}"
+                          for state, job_file in ours.values())
+        assert tuple(outcomes) == scenario.expect, f"{point}/{scenario.name}: {ours}"
+        if scenario.check is not None:
+            scenario.check(sp, ctx, ours)
+
+
+def crash_child(root: Path, point: str, act: Callable[[Spool, Ctx], None], ctx: Ctx) -> None:
+    """Run ``act`` in a forked child armed for ``point``; it must die there by SIGKILL."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.close(read_end)
+            sp = Spool(root, environ={})
+            crash.arm(point.split(":", 1)[0], {"SPOOL_CRASH_AT": point})
+            act(sp, ctx)
+        except BaseException:
+            os.write(write_end, traceback.format_exc()[-4000:].encode())
+            code = 2
+        os._exit(code)
+    os.close(write_end)
+    deadline = time.monotonic() + 60
+    while (reaped := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:  # stuck (a lock never freed?): never leave it behind
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the child never reached crash point {point} in 60 s")
+        time.sleep(0.002)
+    status = reaped[1]
+    with os.fdopen(read_end, "rb") as reader:
+        error = reader.read().decode(errors="replace")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        pytest.fail(f"the scenario never reached crash point {point}")
+    pytest.fail(f"the child failed before crash point {point} (status {status}):\n{error}")
+
+
+# -- through the command line -----------------------------------------------------------------
+
+
+def _crash_env(point: str) -> dict[str, str]:
+    return {"SPOOL_CRASH_AT": point}
+
+
+def _status(root: Path, job_id: str) -> dict[str, Any]:
+    with Spool(root, environ={}) as sp:
+        return sp.status(job_id)
+
+
+def _finished(root: Path, job_id: str) -> bool:
+    """Done or dead, and its file moved there (not only a result linked)."""
+    return any((root / state / f"{job_id}.yaml").exists() for state in ("done", "dead"))
+
+
+def _run_until_terminal(procs: Any, root: Path, job_id: str) -> dict[str, Any]:
+    """Start what a supervisor would: a coordinator and a worker; wait for the job to finish."""
+    procs.start("coordinator", name="coordinator")
+    procs.start("worker", "--import", "examples.tasks", name="worker")
+    wait_until(lambda: _finished(root, job_id), timeout=60, message=f"{job_id} to finish")
+    _stop(procs)
+    return _status(root, job_id)
+
+
+def _stop(procs: Any) -> None:
+    """SIGTERM, so nothing is cut mid-move by the test itself; SIGKILL only past the deadline."""
+    for proc in procs.started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs.started:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    procs.kill_all()
+
+
+def _assert_fsck_clean(spool_cli: Callable[..., Any]) -> None:
+    checked = spool_cli("fsck")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_cli_submit_killed_after_commit_then_resubmitted(fast_spool: Path, spool_cli: Callable[..., Any],
+                                                         procs: Any) -> None:
+    crashed = spool_cli("submit", "echo", "--key", "cli-k", "-a", "n=1", env=_crash_env("submit:after-commit"))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert crashed.stdout == "", "an id was printed before the job was durable"
+    again = spool_cli("submit", "echo", "--key", "cli-k", "-a", "n=1")
+    assert again.returncode == 0, again.stderr
+    job_id = again.stdout.strip()
+    assert sorted(p.name for p in (fast_spool / "pending").glob("*.yaml")) == [f"{job_id}.yaml"]
+    status = _run_until_terminal(procs, fast_spool, job_id)
+    assert status["state"] == "done" and status["tries"] == 1
+    _assert_fsck_clean(spool_cli)
+
+
+def test_cli_worker_killed_after_result(fast_spool: Path, spool_cli: Callable[..., Any], procs: Any) -> None:
+    job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
+    crashed = spool_cli("worker", "--burst", "--import", "examples.tasks", env=_crash_env("worker:after-result"))
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert (fast_spool / "leased" / f"{job_id}.yaml").exists()
+    assert (fast_spool / "results" / f"{job_id}.json").exists()
+    status = _run_until_terminal(procs, fast_spool, job_id)
+    assert status["state"] == "done"
+    assert status["attempt"] == 1, "the job ran again although its result existed"
+    assert [a["outcome"] for a in status["attempts"]] == ["done"]
+    _assert_fsck_clean(spool_cli)
+
+
+def test_cli_coordinator_killed_after_expire(fast_spool: Path, spool_cli: Callable[..., Any], procs: Any) -> None:
+    job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
+    claimed = spool_cli("worker", "--burst", "--import", "examples.tasks", env=_crash_env("worker:after-claim"))
+    assert claimed.returncode == -signal.SIGKILL, claimed.stderr
+    coordinator = procs.start("coordinator", env=_crash_env("coordinator:after-expire"), name="crashing")
+    assert coordinator.wait(timeout=60) == -signal.SIGKILL
+    assert (fast_spool / "pending" / f"{job_id}.yaml").exists(), "the lease was not expired"
+    status = _run_until_terminal(procs, fast_spool, job_id)
+    assert status["state"] == "done"
+    assert status["tries"] == 2 and status["attempt"] == 2
+    assert [a["outcome"] for a in status["attempts"]] == ["expired", "done"]
+    _assert_fsck_clean(spool_cli)
+
+
+def test_cli_supervisor_restarts_a_worker_killed_mid_complete(fast_spool: Path, spool_cli: Callable[..., Any],
+                                                             procs: Any) -> None:
+    """``spool run`` passes SPOOL_CRASH_AT to its first children only (SPEC: Crash points)."""
+    job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
+    procs.start("run", "--workers", "1", "--import", "examples.tasks", env=_crash_env("worker:complete-after-stage"),
+                name="run")
+    wait_until(lambda: _finished(fast_spool, job_id), timeout=60, message=f"{job_id} to finish")
+    # The crashed worker's staged result stays in tmp/ until the coordinator's next sweep.
+    wait_until(lambda: not any((fast_spool / "tmp").iterdir()), timeout=30, message="the tmp/ sweep")
+    _stop(procs)
+    status = _status(fast_spool, job_id)
+    assert status["attempt"] == 2 and [a["outcome"] for a in status["attempts"]] == ["expired", "done"]
+    _assert_fsck_clean(spool_cli)

@@ -1,0 +1,246 @@
+"""Power loss: every state a power cut could leave keeps every promise after recovery (see powerloss.py).
+
+Each scenario is recorded once over the real filesystem, then every distinct crash state it
+allows (every cut point, plus up to three unsynced operations or file contents lost) is
+replayed onto a real folder, recovered with ``fsck --repair`` and a coordinator pass, and
+checked against what the callers were told. The bite tests remove one fsync and show the
+model then finds an acknowledged job lost, so a missing fsync cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from powerloss import History, Op, RecordingFS, Scenario, Snapshot, run_model
+from spool import Spool, store
+from spool import job as jobs
+from spool.layout import State, job_name
+from spool.submission import ingest
+from spool.transitions import Lease, claim, complete, fail
+
+RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'
+DROP = b"task: echo\nkey: drop-1\nargs: {text: dropped}\n"
+
+
+def _submit(sp: Any, rec: RecordingFS, *, key: str | None = None, max_tries: int | None = None) -> str:
+    job_id = sp.submit("echo", {"text": "hello"}, key=key, max_tries=max_tries)
+    rec.ack("submit", id=job_id, key=key or job_id, task="echo")
+    return job_id
+
+
+def _claim(sp: Any, rec: RecordingFS, job_id: str) -> Lease:
+    claimed = claim(sp, "w1", {"echo"})
+    assert claimed is not None and claimed.id == job_id
+    rec.ack("claim", id=job_id, attempt=claimed.attempt, tries=claimed.tries)
+    return Lease(job_id, "w1", claimed.attempt)
+
+
+def keyed_submit(sp: Any, rec: RecordingFS) -> None:
+    _submit(sp, rec, key="invoice-2026-11-30")
+
+
+def unkeyed_submit(sp: Any, rec: RecordingFS) -> None:
+    _submit(sp, rec)
+
+
+def submit_claim_complete(sp: Any, rec: RecordingFS) -> None:
+    job_id = _submit(sp, rec, key="book-1")
+    lease = _claim(sp, rec, job_id)
+    complete(sp, lease, RESULT)
+    rec.ack("complete", id=job_id, result=RESULT)
+
+
+def submit_claim_fail_dead(sp: Any, rec: RecordingFS) -> None:
+    job_id = _submit(sp, rec, max_tries=1)
+    lease = _claim(sp, rec, job_id)
+    state = fail(sp, lease, "Traceback: boom")
+    assert state is State.DEAD
+    rec.ack("fail", id=job_id, state=state.value)
+
+
+def submit_claim_fail_retry(sp: Any, rec: RecordingFS) -> None:
+    job_id = _submit(sp, rec, max_tries=3)
+    lease = _claim(sp, rec, job_id)
+    state = fail(sp, lease, "Traceback: boom")
+    assert state is State.PENDING
+    rec.ack("fail", id=job_id, state=state.value)
+
+
+def write_drop(root: Path) -> None:
+    fd = os.open(root / "pending" / "anything.yaml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, DROP)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def drop_ingest(sp: Any, rec: RecordingFS) -> None:
+    job_id = ingest(sp, "anything.yaml")
+    assert job_id is not None
+    rec.ack("ingest", id=job_id, key="drop-1", task="echo")
+
+
+_SUBMITTED_BEFORE: dict[str, str] = {}
+
+
+def submit_two(root: Path) -> None:
+    """Two jobs accepted (durably) before the recorded run."""
+    with Spool(root, environ={}) as sp:
+        for key in ("first", "second"):
+            _SUBMITTED_BEFORE[key] = sp.submit("echo", {"text": key}, key=key)
+
+
+def complete_then_claim_another(sp: Any, rec: RecordingFS) -> None:
+    """The next claim fsyncs leased/, which also makes the completed job's removal from it durable."""
+    for key, job_id in _SUBMITTED_BEFORE.items():
+        rec.ack("submit", id=job_id, key=key, task="echo")
+    lease = _claim(sp, rec, _SUBMITTED_BEFORE["first"])
+    complete(sp, lease, RESULT)
+    rec.ack("complete", id=lease.job_id, result=RESULT)
+    _claim(sp, rec, _SUBMITTED_BEFORE["second"])
+
+
+SCENARIOS = [
+    Scenario("keyed submit", keyed_submit, jobs_bound=(0, 1)),
+    Scenario("unkeyed submit", unkeyed_submit, jobs_bound=(0, 1)),
+    Scenario("submit+claim+complete", submit_claim_complete, jobs_bound=(0, 1)),
+    Scenario("submit+claim+fail to dead", submit_claim_fail_dead, jobs_bound=(0, 1)),
+    Scenario("submit+claim+fail to retry", submit_claim_fail_retry, jobs_bound=(0, 1)),
+    # The drop was on disk before the run: whatever the cut, it becomes exactly one job.
+    Scenario("drop ingest", drop_ingest, prepare=write_drop, jobs_bound=(1, 1)),
+    Scenario("complete, then claim another", complete_then_claim_another, prepare=submit_two, jobs_bound=(2, 2)),
+]
+SCENARIO = {scenario.name: scenario for scenario in SCENARIOS}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name.replace(" ", "-"))
+def test_every_power_cut_keeps_the_promises(scenario: Scenario, tmp_path: Path) -> None:
+    run = run_model(scenario, tmp_path)
+    print(run.summary())
+    assert run.acks, "the scenario acknowledged nothing: it would check nothing"
+    assert run.with_losses > 0, "no state lost anything unsynced: the model did not explore"
+    details = "\n".join(f"{v.state}:\n    " + "\n    ".join(v.problems) for v in run.violations[:5])
+    assert not run.violations, f"{run.summary()}\n{details}"
+
+
+# -- the model bites ------------------------------------------------------------------------------
+
+
+class SkipsPendingFsync(RecordingFS):
+    """The submit path with its one directory fsync removed: pending/ is never fsync'd."""
+
+    def fsync_dir(self, dir_fd: int) -> None:
+        if self.rel(dir_fd) != "pending":
+            super().fsync_dir(dir_fd)
+
+
+def test_model_finds_the_job_lost_without_the_pending_fsync(tmp_path: Path) -> None:
+    run = run_model(Scenario("unkeyed submit, no fsync of pending/", unkeyed_submit), tmp_path,
+                    fs_class=SkipsPendingFsync, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a submit that never fsyncs pending/"
+    assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
+
+
+def test_model_finds_the_job_torn_when_submit_stages_without_fsync(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import spool.submission
+
+    def create_job_unsynced(sp: Any, state: State, job_file: Any) -> None:
+        staged = store.stage(sp, jobs.encode(job_file), sync=False)
+        store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
+
+    monkeypatch.setattr(spool.submission, "create_job", create_job_unsynced)
+    run = run_model(Scenario("keyed submit, job file not fsync'd", keyed_submit), tmp_path, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a submit whose job file is never fsync'd"
+    job_id = run.acks[0].info["id"]
+    assert any(job_id in p for p in run.violations[0].problems), run.violations[0]
+
+
+def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 1 this model found: a job file rewritten in place without fsync'ing its new content
+    (fail back to pending, the move to done, expiry, release) could come back empty after a
+    power cut, and recovery then buried the job as invalid: key, task and counted try gone.
+    Put the unsynced rewrite back and the model must find it again."""
+    import spool.transitions
+
+    def rewrite_job_as_before(sp: Any, state: State, job_file: Any, *, sync: bool) -> None:
+        staged = store.stage(sp, jobs.encode(job_file), sync=sync)
+        store.fs.rename_replace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
+        if sync:
+            store.fs.fsync_dir(sp.layout.fd(state))
+
+    monkeypatch.setattr(spool.transitions, "rewrite_job", rewrite_job_as_before)
+    run = run_model(SCENARIO["submit+claim+fail to retry"], tmp_path, max_drops=1, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a rewrite whose content is never fsync'd"
+    assert any("acknowledged submit" in p for p in run.violations[0].problems), run.violations[0]
+
+
+def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug 2: the move to done/ was not fsync'd, so the next claim's fsync of leased/ could make
+    the job's removal from leased/ durable and its entry in done/ not: the job file vanished,
+    and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
+    import spool.transitions
+    from spool.job import encode
+    from spool.layout import job_name
+
+    def publish_without_done_fsync(sp: Any, job_file: Any, source: State, target: State, *, crash_step: str) -> None:
+        staged = store.stage(sp, encode(job_file), sync=True)
+        store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_file.id))
+        if target is not State.DONE:
+            store.fs.fsync_dir(sp.layout.fd(target))
+        store.fs.unlink(sp.layout.fd(source), job_name(job_file.id))
+
+    monkeypatch.setattr(spool.transitions, "publish_job", publish_without_done_fsync)
+    run = run_model(SCENARIO["complete, then claim another"], tmp_path, max_drops=2, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a move to done/ that is never fsync'd"
+    problems = run.violations[0].problems
+    assert any("lost" in p and "in no folder" in p for p in problems), run.violations[0]
+
+
+# -- the model's rules, on a history written by hand ----------------------------------------------
+
+
+def test_model_loses_exactly_what_was_not_made_durable() -> None:
+    empty = Snapshot(dirs=["", "tmp", "pending"], names={"": {}, "tmp": {}, "pending": {}}, contents={})
+    ops = [
+        Op("create", "tmp", "a", data=b"AAAA", synced=False),
+        Op("rename", "tmp", "a", dst_dir="pending", dst="a.yaml"),
+        Op("fsync_dir", "pending"),
+        Op("create", "tmp", "b", data=b"BB", synced=True),
+        Op("rename", "tmp", "b", dst_dir="pending", dst="b.yaml"),
+    ]
+
+    def after_all(history: History, *, b_created: bool = False) -> list[dict[str, bytes]]:
+        """The states after the last op (only those that kept tmp/b's creation, if asked)."""
+        made_b = set(history.effects_of[3])
+        return [{f"{d}/{n}": content for (d, n), (_i, content) in history.files(state).items()}
+                for state in history.states() if state.cut == len(ops) and not (
+                    b_created and any(unit.effects & made_b for unit in state.lost))]
+
+    states = after_all(History(empty, ops))
+    # pending/a.yaml's name was fsync'd: always there; its data was not: whole, empty or torn.
+    assert all("pending/a.yaml" in files for files in states)
+    assert {files["pending/a.yaml"] for files in states} == {b"AAAA", b"", b"AA"}
+    # tmp/ was never fsync'd: the source half of either rename may be lost (two names).
+    assert any("tmp/a" in files for files in states) and any("tmp/b" in files for files in states)
+    # b's data was fsync'd: never torn; its rename was not: lost whole, or kept.
+    assert {files.get("pending/b.yaml") for files in states} == {b"BB", None}
+    # Once tmp/b exists, its unsynced rename is lost whole or not at all: b is under one name or both.
+    kept_b = after_all(History(empty, ops), b_created=True)
+    assert all("tmp/b" in files or "pending/b.yaml" in files for files in kept_b)
+    # Only the strict model lets an unsynced rename lose its target half alone (the file vanishes).
+    strict = after_all(History(empty, ops, strict_renames=True), b_created=True)
+    assert any("tmp/b" not in files and "pending/b.yaml" not in files for files in strict)
+    # A cut before anything: the spool as it was.
+    assert History(empty, ops).files(next(History(empty, ops).states())) == {}
