@@ -61,6 +61,7 @@ class Coordinator:
         self.timers: dict[str, float] = {}  # job id -> when (our clock) it becomes ready
         self.last_pass: float | None = None
         self.last_reconcile = -1e18
+        self.last_published = -1e18
         self._stop = False
 
     # -- life --------------------------------------------------------------------------------
@@ -133,7 +134,9 @@ class Coordinator:
         self._watch_leases(now)
         self._fire_timers()
         self._advance_chains(arrivals)
-        self.sp.ledger.set_meta(coordinator_seen=format_time(time.time()), lease_seconds=self.lease_seconds)
+        if now - self.last_published >= 1.0:  # `spool stats` needs seconds, not every pass
+            self.last_published = now
+            self.sp.ledger.set_meta(coordinator_seen=format_time(time.time()), lease_seconds=self.lease_seconds)
 
     def _sort_landed(self, landed: list[tuple[str, str]]) -> tuple[list[str], dict[str, set[str]]]:
         drops: list[str] = []
@@ -164,15 +167,25 @@ class Coordinator:
 
     def _watch_leases(self, now: float) -> None:
         leased_fd = self.sp.layout.fd(State.LEASED)
-        names = set(fs.list_dir(leased_fd))
-        current = {n[: -len(JOB_SUFFIX)] for n in names if n.endswith(JOB_SUFFIX) and not is_ignored_name(n)}
+        current: set[str] = set()
+        newest_beat: dict[str, int] = {}  # job id -> the newest attempt with a heartbeat file
+        for name in fs.list_dir(leased_fd):
+            if name.endswith(JOB_SUFFIX) and not is_ignored_name(name):
+                current.add(name[: -len(JOB_SUFFIX)])
+            elif name.startswith(".") and name.endswith(".hb"):
+                job_id, _, attempt = name[1:-3].rpartition(".")
+                if attempt.isdigit():
+                    newest_beat[job_id] = max(newest_beat.get(job_id, 0), int(attempt))
         for job_id in list(self.leases):
             if job_id not in current:
                 del self.leases[job_id]
         for job_id in current:
             watch = self.leases.get(job_id)
-            if watch is None or heartbeat_name(job_id, watch.attempt + 1) in names:
-                watch = self._first_look(job_id, now)
+            beat = newest_beat.get(job_id)
+            if watch is None or (beat is not None and beat > watch.attempt):
+                # A lease we see first gets a fresh full term. Its heartbeat file names the
+                # attempt and holds the worker, so the job file is read only when there is none.
+                watch = self._watch_heartbeat(leased_fd, job_id, beat, now) if beat else self._first_look(job_id, now)
                 if watch is None:
                     continue
             counter = _read_counter(leased_fd, heartbeat_name(job_id, watch.attempt))
@@ -185,6 +198,14 @@ class Coordinator:
                 why = f"no heartbeat for {self.lease_seconds:g}s"
             if why is not None and expire(self.sp, job_id, watch.attempt, why) is not None:
                 self.leases.pop(job_id, None)
+
+    def _watch_heartbeat(self, leased_fd: int, job_id: str, attempt: int, now: float) -> LeaseWatch:
+        counter = _read_counter(leased_fd, heartbeat_name(job_id, attempt))
+        parts = (counter or b"").split()
+        worker = parts[1].decode("utf-8", "replace") if len(parts) > 1 else None
+        watch = LeaseWatch(attempt, worker, counter, now)
+        self.leases[job_id] = watch
+        return watch
 
     def _first_look(self, job_id: str, now: float) -> LeaseWatch | None:
         try:

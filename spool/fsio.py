@@ -12,8 +12,8 @@ The durable-write recipe (RELIABILITY.md) lives here and nowhere else:
 
 All calls work on directory file descriptors opened once with O_NOFOLLOW, so no symlink inside
 the spool is ever followed. Tests swap ``fs`` for a subclass that records or injects faults over
-the real calls (the power-loss model and the I/O-error tests); nothing else may call ``os`` on
-spool files directly.
+the real calls (the power-loss model and the I/O-error tests) with ``use``; nothing else may
+call ``os`` on spool files directly.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import ctypes
 import errno
 import os
 import stat
+from typing import Any
 
 from spool.errors import DiskFull, DurabilityError, InvalidJob
 
@@ -204,4 +205,27 @@ def _raise_disk_full(err: OSError) -> None:
         raise DiskFull("no space left on the spool's filesystem; nothing was accepted") from err
 
 
-fs: RealFS = RealFS()
+class Seam:
+    """The one object every module calls (``from spool.fsio import fs``); ``use`` changes what is
+    behind it, so a swap reaches every caller at once."""
+
+    def __init__(self, impl: RealFS) -> None:
+        self.__dict__["_impl"] = impl
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_impl"], name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        setattr(self.__dict__["_impl"], name, value)
+
+
+def use(impl: RealFS) -> RealFS:
+    """Put ``impl`` (a recording or fault-injecting RealFS subclass) behind ``fs``; returns the
+    one it replaces, to put back."""
+    previous: RealFS = fs.__dict__["_impl"]
+    impl.file_mode = previous.file_mode
+    fs.__dict__["_impl"] = impl
+    return previous
+
+
+fs: RealFS = Seam(RealFS())  # type: ignore[assignment]  # it delegates every RealFS method

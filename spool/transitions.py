@@ -139,8 +139,10 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
 
 def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
     """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
-    change on its own clock; the worker's clock is never read."""
-    fs.overwrite_small(sp.layout.fd(State.LEASED), heartbeat_name(lease.job_id, lease.attempt), b"%d\n" % counter)
+    change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
+    also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
+    fs.overwrite_small(sp.layout.fd(State.LEASED), heartbeat_name(lease.job_id, lease.attempt),
+                       f"{counter} {lease.worker}\n".encode())
 
 
 def lease_status(sp: Spool, lease: Lease) -> str:

@@ -21,7 +21,7 @@ from support import ROOT
 def _run_benchmark(tmp_path: Path, script: str, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     try:
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--dir", str(tmp_path), *args],
-                              cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+                              cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
     finally:
         _kill_leftovers(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -44,7 +44,7 @@ def _kill_leftovers(tmp_path: Path) -> None:
 def test_claim_cost_prints_a_row_per_size(tmp_path: Path) -> None:
     done = _run_benchmark(tmp_path, "claim_cost.py", "--sizes", "40,80", "--claims", "5")
     rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+([\d.]+) ms\s+([\d.]+) ms\s+([\d.]+)\s+([\d.]+) ms\s+([\d.]+) ms\s+([\d.]+) ms$",
-                      done.stdout, re.M)
+                      done.stdout, re.MULTILINE)
     assert [(size, claims) for size, claims, *_ in rows] == [("40", "5"), ("80", "5")], done.stdout
     for _size, _claims, p50, p99, files_read, *_rest in rows:
         assert 0 < float(p50) <= float(p99)

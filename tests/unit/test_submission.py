@@ -190,7 +190,7 @@ class DiskFullFS(RealFS):
 
 
 def test_a_full_disk_at_submit_is_try_later_and_writes_nothing(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fsio.fs, "__class__", DiskFullFS)
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", DiskFullFS())
     with pytest.raises(DiskFull) as info:
         sp.submit("echo", key="k")
     assert info.value.exit_code == 75

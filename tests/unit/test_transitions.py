@@ -141,12 +141,11 @@ class CountingFS(RealFS):
 
 @pytest.fixture
 def counting_fs(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    # Every module holds the one `fsio.fs` instance (`from spool.fsio import fs`), so its class is
-    # what we swap: rebinding the name `spool.fsio.fs` would reach no caller.
-    calls: Counter[str] = Counter()
-    monkeypatch.setattr(fsio.fs, "calls", calls, raising=False)
-    monkeypatch.setattr(fsio.fs, "__class__", CountingFS)
-    return calls
+    # What is behind the seam every module calls (`fsio.use`); monkeypatch puts the real one back.
+    counting = CountingFS()
+    counting.calls = Counter()
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", counting)
+    return counting.calls
 
 
 @pytest.fixture
@@ -189,7 +188,7 @@ def test_heartbeat_is_a_counter_beside_the_job_and_lease_status_reads_the_fence(
     sp.submit("echo")
     claimed, lease = take(sp)
     heartbeat(sp, lease, 7)
-    assert (sp.root / "leased" / heartbeat_name(claimed.id, 1)).read_bytes() == b"7\n"
+    assert (sp.root / "leased" / heartbeat_name(claimed.id, 1)).read_bytes() == f"7 {lease.worker}\n".encode()
     assert listing(sp, "leased") == [job_name(claimed.id)]  # a dot-file is never a job
     assert lease_status(sp, lease) == "held"
     assert lease_status(sp, Lease(claimed.id, "w1", 2)) == "lost"
