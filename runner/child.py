@@ -504,10 +504,15 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as exc:
         import_error = str(exc)
     attempts = _Attempts(config, import_error)
-    _write_all(reply_fd, b'{"hello":true}\n')
-    with open(request_fd, "rb") as requests:
-        for line in requests:
-            _write_all(reply_fd, attempts.run(json.loads(line)))
+    try:
+        _write_all(reply_fd, b'{"hello":true}\n')
+        with open(request_fd, "rb") as requests:
+            for line in requests:
+                _write_all(reply_fd, attempts.run(json.loads(line)))
+    except BrokenPipeError:
+        # RACE: the worker was killed; the kernel closes its end of the pipe before
+        # PR_SET_PDEATHSIG reaches us. Nobody is left to answer: end quietly, no traceback.
+        return 1
     return 0
 
 

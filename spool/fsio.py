@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import stat
 from typing import Any
@@ -106,11 +107,14 @@ class RealFS:
         finally:
             os.close(fd)
 
-    def read_file(self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False) -> bytes:
+    def read_file(self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False,
+                  settled: bool = False) -> bytes:
         """Read a regular file without following a symlink or blocking on a FIFO.
 
         Raises ``InvalidJob`` for a symlink, a non-regular file, a second hard link (when asked)
-        or a file over ``max_bytes``; ``FileNotFoundError`` when the name is gone.
+        or a file over ``max_bytes``; ``FileNotFoundError`` when the name is gone. With
+        ``settled``, raises ``BlockingIOError`` while some process still has the file open for
+        writing (a user writing a drop in place): the kernel refuses a read lease then.
         """
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -126,6 +130,8 @@ class RealFS:
                 raise InvalidJob(f"{name}: not a regular file")
             if single_link and info.st_nlink != 1:
                 raise InvalidJob(f"{name}: has {info.st_nlink} hard links")
+            if settled:
+                _refuse_if_being_written(fd, name)
             if info.st_size > max_bytes:
                 raise InvalidJob(f"{name}: {info.st_size} bytes, over the limit of {max_bytes}")
             chunks = []
@@ -198,6 +204,18 @@ class RealFS:
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+
+def _refuse_if_being_written(fd: int, name: str) -> None:
+    """F_SETLEASE(F_RDLCK) fails with EAGAIN while any process has the file open for writing.
+    Where leases are off (EACCES, EINVAL, ENOLCK), the file is taken as it is."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as err:
+        if err.errno in (errno.EAGAIN, errno.EBUSY):
+            raise BlockingIOError(errno.EAGAIN, "still being written", name) from None
+        return
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
 
 
 def _raise_disk_full(err: OSError) -> None:

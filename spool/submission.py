@@ -187,12 +187,13 @@ def ingest(sp: Spool, name: str) -> str | None:
     job_id = new_id()
     shown = printable(name)  # for the file, the ledger and logs: a name need not be UTF-8
     try:
-        data = fs.read_file(pending, name, sp.settings.max_job_bytes, single_link=True)
+        # RACE: the user may still be writing the drop in place; its close wakes us again.
+        data = fs.read_file(pending, name, sp.settings.max_job_bytes, single_link=True, settled=True)
         spec = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=f"pending/{shown}")
         job = Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
                             default_timeout=sp.settings.default_timeout_seconds, where=f"pending/{shown}")
         state = _initial_state(sp, job)
-    except FileNotFoundError:
+    except (FileNotFoundError, BlockingIOError):
         return None
     except InvalidJob as err:
         return _ingest_invalid(sp, name, job_id, str(err))

@@ -28,8 +28,8 @@ from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
 from spool.layout import State, cancel_name, heartbeat_name, job_name, result_name
 from spool.locks import acquire, job_lock_name
-from spool.store import (clear_lease_files, has_result, move_job, publish_job, read_job, rewrite_job, stage,
-                         unstage, wake)
+from spool.store import (clear_lease_files, folders_of, has_result, move_job, publish_job, read_job, rewrite_job,
+                         stage, unstage, wake)
 
 if TYPE_CHECKING:
     from spool.spool import Spool
@@ -292,6 +292,13 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
         except (FileNotFoundError, InvalidJob):
             return None
         if job_file.attempt != attempt:
+            return None
+        if folders_of(sp, job_id) != [State.LEASED]:
+            # A move to done/ or dead/ died between publishing its new copy and removing this one
+            # (publish_job): that move happened, and the more advanced copy wins. Settle, don't expire.
+            from spool.recovery import resync
+
+            resync(sp, job_id)
             return None
         state, final = _expire_locked(sp, job_file, why)
         sp.ledger.record(final, state, ready=False, event="expire", detail=why)

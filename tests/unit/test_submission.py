@@ -257,3 +257,23 @@ def test_cancel_of_an_ingested_drop_works_like_any_job(sp: Spool) -> None:
     (sp.root / "pending" / "x.yaml").write_text("task: echo\n")
     job_id = ingest(sp, "x.yaml")
     assert job_id is not None and cancel(sp, job_id) == "cancelled"
+
+
+def test_a_drop_still_being_written_waits_for_its_writer(sp: Spool) -> None:
+    """A user may write pending/x.yaml in place: it is ingested once the writer closes it."""
+    from spool.runner.coordinator import Coordinator
+
+    coordinator = Coordinator(sp)
+    with open(sp.root / "pending" / "slow.yaml", "w") as writer:
+        writer.write("task: echo\n")
+        writer.flush()
+        coordinator.run_pass()
+        assert sorted(os.listdir(sp.root / "pending")) == [".wake", "slow.yaml"] or \
+            os.listdir(sp.root / "pending") == ["slow.yaml"]
+        assert os.listdir(sp.root / "dead") == []
+        writer.write("args: {n: 1}\n")
+    coordinator.last_reconcile = -1e18  # the next pass lists the folders again
+    coordinator.run_pass()
+    (job_id,) = sp.ledger.ids(state="pending")
+    assert sp.status(job_id)["dropped_as"] == "slow.yaml" and os.listdir(sp.root / "dead") == []
+    assert sp.job(job_id)[1].job.args == {"n": 1}
