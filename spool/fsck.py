@@ -240,6 +240,7 @@ def _repair(sp: Spool) -> list[str]:
         entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, _now())))
     repaired += _repair_keys_and_results(sp, {e[0].id: e[0] for e in entries}, listing.jobs)
     _clear_stray_lease_files(sp, {e[0].id: e[0] for e in entries if e[1] is State.LEASED})
+    _clear_stray_drop_notes(sp)
     count = sp.ledger.rebuild(entries)
     repaired.append(f"ledger: rebuilt from the files ({count} jobs)")
     return repaired
@@ -271,6 +272,16 @@ def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[st
     # A result without a job is kept: an interrupted purge was finished by the tmp sweep above,
     # so this one may be the only trace of an acknowledged job. fsck reports it for a person.
     return repaired
+
+
+def _clear_stray_drop_notes(sp: Spool) -> None:
+    """``.<id>.drop`` notes outlive their ingest only when it died before its rename."""
+    for state in (State.PENDING, State.WAITING):
+        folder_fd = sp.layout.fd(state)
+        names = set(fs.list_dir(folder_fd))
+        for name in names:
+            if name.startswith(".") and name.endswith(".drop") and job_name(name[1:-5]) not in names:
+                fs.unlink(folder_fd, name, missing_ok=True)
 
 
 def _clear_stray_lease_files(sp: Spool, leased: dict[str, JobFile]) -> None:

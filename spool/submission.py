@@ -208,14 +208,18 @@ def ingest(sp: Spool, name: str) -> str | None:
                 log.warning("ingest: pending/%s has key %r of job %s; the drop was removed", shown, job.key, existing)
                 return existing
             _reserve_key(sp, job.key, job_id)
+        # The drop's name, for finish_ingest should we die between the rename and the rewrite.
+        fs.overwrite_small(sp.layout.fd(state), drop_note_name(job_id), shown.encode())
         try:
             fs.rename_noreplace(pending, name, sp.layout.fd(state), job_name(job_id))
         except FileNotFoundError:
+            fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
             return None
         crash.point("ingest-after-rename")
         job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=shown)
         rewrite_job(sp, state, job_file, sync=True)
         fs.fsync_dir(pending)
+        fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
     finally:
         if key_lock is not None:
             key_lock.release()
@@ -247,6 +251,11 @@ def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State
     log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", source.value, printable(name), printable(error),
                 job_name(job_id))
     return job_id
+
+
+def drop_note_name(job_id: str) -> str:
+    """``.<id>.drop`` beside an ingest in flight: the dropped file's name (a dot-file, never a job)."""
+    return f".{job_id}.drop"
 
 
 def printable(text: str) -> str:
@@ -305,6 +314,12 @@ def finish_ingest(sp: Spool, state: State, job_id: str) -> None:
         else:
             _ingest_invalid(sp, name, job_id, str(err), source=state)
         return
-    job_file = JobFile(job=job, submitted_at=now_text(), dropped_as="(interrupted ingest)")
+    note = drop_note_name(job_id)
+    try:
+        dropped_as = fs.read_file(sp.layout.fd(state), note, 4096).decode("utf-8", "replace")
+    except (FileNotFoundError, InvalidJob):
+        dropped_as = "(interrupted ingest)"
+    job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=dropped_as)
     rewrite_job(sp, state, job_file, sync=True)
+    fs.unlink(sp.layout.fd(state), note, missing_ok=True)
     sp.ledger.record(job_file, state, ready=state is State.PENDING and job.not_before is None, event="ingest")

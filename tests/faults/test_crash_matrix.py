@@ -226,6 +226,16 @@ def nothing_left(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
     assert sp.state(ctx["job"]) is None
 
 
+def dropped_as(name: str) -> Callable[[Spool, Ctx, dict[str, Any]], None]:
+    """An ingest finished by recovery still names the file the user dropped."""
+
+    def check(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+        assert [job_file.dropped_as for _state, job_file in jobs.values()] == [name], jobs
+        assert not [n for n in fs.list_dir(sp.layout.fd(State.PENDING)) if n.endswith(".drop")]
+
+    return check
+
+
 VALID_DROP = "task: echo\nargs: {n: 1}\n"
 KEYED_DROP = "task: echo\nkey: dropped-key\nargs: {n: 1}\n"
 INVALID_DROP = "task: echo\nargs: [not, a, mapping]\n"
@@ -284,8 +294,8 @@ SCENARIOS: dict[str, list[Scenario]] = {
                  expect=("dead:cancelled",)),
     ],
     "coordinator:ingest-after-rename": [
-        Scenario("valid", coordinator_pass, setup=drop(VALID_DROP)),
-        Scenario("keyed", coordinator_pass, setup=drop(KEYED_DROP)),
+        Scenario("valid", coordinator_pass, setup=drop(VALID_DROP), check=dropped_as("drop.yaml")),
+        Scenario("keyed", coordinator_pass, setup=drop(KEYED_DROP), check=dropped_as("drop.yaml")),
         Scenario("invalid", coordinator_pass, setup=drop(INVALID_DROP), expect=("dead:invalid",)),
     ],
     "worker:bury-after-rename": [
