@@ -77,7 +77,8 @@ def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], al
     from spool.runner.supervisor import ChildSpec
 
     base = [sys.executable, "-m", "spool.cli", *app.flag_argv()]
-    extra = [arg for module in import_modules for arg in ("--import", module)] + (["--allow-shell"] if allow_shell else [])
+    extra = [arg for module in import_modules for arg in ("--import", module)]
+    extra += ["--allow-shell"] if allow_shell else []
     env = dict(os.environ)
     specs = [ChildSpec("coordinator", [*base, "coordinator"], env)]
     specs += [ChildSpec(f"worker-{n}", [*base, "worker", *extra], env) for n in range(1, workers + 1)]

@@ -42,7 +42,8 @@ def render_status(view: dict[str, Any]) -> None:
 
 def render_stats(view: dict[str, Any]) -> None:
     counts = view["counts"]
-    click.echo("  ".join(f"{state} {counts.get(state, 0)}" for state in ("pending", "waiting", "leased", "done", "dead")))
+    states = ("pending", "waiting", "leased", "done", "dead")
+    click.echo("  ".join(f"{state} {counts.get(state, 0)}" for state in states))
     click.echo(f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
                f"completed last minute {view['completed_last_minute']}")
     click.echo(f"coordinator: {view['coordinator']}")

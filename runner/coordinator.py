@@ -33,7 +33,7 @@ from spool.ids import is_generated_id, is_valid_id
 from spool.job import format_time, parse_time
 from spool.layout import JOB_SUFFIX, State, heartbeat_name, is_ignored_name
 from spool.locks import is_held, worker_lock_name
-from spool.recovery import list_folders, reconcile, resync_locked
+from spool.recovery import reconcile, resync_locked
 from spool.spool import Spool
 from spool.store import read_job
 from spool.submission import ingest

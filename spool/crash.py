@@ -2,7 +2,8 @@
 
 Every step of every transition calls ``point(step)``; the process declares its role once at start
 (``arm(role, environ)``): ``submit``, ``worker``, ``coordinator``, ``serve``, and ``admin`` for the
-commands a person runs to cancel, requeue or purge. Unarmed, a point is one comparison against ``None``. ``CRASH_POINTS`` is the
+commands a person runs to cancel, requeue or purge. Unarmed, a point is one comparison against
+``None``. ``CRASH_POINTS`` is the
 list ``spool crash-points`` prints; a test checks every ``point()`` call in the source is listed,
 and the crash matrix runs every listed point.
 """

@@ -291,7 +291,8 @@ def _clear_stray_lease_files(sp: Spool, leased: dict[str, JobFile]) -> None:
             continue
         parts = name[1:].split(".")
         job_file = leased.get(parts[0])
-        keep = job_file is not None and (parts[-1] == "cancel" or (len(parts) == 3 and parts[1] == str(job_file.attempt)))
+        current_beat = len(parts) == 3 and job_file is not None and parts[1] == str(job_file.attempt)
+        keep = job_file is not None and (parts[-1] == "cancel" or current_beat)
         if not keep:
             fs.unlink(leased_fd, name, missing_ok=True)
 

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from spool.errors import InvalidJob
@@ -75,7 +75,8 @@ def _job_from_fields(
         raise InvalidJob(f"{where}: field 'task': expected a task name like 'wordcount', got {_show(task)}")
     key = fields.get("key", job_id)
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
-        raise InvalidJob(f"{where}: field 'key': expected a non-empty string of at most {MAX_KEY_CHARS} characters, got {_show(key)}")
+        raise InvalidJob(f"{where}: field 'key': expected a non-empty string of at most {MAX_KEY_CHARS} "
+                         f"characters, got {_show(key)}")
     args = fields.get("args", {})
     if args is None:
         args = {}
@@ -96,7 +97,8 @@ def _job_from_fields(
         not_before = format_time(parse_time(not_before, f"{where}: field 'not_before'"))
     depends_on = fields.get("depends_on") or []
     if not isinstance(depends_on, list) or len(depends_on) > MAX_DEPENDENCIES:
-        raise InvalidJob(f"{where}: field 'depends_on': expected a list of at most {MAX_DEPENDENCIES} job ids, got {_show(depends_on)}")
+        raise InvalidJob(f"{where}: field 'depends_on': expected a list of at most {MAX_DEPENDENCIES} job ids, "
+                         f"got {_show(depends_on)}")
     for dep in depends_on:
         if not is_valid_id(dep):
             raise InvalidJob(f"{where}: field 'depends_on': {_show(dep)} is not a job id")
@@ -158,7 +160,8 @@ class JobFile:
         return out
 
 
-RUNNER_FIELDS = ("id", "submitted_at", "dropped_as", "original", "attempt", "tries", "lease", "backoff_seconds", "reason",
+RUNNER_FIELDS = ("id", "submitted_at", "dropped_as", "original", "attempt", "tries", "lease", "backoff_seconds",
+                 "reason",
                  "error", "skipped_because", "attempts")
 
 
@@ -217,8 +220,8 @@ def tail(text: str, limit_bytes: int = MAX_ERROR_BYTES) -> str:
 def format_time(moment: float | datetime) -> str:
     """RFC 3339 UTC with milliseconds: 2026-11-30T12:00:00.000Z."""
     if not isinstance(moment, datetime):
-        moment = datetime.fromtimestamp(moment, tz=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        moment = datetime.fromtimestamp(moment, tz=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def now_text() -> str:
@@ -232,7 +235,7 @@ def parse_time(value: object, where: str) -> datetime:
         except ValueError:
             moment = None
         if moment is not None and moment.tzinfo is not None:
-            return moment.astimezone(timezone.utc)
+            return moment.astimezone(UTC)
     raise InvalidJob(f"{where}: expected an RFC 3339 time with a zone like '2026-11-30T12:00:00Z', got {_show(value)}")
 
 
@@ -264,7 +267,8 @@ def _is_int(value: object) -> bool:
 
 
 def _kind(value: object) -> str:
-    return {dict: "a mapping", list: "a list", str: "text", type(None): "nothing"}.get(type(value), type(value).__name__)
+    names = {dict: "a mapping", list: "a list", str: "text", type(None): "nothing"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _show(value: object) -> str:

@@ -152,7 +152,7 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
         if not path.is_dir() or path.is_symlink():
             raise SpoolError(f"{path}: exists and is not a folder") from None
         if not (path / MARKER).exists() and any(path.iterdir()):
-            raise SpoolError(f"{path}: folder is not empty and is not a spool; refusing to init here")
+            raise SpoolError(f"{path}: folder is not empty and is not a spool; refusing to init here") from None
     refuse_network_filesystem(path)
     root_fd = fs.open_dir(str(path))
     try:

@@ -151,7 +151,8 @@ class Ledger:
     def set_meta(self, **values: object) -> None:
         with self._write() as db:
             for name, value in values.items():
-                db.execute("INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                db.execute("INSERT INTO meta(name, value) VALUES(?, ?) "
+                           "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                            (name, None if value is None else str(value)))
 
     def worker_seen(self, name: str, pid: int, host: str, started: float, seen: float) -> None:
@@ -180,7 +181,8 @@ class Ledger:
 
     def ready_pending_count(self) -> int:
         # Every submit asks (backpressure): count the partial index's entries, not by_state's rows.
-        return self._read("SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1")[0][0]
+        sql = "SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1"
+        return self._read(sql)[0][0]
 
     def counts(self) -> dict[str, int]:
         return dict(self._read("SELECT state, count(*) FROM jobs GROUP BY state"))
