@@ -31,6 +31,15 @@ def _lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
     return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
 
 
+def _settled_state(sp: Spool, job_id: str) -> State | None:
+    """The job's state once a move a crash left half made is settled (caller holds the lock)."""
+    if len(folders_of(sp, job_id)) > 1:
+        from spool.recovery import resync
+
+        resync(sp, job_id)
+    return state_of(sp, job_id)
+
+
 def cancel(sp: Spool, job_id: str) -> str:
     """PENDING/WAITING -> DEAD (cancelled) before returning; for LEASED, a request the worker
     acts on at its next heartbeat (it kills the attempt and buries the job).
@@ -40,7 +49,7 @@ def cancel(sp: Spool, job_id: str) -> str:
     Returns "cancelled" or "requested". Raises AlreadyTerminal for done or dead jobs.
     """
     with _lock(sp, job_id):
-        state = state_of(sp, job_id)
+        state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
         if state.terminal:
@@ -66,7 +75,7 @@ def requeue(sp: Spool, job_id: str) -> State:
     Crash after it: the file still carries its old reason, which the claim replaces.
     """
     with _lock(sp, job_id):
-        state = state_of(sp, job_id)
+        state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
         if state is not State.DEAD:

@@ -14,7 +14,8 @@ from spool.errors import InvalidJob
 from spool.job import now_text
 from spool.layout import State
 from spool.locks import acquire, job_lock_name
-from spool.store import has_result, move_job, read_job, rewrite_job, state_of, wake
+from spool.recovery import resync
+from spool.store import has_result, move_job, only_in, read_job, rewrite_job, state_of, wake
 from spool.transitions import bury
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
         try:
             job_file = read_job(sp, State.WAITING, job_id)
         except (FileNotFoundError, InvalidJob):
+            return None
+        if not only_in(sp, job_id, State.WAITING):
+            resync(sp, job_id)  # a crashed skip left its dead copy beside this one
             return None
         blocker = None
         for dep in job_file.job.depends_on:
@@ -83,6 +87,9 @@ def make_ready(sp: Spool, job_id: str) -> bool:
         try:
             job_file = read_job(sp, State.PENDING, job_id)
         except (FileNotFoundError, InvalidJob):
+            return False
+        if not only_in(sp, job_id, State.PENDING):
+            resync(sp, job_id)
             return False
         if job_file.backoff_seconds is not None:
             job_file = job_file.replace(backoff_seconds=None)

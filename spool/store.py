@@ -104,6 +104,12 @@ def folders_of(sp: Spool, job_id: str) -> list[State]:
     return sorted(found, key=lambda state: -ADVANCEMENT[state])
 
 
+def only_in(sp: Spool, job_id: str, state: State) -> bool:
+    """The job's file is in ``state`` and no other folder. A crash between ``publish_job``'s two
+    steps leaves two copies; a move must then settle the job (resync), never act on the stale one."""
+    return folders_of(sp, job_id) == [state]
+
+
 def state_of(sp: Spool, job_id: str) -> State | None:
     """The job's state as the files say: a result makes it done whatever folder it is in."""
     folders = folders_of(sp, job_id)

@@ -28,7 +28,7 @@ from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
 from spool.layout import State, cancel_name, heartbeat_name, job_name, result_name
 from spool.locks import acquire, job_lock_name
-from spool.store import (clear_lease_files, folders_of, has_result, move_job, publish_job, read_job, rewrite_job,
+from spool.store import (clear_lease_files, has_result, move_job, only_in, publish_job, read_job, rewrite_job,
                          stage, unstage, wake)
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
     except (FileNotFoundError, InvalidJob):
         resync(sp, job_id)  # the ledger was behind the files, or an ingest is in flight
         return None
-    if has_result(sp, job_id) or job_file.backoff_seconds is not None:
+    if has_result(sp, job_id) or job_file.backoff_seconds is not None or not only_in(sp, job_id, State.PENDING):
         resync(sp, job_id)
         return None
     # A cancel request is only ever written for a lease that holds: one still here is an earlier
@@ -166,6 +166,11 @@ def _check_fence(sp: Spool, lease: Lease) -> JobFile:
     held = job_file.lease or {}
     if job_file.attempt != lease.attempt or held.get("attempt") != lease.attempt:
         raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
+    if not only_in(sp, lease.job_id, State.LEASED):
+        from spool.recovery import resync
+
+        resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won
+        raise LeaseLost(f"{lease.job_id}: moved on by a move a crash interrupted; attempt {lease.attempt} dropped")
     return job_file
 
 
@@ -293,7 +298,7 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
             return None
         if job_file.attempt != attempt:
             return None
-        if folders_of(sp, job_id) != [State.LEASED]:
+        if not only_in(sp, job_id, State.LEASED):
             # A move to done/ or dead/ died between publishing its new copy and removing this one
             # (publish_job): that move happened, and the more advanced copy wins. Settle, don't expire.
             from spool.recovery import resync
