@@ -496,8 +496,10 @@ class SpoolMachine(RuleBasedStateMachine):
             left = read_job(self.sp, State.LEASED, lease.job_id)
         except FileNotFoundError:
             return None
-        if (left.lease or {}).get("worker") != lease.worker:
-            return None  # another worker's lease: not the dead one's
+        if (left.lease or {}).get("worker") != lease.worker or left.attempt != lease.attempt:
+            # Another lease: not the dead one's. The model reuses worker names (w1, w2), where real
+            # workers are unique per process: a later lease under the same name is another worker.
+            return None
         return expire(self.sp, lease.job_id, left.attempt, "worker died (its lock was freed)")
 
     def _crash_expire(self, point: str, step: str, job: MJob) -> None:
