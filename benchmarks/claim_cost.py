@@ -93,21 +93,12 @@ class CountingFS(fsio.RealFS):
 
 @contextmanager
 def swapped_fs(replacement: fsio.RealFS) -> Iterator[None]:
-    """Put ``replacement`` in ``spool.fsio.fs`` and in every spool module that imported ``fs``.
-
-    The modules say ``from spool.fsio import fs``, so assigning ``spool.fsio.fs`` alone would
-    reach none of them: each module's own name is swapped too, and put back afterwards.
-    """
-    original = fsio.fs
-    holders = [module for name, module in list(sys.modules.items())
-               if (name == "spool" or name.startswith("spool.")) and getattr(module, "fs", None) is original]
-    for module in holders:
-        module.fs = replacement  # type: ignore[attr-defined]
+    """Put ``replacement`` behind the seam every spool module calls, and back afterwards."""
+    original = fsio.use(replacement)
     try:
         yield
     finally:
-        for module in holders:
-            module.fs = original  # type: ignore[attr-defined]
+        fsio.use(original)
 
 
 # -- building a big spool fast --------------------------------------------------------------------

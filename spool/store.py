@@ -40,10 +40,16 @@ def unstage(sp: Spool, name: str) -> None:
 
 
 def create_job(sp: Spool, state: State, job_file: JobFile) -> None:
-    """Publish a new job file (tmp, fsync, rename without replace, fsync the folder)."""
+    """Publish a new job file (tmp, fsync, rename without replace); the caller fsyncs the folder."""
+    _place(sp, job_file, state, replace=False)
+
+
+def _place(sp: Spool, job_file: JobFile, state: State, *, replace: bool) -> None:
+    """Write the job's whole content in tmp/, fsync it, and rename it to ``state``/<id>.yaml."""
     staged = stage(sp, jobs.encode(job_file), sync=True)
+    move = fs.rename_replace if replace else fs.rename_noreplace
     try:
-        fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
+        move(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
     except BaseException:
         unstage(sp, staged)
         raise
@@ -58,12 +64,7 @@ def rewrite_job(sp: Spool, state: State, job_file: JobFile, *, sync: bool) -> No
     i.e. whether the rewrite itself must survive; without it a power cut may bring back the
     old, whole content.
     """
-    staged = stage(sp, jobs.encode(job_file), sync=True)
-    try:
-        fs.rename_replace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
-    except BaseException:
-        unstage(sp, staged)
-        raise
+    _place(sp, job_file, state, replace=True)
     if sync:
         fs.fsync_dir(sp.layout.fd(state))
 
@@ -78,12 +79,7 @@ def publish_job(sp: Spool, job_file: JobFile, source: State, target: State, *, c
     its new state never lacks its reason. ``crash_step`` names the crash point between the two.
     Caller holds the job's lock.
     """
-    staged = stage(sp, jobs.encode(job_file), sync=True)
-    try:
-        fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_file.id))
-    except BaseException:
-        unstage(sp, staged)
-        raise
+    _place(sp, job_file, target, replace=False)
     fs.fsync_dir(sp.layout.fd(target))
     crash.point(crash_step)
     fs.unlink(sp.layout.fd(source), job_name(job_file.id), missing_ok=True)
