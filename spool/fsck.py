@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,9 +21,10 @@ from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import JobFile
-from spool.layout import ADVANCEMENT, State, is_ignored_name, job_name, key_name, result_name
+from spool.layout import ADVANCEMENT, State, job_name, key_name, result_name
 from spool.locks import acquire, is_held, job_lock_name, key_lock_name
 from spool.recovery import is_ready, list_folders, resync
+from spool.submission import reservation, reserve_key
 from spool.store import read_job
 
 if TYPE_CHECKING:
@@ -146,11 +148,7 @@ def _check_keys(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Repo
             report.violations.append(f"key {key!r}: two jobs, {owners[key]} and {job_id}")
         owners[key] = job_id
         if job_file.job.has_own_key:
-            try:
-                held = fs.read_file(keys_fd, key_name(key), 256).decode("ascii", "replace").strip()
-            except (FileNotFoundError, InvalidJob):
-                held = None
-            if held != job_id:
+            if reservation(sp, key_name(key)) != job_id:
                 report.violations.append(f"{job_id}: key {key!r} is not reserved for it in keys/")
     reserved = {key_name(job_file.job.key) for _s, job_file in files.values() if job_file.job.has_own_key}
     for name in fs.list_dir(keys_fd):
@@ -237,7 +235,7 @@ def _repair(sp: Spool) -> list[str]:
             job_file = read_job(sp, folders[0], job_id)
         except (InvalidJob, FileNotFoundError):
             continue
-        entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, _now())))
+        entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, time.time())))
     repaired += _repair_keys_and_results(sp, {e[0].id: e[0] for e in entries}, listing.jobs)
     _clear_stray_lease_files(sp, {e[0].id: e[0] for e in entries if e[1] is State.LEASED})
     _clear_stray_drop_notes(sp)
@@ -247,8 +245,6 @@ def _repair(sp: Spool) -> list[str]:
 
 
 def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[str, list[State]]) -> list[str]:
-    from spool.submission import _reserve_key  # the one place that writes reservations
-
     repaired = []
     keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
     wanted = {key_name(f.job.key): f for f in files.values() if f.job.has_own_key}
@@ -260,14 +256,10 @@ def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[st
                     fs.unlink(keys_fd, name, missing_ok=True)
                 repaired.append(f"keys/{name}: a reservation without its job, removed")
     for name, job_file in wanted.items():
-        try:
-            held = fs.read_file(keys_fd, name, 256).strip().decode("ascii", "replace")
-        except (FileNotFoundError, InvalidJob):
-            held = None
-        if held != job_file.id:
+        if reservation(sp, name) != job_file.id:
             lock = acquire(locks_fd, key_lock_name(name), blocking=True)
             with lock:  # type: ignore[union-attr]
-                _reserve_key(sp, job_file.job.key, job_file.id)
+                reserve_key(sp, job_file.job.key, job_file.id)
             repaired.append(f"keys/{name}: reserved again for {job_file.id}")
     # A result without a job is kept: an interrupted purge was finished by the tmp sweep above,
     # so this one may be the only trace of an acknowledged job. fsck reports it for a person.
@@ -295,12 +287,3 @@ def _clear_stray_lease_files(sp: Spool, leased: dict[str, JobFile]) -> None:
         keep = job_file is not None and (parts[-1] == "cancel" or current_beat)
         if not keep:
             fs.unlink(leased_fd, name, missing_ok=True)
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
-
-
-__all__ = ["Report", "fsck", "sweep_tmp", "writer_alive", "is_ignored_name"]

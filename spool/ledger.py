@@ -175,10 +175,6 @@ class Ledger:
             found = cursor.fetchone()
             return dict(zip([c[0] for c in cursor.description], found)) if found else None
 
-    def id_for_key(self, key: str) -> str | None:
-        rows = self._read("SELECT id FROM jobs WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
-
     def ready_pending_count(self) -> int:
         # Every submit asks (backpressure): count the partial index's entries, not by_state's rows.
         sql = "SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1"
@@ -204,11 +200,6 @@ class Ledger:
 
     def dependents(self, dep_id: str) -> list[str]:
         return [row[0] for row in self._read("SELECT job_id FROM deps WHERE dep_id = ?", (dep_id,))]
-
-    def dependencies(self, job_id: str) -> dict[str, str | None]:
-        rows = self._read("SELECT d.dep_id, j.state FROM deps d LEFT JOIN jobs j ON j.id = d.dep_id "
-                          "WHERE d.job_id = ?", (job_id,))
-        return dict(rows)
 
     def history(self, job_id: str) -> list[tuple[float, str, int | None, str | None, str | None]]:
         return self._read("SELECT at, event, attempt, worker, detail FROM history WHERE job_id = ? ORDER BY seq",

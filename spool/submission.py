@@ -61,7 +61,7 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
         _check_room(sp)
         crash.point("after-key-check")
         if key_lock is not None:
-            _reserve_key(sp, job.key, job.id)
+            reserve_key(sp, job.key, job.id)
             crash.point("after-key")
         job_file = JobFile(job=job, submitted_at=now_text())
         create_job(sp, state, job_file)
@@ -117,12 +117,8 @@ def lookup_key(sp: Spool, key: str) -> str | None:
     A job whose key was left to default has its id as its key and no reservation: ``--key ID``
     finds it too, or a second job would carry the same key (and the ledger refuse it).
     """
-    try:
-        data = fs.read_file(sp.layout.fd("keys"), key_name(key), 256)
-    except (FileNotFoundError, InvalidJob):
-        data = b""
-    job_id = data.decode("ascii", errors="replace").strip()
-    if is_valid_id(job_id) and (folders_of(sp, job_id) or has_result(sp, job_id)):
+    job_id = reservation(sp, key_name(key))
+    if job_id is not None and is_valid_id(job_id) and (folders_of(sp, job_id) or has_result(sp, job_id)):
         return job_id
     folders = folders_of(sp, key) if is_valid_id(key) else []
     if folders:
@@ -134,7 +130,15 @@ def lookup_key(sp: Spool, key: str) -> str | None:
     return None
 
 
-def _reserve_key(sp: Spool, key: str, job_id: str) -> None:
+def reservation(sp: Spool, key_hash: str) -> str | None:
+    """What ``keys/<key_hash>`` holds (a job id, unchecked), or None when there is none."""
+    try:
+        return fs.read_file(sp.layout.fd("keys"), key_hash, 256).decode("ascii", errors="replace").strip()
+    except (FileNotFoundError, InvalidJob):
+        return None
+
+
+def reserve_key(sp: Spool, key: str, job_id: str) -> None:
     """keys/<sha> -> id, durable before the job is committed. Caller holds the key's lock."""
     keys_fd = sp.layout.fd("keys")
     staged = stage(sp, job_id.encode() + b"\n", sync=True)
@@ -154,21 +158,16 @@ def _unreserve_if_jobless(sp: Spool, job: Job) -> None:
     if folders_of(sp, job.id):
         return
     try:
-        data = fs.read_file(sp.layout.fd("keys"), key_name(job.key), 256)
-    except (OSError, InvalidJob):
-        return
-    if data.strip() == job.id.encode():
-        fs.unlink(sp.layout.fd("keys"), key_name(job.key), missing_ok=True)
+        if reservation(sp, key_name(job.key)) == job.id:
+            fs.unlink(sp.layout.fd("keys"), key_name(job.key), missing_ok=True)
+    except OSError:
+        pass  # we are already failing with the error that brought us here
 
 
 def remove_key(sp: Spool, key: str, job_id: str) -> None:
     """Forget a purged job's reservation, if it is still that job's."""
     with _lock_key(sp, key):
-        try:
-            data = fs.read_file(sp.layout.fd("keys"), key_name(key), 256)
-        except (OSError, InvalidJob):
-            return
-        if data.strip() == job_id.encode():
+        if reservation(sp, key_name(key)) == job_id:
             fs.unlink(sp.layout.fd("keys"), key_name(key), missing_ok=True)
 
 
@@ -207,7 +206,7 @@ def ingest(sp: Spool, name: str) -> str | None:
                 fs.unlink(pending, name, missing_ok=True)
                 log.warning("ingest: pending/%s has key %r of job %s; the drop was removed", shown, job.key, existing)
                 return existing
-            _reserve_key(sp, job.key, job_id)
+            reserve_key(sp, job.key, job_id)
         # The drop's name, for finish_ingest should we die between the rename and the rewrite.
         fs.overwrite_small(sp.layout.fd(state), drop_note_name(job_id), shown.encode())
         try:

@@ -26,7 +26,7 @@ from spool import crash
 from spool.errors import InvalidJob, LeaseLost
 from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
-from spool.layout import State, cancel_name, heartbeat_name, job_name, result_name
+from spool.layout import State, cancel_name, heartbeat_name, result_name
 from spool.locks import acquire, job_lock_name
 from spool.store import (clear_lease_files, has_result, move_job, only_in, publish_job, read_job, rewrite_job,
                          stage, unstage, wake)
@@ -359,9 +359,6 @@ def release(sp: Spool, lease: Lease) -> None:
     log.info("release %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
     wake(sp)
 
-
-def job_path_for_humans(sp: Spool, state: State, job_id: str) -> str:
-    return str(sp.layout.path(state, job_name(job_id)))
 
 
 # -- cancel of a leased job (by its worker) ---------------------------------------------------
