@@ -39,7 +39,6 @@ from __future__ import annotations
 import ctypes
 import errno as errnos
 import os
-import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,16 +94,11 @@ class FaultFS(RealFS):
     # -- putting it in place -----------------------------------------------------------------
 
     def install(self) -> Callable[[], None]:
-        """Replace ``fs`` in every loaded spool module; returns the function that puts it back."""
-        original = fsio.fs
-        for module in _spool_modules():
-            if getattr(module, "fs", None) is original:
-                module.fs = self  # type: ignore[attr-defined]
+        """Put this behind the seam every spool module calls; returns the function that puts it back."""
+        original = fsio.use(self)
 
         def restore() -> None:
-            for module in _spool_modules():  # also those first imported while we were in place
-                if getattr(module, "fs", None) is self:
-                    module.fs = original  # type: ignore[attr-defined]
+            fsio.use(original)
 
         return restore
 
@@ -177,11 +171,6 @@ class FaultFS(RealFS):
             return result
 
         return renameat2
-
-
-def _spool_modules() -> list[Any]:
-    return [module for name, module in list(sys.modules.items())
-            if module is not None and (name == "spool" or name.startswith("spool."))]
 
 
 class _FaultingOS:

@@ -47,7 +47,6 @@ import itertools
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 import traceback
@@ -63,10 +62,6 @@ from spool.fsio import RealFS
 # Above the largest pid_max Linux allows (2**22), so ``writer_alive`` says "gone".
 DEAD_PID = 4_200_000 + 17
 MAX_DROPS = 3
-
-_SPOOL_MODULES = ("spool.layout", "spool.store", "spool.submission", "spool.transitions", "spool.recovery",
-                  "spool.fsck", "spool.chains", "spool.admin", "spool.spool", "spool.runner.coordinator")
-
 
 # -- 1. recording ---------------------------------------------------------------------------------
 
@@ -178,23 +173,12 @@ class RecordingFS(RealFS):
 
 @contextmanager
 def installed(recorder: RealFS) -> Iterator[RealFS]:
-    """Make ``recorder`` the ``fs`` every spool module calls, and put the original back after.
-
-    Modules bind ``fs`` at import (``from spool.fsio import fs``), so each one is patched.
-    """
-    for name in _SPOOL_MODULES:
-        __import__(name)
-    original = fsio.fs
-    patched = [module for name, module in list(sys.modules.items())
-               if (name == "spool" or name.startswith("spool.")) and getattr(module, "fs", None) is original]
-    for module in patched:
-        module.fs = recorder  # type: ignore[attr-defined]
+    """Put ``recorder`` behind the seam every spool module calls, and the original back after."""
+    original = fsio.use(recorder)
     try:
         yield recorder
     finally:
-        for module in list(sys.modules.values()):
-            if getattr(module, "fs", None) is recorder:
-                module.fs = original  # type: ignore[attr-defined]
+        fsio.use(original)
 
 
 # -- the spool before the run ---------------------------------------------------------------------
