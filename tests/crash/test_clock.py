@@ -122,6 +122,8 @@ def test_a_paused_coordinator_gives_every_lease_a_fresh_term(kit, tmp_path) -> N
     worker = kit.worker("w1")
     job_id = kit.sp.submit("trace", {"path": str(trace), "seconds": 9})
     wait_until(lambda: kit.run_of(trace, 1), timeout=30, message="the attempt to start")
+    # A coordinator stopped before its first pass has no clock reading to jump from: wait for one.
+    wait_until(lambda: kit.sp.ledger.meta("coordinator_seen"), timeout=30, message="the coordinator's first pass")
     pause_seconds = 6.0  # past the coordinator's pause threshold, max(lease / 2, 5 s)
     for proc in (worker, coordinator):
         proc.send_signal(signal.SIGSTOP)
