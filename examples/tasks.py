@@ -1,4 +1,5 @@
-"""Example task modules: import them with ``spool worker --import examples.tasks``.
+"""Example task modules: import them with ``spool worker --import spool.examples.tasks``
+(installed; from a source checkout ``--import examples.tasks`` works too).
 
 ``wordcount`` is built in (``spool.builtin_tasks``); these show the other shapes a handler takes.
 """
