@@ -119,7 +119,7 @@ def test_parse_duration_refuses(text: str | float) -> None:
      ("2 mb", 2000000), ("1GiB", 2**30), ("10B", 10)],
 )
 def test_byte_sizes(text: object, size: int) -> None:
-    assert load_settings(None, {}, {"max_job_bytes": text}).max_job_bytes == size
+    assert load_settings(None, {}, {"max_result_bytes": text}).max_result_bytes == size
 
 
 @pytest.mark.parametrize("text", ["1.5MiB", "-1", "0", "64 kilobytes", "KiB", True])
