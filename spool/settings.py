@@ -296,6 +296,7 @@ def environment_warnings(environ: Mapping[str, str]) -> list[str]:
     lines = []
     for name in sorted(environ):
         if name.startswith("SPOOL_") and name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            lines.append(f"{name} is not a setting" + (f"; did you mean {close[0]}?" if close else ""))
+            # Compared without the shared prefix, which would make every name look close.
+            close = difflib.get_close_matches(name[6:].upper(), [other[6:] for other in known], n=1)
+            lines.append(f"{name} is not a setting" + (f"; did you mean SPOOL_{close[0]}?" if close else ""))
     return lines
