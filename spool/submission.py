@@ -19,7 +19,7 @@ from spool import crash
 from spool.errors import InvalidJob, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
-from spool.job import Job, JobFile, decode, encode, encode_measured, now_text
+from spool.job import Job, JobFile, decode, encode, encode_measured, now_text, yaml_size_floor
 from spool.layout import State, job_name, key_name
 from spool.locks import Lock, acquire, key_lock_name
 from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
@@ -92,8 +92,12 @@ def _encode_within_limit(sp: Spool, job_file: JobFile) -> bytes:
     the limit must never be accepted. The limit is on the spec as the file holds it (YAML); the
     runner's own fields are bounded apart (store.RUNNER_FILE_MAX_BYTES).
     """
-    data, spec_bytes = encode_measured(job_file)
     limit = sp.settings.max_job_bytes
+    floor = yaml_size_floor(job_file.job.args)  # far over: refuse without the slow encode
+    if floor > limit:
+        raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; "
+                         "nothing was written")
+    data, spec_bytes = encode_measured(job_file)
     if spec_bytes > limit:
         raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
     return data

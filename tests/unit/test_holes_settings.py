@@ -108,3 +108,15 @@ def test_encode_measured_is_encode_and_measures_the_spec() -> None:
         data, spec_bytes = encode_measured(job_file)
         assert data == encode(job_file)
         assert 0 < spec_bytes < len(data)
+
+
+@pytest.mark.parametrize("args", [
+    {}, {"a": ""}, {"a": "x " * 500}, {"a": "line\n" * 300}, {"é": "ünïcödé ☃" * 50}, {"q": "'\"" * 40},
+    {"n": [1, 2.5, None, True, [], {}], "m": {"k": [{"x": "y"}] * 30}}, {"a": "\x00\x01" * 100},
+    {"long": " ".join(["word"] * 2000)}, {"yes": "on", "num": "0123", "date": "2026-12-01"},
+])
+def test_the_size_floor_is_never_above_the_real_size(args: dict[str, object]) -> None:
+    from spool.job import yaml_size_floor
+    from spool.yamlsafe import dump_yaml
+
+    assert yaml_size_floor(args) <= len(dump_yaml(args))
