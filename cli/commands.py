@@ -16,11 +16,11 @@ from spool.errors import InvalidJob, NotFound, UsageError
 from spool.fsck import fsck as run_fsck
 from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.layout import State, init_spool, log_name
+from spool.layout import MARKER, State, init_spool, log_name
 from spool.settings import parse_duration
-from spool.spool import build_spec, resolve_root
+from spool.spool import Spool, build_spec, resolve_root
 from spool.yamlsafe import load_yaml
-from spool.cli.main import App, cli, common, merge_common, pass_app
+from spool.cli.main import App, cli, common, merge_common, pass_app, register_crash_points
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 
 
@@ -31,8 +31,13 @@ from spool.cli.render import echo_json, render_stats, render_status, render_tabl
 def init(app: App, group_shared: bool, spool_dir: str | None, json_output: bool) -> None:
     """Create a spool's layout."""
     merge_common(app, spool_dir, json_output)
-    root = init_spool(resolve_root(app.spool_dir, os.environ), group_shared=group_shared)
-    click.echo(f"initialised spool at {root}")
+    root = resolve_root(app.spool_dir, os.environ)
+    existed = (root / MARKER).exists()
+    root = init_spool(root, group_shared=group_shared)
+    if app.json_output:
+        echo_json({"spool": str(root), "created": not existed})
+    else:
+        click.echo(f"initialised spool at {root}")
 
 
 def _parse_args(pairs: tuple[str, ...], args_json: str | None) -> dict[str, Any]:
@@ -96,24 +101,31 @@ def submit(app: App, task: str | None, arg_pairs: tuple[str, ...], args_json: st
         if not isinstance(spec, dict):
             raise InvalidJob(f"{job_file}: expected a mapping of job fields")
         overrides = build_spec("x", key=key, priority=priority, max_tries=max_tries,
-                               timeout=parse_duration(timeout_text) if timeout_text else None,
-                               delay_seconds=parse_duration(delay_text) if delay_text else None,
-                               depends_on=_ids(depends_on))
+                               timeout=_duration("--timeout", timeout_text),
+                               delay_seconds=_duration("--delay", delay_text), depends_on=_ids(depends_on))
         spec.update({k: v for k, v in overrides.items() if k not in ("task", "args")})
         where = job_file
     else:
         if not task:
             raise UsageError("submit needs TASK (or -f FILE)")
         spec = build_spec(task, _parse_args(arg_pairs, args_json), key=key, priority=priority, max_tries=max_tries,
-                          timeout=parse_duration(timeout_text) if timeout_text else None,
-                          delay_seconds=parse_duration(delay_text) if delay_text else None,
-                          depends_on=_ids(depends_on))
+                          timeout=_duration("--timeout", timeout_text),
+                          delay_seconds=_duration("--delay", delay_text), depends_on=_ids(depends_on))
         where = "submit"
     submitted = sp.submit_spec(spec, where=where)
     if app.json_output:
         echo_json({"id": submitted.id, "created": submitted.created})
     else:
         click.echo(submitted.id)
+
+
+def _duration(flag: str, text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return parse_duration(text)
+    except UsageError as err:
+        raise UsageError(f"{flag}: {err}") from None
 
 
 def _read_job_file(path: Path, max_bytes: int) -> bytes:
@@ -147,7 +159,15 @@ def status(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> N
     sp = app.spool()
     view = sp.status(job_id)
     view["coordinator"] = coordinator_state(sp)  # "no coordinator since T" while none runs
-    echo_json(view) if app.json_output else render_status(view)
+    if app.json_output:
+        echo_json(view)
+    else:
+        render_status(view, {dep: _state_word(sp, dep) for dep in view["depends_on"]})
+
+
+def _state_word(sp: Spool, job_id: str) -> str:
+    state = sp.state(job_id)
+    return state.value if state else "purged"
 
 
 @cli.command()
@@ -204,7 +224,7 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None, spool_dir
 @cli.command(name="ls")
 @click.option("--state", "state_name", type=click.Choice([s.value for s in State]), help="Only this state.")
 @click.option("--reason", type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]))
-@click.option("--limit", type=int, default=None, help="At most this many, newest first.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
 @common
 @pass_app
 def ls_command(app: App, state_name: str | None, reason: str | None, limit: int | None, spool_dir: str | None,
@@ -370,9 +390,6 @@ def _show(value: object) -> str:
 @pass_app
 def crash_points(app: App, json_output: bool) -> None:
     """Every SPOOL_CRASH_AT name."""
-    import spool.runner.coordinator  # noqa: F401  (their modules register their points)
-    import spool.runner.worker  # noqa: F401
-    from spool import admin as _admin, chains as _chains, recovery as _recovery, submission as _submission  # noqa: F401
-
+    register_crash_points()
     points = crash.all_points()
     echo_json(points) if app.json_output or json_output else click.echo("\n".join(points))

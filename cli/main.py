@@ -9,17 +9,20 @@ traceback.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
 
+from spool import crash
 from spool.errors import SpoolError, UsageError
-from spool.settings import setting_names
+from spool.settings import environment_warnings, setting_names
 from spool.spool import Spool
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,45 +88,76 @@ def _setting_options(fn: F) -> F:
 def cli(ctx: click.Context, spool_dir: str | None, json_output: bool, **flags: object) -> None:
     """spool: a crash-safe job runner whose queue is a directory."""
     os.umask(0o077)
+    warn_about_environment(os.environ)
     ctx.obj = App(spool_dir=spool_dir, json_output=json_output,
                   flags={name: value for name, value in flags.items() if value is not None})
 
 
+def register_crash_points() -> None:
+    """Import every module that declares crash points, so ``crash.all_points()`` is complete."""
+    import spool.runner.coordinator  # noqa: F401
+    import spool.runner.worker  # noqa: F401
+    from spool import admin, chains, recovery, submission  # noqa: F401
+
+
+def warn_about_environment(environ: Mapping[str, str]) -> None:
+    """Say once, on stderr, what in the environment looks like a typo (spool/ returns the words)."""
+    if environ.get("SPOOL_PARENT_PID"):
+        return  # a supervised child: the supervisor's own process has said it already
+    lines = environment_warnings(environ)
+    target = environ.get("SPOOL_CRASH_AT")
+    if target:  # unset, this costs nothing: the imports happen only for a test's crash run
+        register_crash_points()
+        unknown = crash.unknown_target(target)
+        lines += [unknown] if unknown else []
+    for line in lines:
+        click.echo(f"spool: warning: {line}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the group, turn every error into one line and an exit code."""
+    """Console entry point: run the group, turn every error into one line and an exit code.
+
+    With ``--json`` anywhere before a ``--``, the line is one JSON object, ``{"error", "exit"}``.
+    """
     from spool.cli import commands, processes  # noqa: F401  (registers the commands)
 
+    args = sys.argv[1:] if argv is None else argv
+    words = args[:args.index("--")] if "--" in args else args
+    fail = functools.partial(_fail_with, as_json="--json" in words)
     try:
-        code = cli.main(args=argv, prog_name="spool", standalone_mode=False)
+        code = cli.main(args=args, prog_name="spool", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as err:
         click.echo(err.ctx.get_help() if err.ctx else str(err))
         code = 2
     except click.UsageError as err:
-        _fail(f"{err.format_message()}" + (f" (see `{err.ctx.command_path} --help`)" if err.ctx else ""), 2)
+        fail(f"{err.format_message()}" + (f" (see `{err.ctx.command_path} --help`)" if err.ctx else ""), 2)
     except click.ClickException as err:
-        _fail(err.format_message(), err.exit_code)
+        fail(err.format_message(), err.exit_code)
     except click.exceptions.Exit as err:
         code = err.exit_code
     except click.Abort:
-        _fail("aborted", 130)
+        fail("aborted", 130)
     except UsageError as err:
-        _fail(str(err), err.exit_code)
+        fail(str(err), err.exit_code)
     except SpoolError as err:
-        _fail(str(err), err.exit_code)
+        fail(str(err), err.exit_code)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        fail("interrupted", 130)
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(1)
     except OSError as err:
-        _fail(f"{err.filename + ': ' if err.filename else ''}{err.strerror or err}", 1)
+        fail(f"{err.filename + ': ' if err.filename else ''}{err.strerror or err}", 1)
     except sqlite3.Error as err:  # the ledger failed (a full or failing disk): one line, never a traceback
-        _fail(f"ledger: {err}", 1)
+        fail(f"ledger: {err}", 1)
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo(f"spool: {message}", err=True)
+def _fail_with(message: str, code: int, *, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"error": message, "exit": code}), err=True)
+    else:
+        click.echo(f"spool: {message}", err=True)
     sys.exit(code)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -20,10 +20,16 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> No
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
-def render_status(view: dict[str, Any]) -> None:
+def render_status(view: dict[str, Any], parent_states: Mapping[str, str] | None = None) -> None:
+    """The status page; ``parent_states``: each ``depends_on`` id's state, shown beside it."""
+    parents = parent_states or {}
     lines = [
         ("id", view["id"]), ("key", view["key"]), ("task", view["task"]), ("state", view["state"]),
-        ("reason", view["reason"]), ("attempt", view["attempt"]), ("tries", f"{view['tries']}/{view['max_tries']}"),
+        ("reason", view["reason"]), ("priority", view.get("priority") or None),
+        ("not before", view.get("not_before")),
+        ("depends on", ", ".join(f"{dep} ({parents[dep]})" if dep in parents else dep
+                                 for dep in view.get("depends_on") or ()) or None),
+        ("attempt", view["attempt"]), ("tries", f"{view['tries']}/{view['max_tries']}"),
         ("lease", f"{view['lease']['worker']} (attempt {view['lease']['attempt']}, since {view['lease']['claimed_at']})"
          if view["lease"] else None),
         ("skipped because", view.get("skipped_because")), ("result", view["result"]),
@@ -32,6 +38,8 @@ def render_status(view: dict[str, Any]) -> None:
     for name, value in lines:
         if value is not None:
             click.echo(f"{name + ':':<17}{value}")
+    if view.get("attempts_dropped"):
+        click.echo(f"({view['attempts_dropped']} earlier attempt records not kept)")
     for record in view["attempts"]:
         click.echo(f"attempt {record['attempt']}: {record['outcome'] or 'running'} on {record['worker']} "
                    f"({record['started']} .. {record['ended'] or ''})")

@@ -10,6 +10,7 @@ and the crash matrix runs every listed point.
 
 from __future__ import annotations
 
+import difflib
 import os
 import signal
 from collections.abc import Mapping
@@ -36,6 +37,22 @@ def arm(role: str, environ: Mapping[str, str]) -> None:
     _role = role
     target = environ.get("SPOOL_CRASH_AT") or None
     _target = target.split(":", 1)[1] if target and target.split(":", 1)[0] == role else None
+
+
+def unknown_target(value: str) -> str | None:
+    """A warning if ``value`` (a SPOOL_CRASH_AT) names no listed point, else None.
+
+    Only meaningful once every module that registers points is imported (the CLI does that,
+    and only when SPOOL_CRASH_AT is set, so an unset variable still costs nothing).
+    """
+    points = all_points()
+    if value in points:
+        return None
+    close = difflib.get_close_matches(value, points, n=1)
+    role = value.split(":", 1)[0]
+    hint = f"; did you mean {close[0]}?" if close else (
+        f"; {role} has {', '.join(CRASH_POINTS[role])}" if CRASH_POINTS.get(role) else "")
+    return f"SPOOL_CRASH_AT={value} is not a crash point{hint} (see `spool crash-points`)"
 
 
 def disarm() -> None:

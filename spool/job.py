@@ -25,6 +25,13 @@ SPOOL_FORMAT = 1
 MAX_KEY_CHARS = 512
 MAX_DEPENDENCIES = 1000
 MAX_ERROR_BYTES = 4096
+MAX_TRIES = 1000
+MAX_SECONDS = 100 * 365.25 * 86400.0  # 100 years: the longest timeout (and delay) spool takes
+# Bounds on what the runner adds to a file, so a file it wrote always reads back (store.read_job):
+# the last attempt records are kept (older ones only counted), and only the newest record keeps
+# its whole error; older ones keep their last line.
+MAX_ATTEMPT_RECORDS = 100
+OLD_ERROR_BYTES = 200
 SPEC_FIELDS = ("spool_format", "key", "task", "args", "priority", "max_tries", "timeout", "not_before", "depends_on")
 REASONS = ("failed", "expired", "skipped", "cancelled", "invalid")
 
@@ -87,11 +94,13 @@ def _job_from_fields(
     if not _is_int(priority) or abs(priority) > 1_000_000_000:
         raise InvalidJob(f"{where}: field 'priority': expected an integer, got {_show(priority)}")
     max_tries = fields.get("max_tries", default_max_tries)
-    if not _is_int(max_tries) or not 1 <= max_tries <= 1000:
-        raise InvalidJob(f"{where}: field 'max_tries': expected an integer from 1 to 1000, got {_show(max_tries)}")
+    if not _is_int(max_tries) or not 1 <= max_tries <= MAX_TRIES:
+        raise InvalidJob(f"{where}: field 'max_tries': expected an integer from 1 to {MAX_TRIES}, "
+                         f"got {_show(max_tries)}")
     timeout = fields.get("timeout", default_timeout)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
-        raise InvalidJob(f"{where}: field 'timeout': expected a positive number of seconds, got {_show(timeout)}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SECONDS:
+        raise InvalidJob(f"{where}: field 'timeout': expected a positive number of seconds up to 100 years, "
+                         f"got {_show(timeout)}")
     not_before = fields.get("not_before")
     if not_before is not None:
         not_before = format_time(parse_time(not_before, f"{where}: field 'not_before'"))
@@ -122,6 +131,7 @@ class JobFile:
     skipped_because: str | None = None
     original: str | None = None  # an invalid drop's content, as text
     attempts: tuple[Mapping[str, Any], ...] = field(default=())
+    attempts_dropped: int = 0  # older attempt records not kept (MAX_ATTEMPT_RECORDS)
 
     @property
     def id(self) -> str:
@@ -138,15 +148,21 @@ class JobFile:
         return tuple(records)
 
     def to_mapping(self) -> dict[str, Any]:
+        head, spec, runner = self.mapping_parts()
+        return {**head, **spec, **runner}
+
+    def mapping_parts(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """The file's fields in three runs, in file order: format and id, the user's spec, the runner's."""
         job = self.job
-        out: dict[str, Any] = {
-            "spool_format": SPOOL_FORMAT, "id": job.id, "key": job.key, "task": job.task, "args": dict(job.args),
+        head: dict[str, Any] = {"spool_format": SPOOL_FORMAT, "id": job.id}
+        spec: dict[str, Any] = {
+            "key": job.key, "task": job.task, "args": dict(job.args),
             "priority": job.priority, "max_tries": job.max_tries, "timeout": job.timeout,
         }
         if job.not_before is not None:
-            out["not_before"] = job.not_before
-        out["depends_on"] = list(job.depends_on)
-        out["submitted_at"] = self.submitted_at
+            spec["not_before"] = job.not_before
+        spec["depends_on"] = list(job.depends_on)
+        out: dict[str, Any] = {"submitted_at": self.submitted_at}
         if self.dropped_as is not None:
             out["dropped_as"] = self.dropped_as
         out["attempt"] = self.attempt
@@ -155,18 +171,53 @@ class JobFile:
         for name in ("backoff_seconds", "reason", "error", "skipped_because", "original"):
             value = getattr(self, name)
             if value is not None:
-                out[name] = value
-        out["attempts"] = [dict(record) for record in self.attempts]
-        return out
+                out[name] = tail(value) if name == "error" else value
+        dropped, records = bounded_attempts(self.attempts)
+        if self.attempts_dropped + dropped:
+            out["attempts_dropped"] = self.attempts_dropped + dropped
+        out["attempts"] = records
+        return head, spec, out
+
+
+def bounded_attempts(records: tuple[Mapping[str, Any], ...]) -> tuple[int, list[dict[str, Any]]]:
+    """(how many are dropped, the records to write): the last MAX_ATTEMPT_RECORDS, only the newest
+    with its whole error (a 4 KiB tail), each older one with its error's last line."""
+    kept = records[-MAX_ATTEMPT_RECORDS:]
+    out = [dict(record) for record in kept]
+    for record in out[:-1]:
+        if isinstance(record.get("error"), str):
+            record["error"] = short_error(record["error"])
+    if out and isinstance(out[-1].get("error"), str):
+        out[-1]["error"] = tail(out[-1]["error"])
+    return len(records) - len(kept), out
+
+
+def short_error(text: str, limit_bytes: int = OLD_ERROR_BYTES) -> str:
+    """An older attempt's error: its last non-empty line (what was raised), at most ``limit_bytes``."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    line = lines[-1].strip() if lines else ""
+    data = line.encode("utf-8", errors="replace")
+    if len(data) <= limit_bytes:
+        return line
+    return data[:limit_bytes - 3].decode("utf-8", errors="ignore") + "..."
 
 
 RUNNER_FIELDS = ("id", "submitted_at", "dropped_as", "original", "attempt", "tries", "lease", "backoff_seconds",
                  "reason",
-                 "error", "skipped_because", "attempts")
+                 "error", "skipped_because", "attempts", "attempts_dropped")
 
 
 def encode(job_file: JobFile) -> bytes:
     return dump_yaml(job_file.to_mapping())
+
+
+def encode_measured(job_file: JobFile) -> tuple[bytes, int]:
+    """The same bytes as ``encode``, and how many of them are the user's spec (what max_job_bytes
+    limits). Block-style YAML of a mapping is its top-level entries one after another, so the
+    three runs encoded apart and joined are the file, in one encode."""
+    head, spec, runner = job_file.mapping_parts()
+    spec_bytes = dump_yaml(spec)
+    return dump_yaml(head) + spec_bytes + dump_yaml(runner), len(spec_bytes)
 
 
 def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int) -> JobFile:
@@ -194,6 +245,9 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
     attempts = fields.get("attempts") or []
     if not isinstance(attempts, list) or not all(isinstance(r, Mapping) for r in attempts):
         raise InvalidJob(f"{source}: field 'attempts': expected a list of records")
+    attempts_dropped = fields.get("attempts_dropped", 0)
+    if not _is_int(attempts_dropped) or attempts_dropped < 0:
+        raise InvalidJob(f"{source}: field 'attempts_dropped': expected a count, got {_show(attempts_dropped)}")
     backoff = fields.get("backoff_seconds")
     if backoff is not None and (isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or backoff < 0):
         raise InvalidJob(f"{source}: field 'backoff_seconds': expected seconds, got {_show(backoff)}")
@@ -206,7 +260,22 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
     return JobFile(job=job, submitted_at=submitted_at, dropped_as=fields.get("dropped_as"), attempt=attempt,
                    tries=tries, lease=lease, backoff_seconds=backoff, reason=reason, error=fields.get("error"),
                    skipped_because=fields.get("skipped_because"), original=fields.get("original"),
-                   attempts=tuple(attempts))
+                   attempts=tuple(attempts), attempts_dropped=attempts_dropped)
+
+
+def yaml_size_floor(value: Any) -> int:
+    """A lower bound on plain data's size as YAML, without encoding it (encoding 20 MB takes 15 s).
+
+    Every string and key is written whole, each character as at least one byte, and every item
+    or entry takes at least one more; so a spec this says is over a limit is over it.
+    """
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(len(key) + 1 + yaml_size_floor(item) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(1 + yaml_size_floor(item) for item in value)
+    return 1
 
 
 def tail(text: str, limit_bytes: int = MAX_ERROR_BYTES) -> str:

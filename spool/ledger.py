@@ -189,7 +189,7 @@ class Ledger:
             sql, params = sql + " AND state = ?", params + [state]
         if reason:
             sql, params = sql + " AND reason = ?", params + [reason]
-        sql += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        sql += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit is not None else "")
         return [row[0] for row in self._read(sql, params)]
 
     def not_ready_pending(self) -> list[str]:

@@ -20,11 +20,20 @@ from pathlib import Path
 from types import MappingProxyType
 
 from spool.errors import InvalidJob, UsageError
+from spool.job import MAX_SECONDS, MAX_TRIES  # the job schema's ranges: a default must always make a valid job
 from spool.yamlsafe import load_yaml
 
-__all__ = ["CONFIG_MAX_BYTES", "Settings", "load_settings", "parse_duration", "setting_names"]
+__all__ = ["CONFIG_MAX_BYTES", "MAX_DURATION_SECONDS", "MAX_JOB_BYTES", "MAX_RESULT_BYTES", "MAX_TRIES", "Settings",
+           "environment_warnings", "load_settings", "parse_duration", "setting_names"]
 
 CONFIG_MAX_BYTES = 1024 * 1024
+# Sane maximums, so a typo is refused at start instead of overflowing somewhere later.
+MAX_DURATION_SECONDS = MAX_SECONDS  # 100 years: any delay, timeout or lease
+MAX_JOB_BYTES = 16 * 2**20  # a job's args say where the data is; they are not the data
+MAX_RESULT_BYTES = 2**30
+# SPOOL_* names spool itself uses that are not settings (shell jobs get the last three; tests the seed).
+OTHER_ENV_NAMES = ("SPOOL_DIR", "SPOOL_CRASH_AT", "SPOOL_PARENT_PID", "SPOOL_JOB_ID", "SPOOL_ATTEMPT",
+                   "SPOOL_CHAOS_SEED")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -53,6 +62,8 @@ class Settings:
     sources: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
+    # Things worth a word that are not errors (an unknown SPOOL_* name); the CLI prints them.
+    warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def describe(self) -> list[tuple[str, object, str]]:
         """(name, value, source) for every setting, in declaration order."""
@@ -64,7 +75,7 @@ class Settings:
 
 def setting_names() -> list[str]:
     """Every setting's name, in declaration order (``sources`` is not a setting)."""
-    return [f.name for f in fields(Settings) if f.name != "sources"]
+    return [f.name for f in fields(Settings) if f.name not in ("sources", "warnings")]
 
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h|d)?")
@@ -75,7 +86,8 @@ _DURATION_HINT = "a duration like 30, 30s, 5m or 1h"
 def parse_duration(text: str | float) -> float:
     """Seconds from ``30``, ``1.5``, ``"30s"``, ``"5m"``, ``"1h"``, ``"2d"``, ``"250ms"``.
 
-    Zero is allowed (``--delay 0``); negative, infinite and other forms raise ``UsageError``.
+    Zero is allowed (``--delay 0``); negative, over 100 years (``MAX_DURATION_SECONDS``),
+    infinite and other forms raise ``UsageError``.
     """
     seconds: float | None = None
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -86,6 +98,8 @@ def parse_duration(text: str | float) -> float:
             seconds = float(match[1]) * _SECONDS_PER[match[2]]
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise UsageError(f"expected {_DURATION_HINT}, got {text!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise UsageError(f"{text!r} is too far: at most 100 years ({MAX_DURATION_SECONDS:.0f} seconds)")
     return seconds
 
 
@@ -112,12 +126,19 @@ def _count(raw: object) -> int:
     return value
 
 
+def _tries(raw: object) -> int:
+    value = _count(raw)
+    if value > MAX_TRIES:
+        raise UsageError(f"expected a whole number from 1 to {MAX_TRIES}, got {raw!r}")
+    return value
+
+
 _SIZE = re.compile(r"([0-9]{1,15})\s*(b|kb|kib|mb|mib|gb|gib)?", re.IGNORECASE)
 _BYTES_PER = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20,
               "gb": 10**9, "gib": 2**30}
 
 
-def _size(raw: object) -> int:
+def _size(raw: object, maximum: int) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool):
         value = raw
     else:
@@ -128,7 +149,17 @@ def _size(raw: object) -> int:
         value = int(match[1]) * _BYTES_PER[unit]
     if value < 1:
         raise UsageError(f"expected a size of at least 1 byte, got {raw!r}")
+    if value > maximum:
+        raise UsageError(f"{raw!r} is too big: at most {maximum:,} bytes ({maximum // 2**20} MiB)")
     return value
+
+
+def _job_size(raw: object) -> int:
+    return _size(raw, MAX_JOB_BYTES)
+
+
+def _result_size(raw: object) -> int:
+    return _size(raw, MAX_RESULT_BYTES)
 
 
 _TRUE = ("true", "1", "yes")
@@ -175,15 +206,15 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[object], str]:
 _PARSERS: dict[str, Callable[[object], object]] = {
     "lease_seconds": _positive_duration,
     "heartbeat_seconds": _optional_duration,
-    "max_tries": _count,
+    "max_tries": _tries,
     "backoff_base_seconds": _positive_duration,
     "backoff_max_seconds": _positive_duration,
     "max_pending": _count,
     "poll_seconds": _positive_duration,
     "grace_seconds": _positive_duration,
     "default_timeout_seconds": _positive_duration,
-    "max_job_bytes": _size,
-    "max_result_bytes": _size,
+    "max_job_bytes": _job_size,
+    "max_result_bytes": _result_size,
     "tasks": _modules,
     "log_level": _one_of(LOG_LEVELS),
     "log_format": _one_of(LOG_FORMATS),
@@ -255,4 +286,17 @@ def load_settings(
         except UsageError as err:
             raise UsageError(f"{where}: {name}: {err}") from None
         sources[name] = where
-    return Settings(**values, sources=MappingProxyType(sources))  # type: ignore[arg-type]
+    return Settings(**values, sources=MappingProxyType(sources),  # type: ignore[arg-type]
+                    warnings=tuple(environment_warnings(environ)))
+
+
+def environment_warnings(environ: Mapping[str, str]) -> list[str]:
+    """A line for each ``SPOOL_*`` name that is neither a setting nor one spool uses (a typo)."""
+    known = [f"SPOOL_{name.upper()}" for name in _PARSERS] + list(OTHER_ENV_NAMES)
+    lines = []
+    for name in sorted(environ):
+        if name.startswith("SPOOL_") and name not in known:
+            # Compared without the shared prefix, which would make every name look close.
+            close = difflib.get_close_matches(name[6:].upper(), [other[6:] for other in known], n=1)
+            lines.append(f"{name} is not a setting" + (f"; did you mean SPOOL_{close[0]}?" if close else ""))
+    return lines

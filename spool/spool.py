@@ -21,7 +21,7 @@ from spool import admin, store
 from spool.errors import InvalidJob, NotFound, SpoolError
 from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.job import JobFile, format_time
+from spool.job import MAX_SECONDS, JobFile, format_time
 from spool.layout import Layout, State, init_spool, is_group_shared, refuse_unsafe_root, result_name
 from spool.ledger import Ledger
 from spool.settings import Settings, load_settings
@@ -157,7 +157,16 @@ class Spool:
 def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,
                priority: int | None = None, max_tries: int | None = None, timeout: float | None = None,
                delay_seconds: float | None = None, depends_on: Sequence[str] = ()) -> dict[str, Any]:
-    """A job spec from keyword arguments (the CLI and the Python API share it)."""
+    """A job spec from keyword arguments (the CLI and the Python API share it).
+
+    Checks only what would be mangled on the way into a spec (``args`` copied into a dict,
+    ``depends_on`` iterated, a delay turned into a time); the schema (job.py) checks the rest.
+    Raises InvalidJob.
+    """
+    if args is not None and not isinstance(args, Mapping):
+        raise InvalidJob(f"args must be a mapping of names to values, got {type(args).__name__}")
+    if depends_on is not None and (isinstance(depends_on, (str, bytes)) or not isinstance(depends_on, Iterable)):
+        raise InvalidJob(f"depends_on must be a list of ids, got {type(depends_on).__name__} {depends_on!r:.60}")
     spec: dict[str, Any] = {"task": task, "args": dict(args or {})}
     if key is not None:
         spec["key"] = key
@@ -167,11 +176,20 @@ def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | N
         spec["max_tries"] = max_tries
     if timeout is not None:
         spec["timeout"] = timeout
+    if delay_seconds is not None:
+        _check_delay(delay_seconds)
     if delay_seconds:
         spec["not_before"] = format_time(time.time() + delay_seconds)
     if depends_on:
         spec["depends_on"] = list(depends_on)
     return spec
+
+
+def _check_delay(delay_seconds: object) -> None:
+    if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float)) or not (
+            0 <= delay_seconds <= MAX_SECONDS):
+        raise InvalidJob(f"delay_seconds: expected seconds from 0 to 100 years ({MAX_SECONDS:.0f}), "
+                         f"got {delay_seconds!r:.60}")
 
 
 def status_view(sp: Spool, state: State, job_file: JobFile) -> dict[str, Any]:
@@ -190,6 +208,7 @@ def status_view(sp: Spool, state: State, job_file: JobFile) -> dict[str, Any]:
         "priority": job_file.job.priority, "submitted_at": job_file.submitted_at,
         "depends_on": list(job_file.job.depends_on), "skipped_because": job_file.skipped_because,
         "not_before": job_file.job.not_before, "dropped_as": job_file.dropped_as,
+        "attempts_dropped": job_file.attempts_dropped,
     }
 
 

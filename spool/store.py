@@ -13,17 +13,25 @@ from spool import job as jobs
 from spool.fsio import fs
 from spool.job import JobFile
 from spool.layout import ADVANCEMENT, State, cancel_name, heartbeat_name, job_name, result_name, tmp_name
+from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:
     from spool.spool import Spool
 
 # The runner's own files may carry long errors and an invalid drop's original text.
 _FILE_SLACK_BYTES = 64 * 1024
+# What a job file the runner wrote can never outgrow, whatever max_job_bytes is now or was when
+# it was written: the largest user part a submit accepts (settings.MAX_JOB_BYTES) plus a bound on
+# the runner's additions, which job.py keeps small (at most MAX_ATTEMPT_RECORDS records, only the
+# newest with a whole 4 KiB error; 4 KiB errors; an invalid drop's text cut to fit; even fully
+# YAML-escaped that is well under 1 MiB). A fixed ceiling, not max_job_bytes + slack: lowering the
+# setting later must not make accepted jobs unreadable.
+RUNNER_FILE_MAX_BYTES = MAX_JOB_BYTES + 2**20
 
 
 def read_job(sp: Spool, state: State, job_id: str) -> JobFile:
     """Read and decode ``<state>/<id>.yaml``; FileNotFoundError when absent, InvalidJob if torn."""
-    limit = sp.settings.max_job_bytes + _FILE_SLACK_BYTES
+    limit = RUNNER_FILE_MAX_BYTES
     data = fs.read_file(sp.layout.fd(state), job_name(job_id), limit)
     return jobs.decode(data, source=f"{state.value}/{job_name(job_id)}", expected_id=job_id, max_bytes=limit)
 
@@ -39,14 +47,16 @@ def unstage(sp: Spool, name: str) -> None:
     fs.unlink(sp.layout.fd("tmp"), name, missing_ok=True)
 
 
-def create_job(sp: Spool, state: State, job_file: JobFile) -> None:
-    """Publish a new job file (tmp, fsync, rename without replace); the caller fsyncs the folder."""
-    _place(sp, job_file, state, replace=False)
+def create_job(sp: Spool, state: State, job_file: JobFile, data: bytes | None = None) -> None:
+    """Publish a new job file (tmp, fsync, rename without replace); the caller fsyncs the folder.
+
+    ``data``: the file's bytes when the caller has encoded it already (submit measures them)."""
+    _place(sp, job_file, state, replace=False, data=data)
 
 
-def _place(sp: Spool, job_file: JobFile, state: State, *, replace: bool) -> None:
+def _place(sp: Spool, job_file: JobFile, state: State, *, replace: bool, data: bytes | None = None) -> None:
     """Write the job's whole content in tmp/, fsync it, and rename it to ``state``/<id>.yaml."""
-    staged = stage(sp, jobs.encode(job_file), sync=True)
+    staged = stage(sp, jobs.encode(job_file) if data is None else data, sync=True)
     move = fs.rename_replace if replace else fs.rename_noreplace
     try:
         move(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))

@@ -19,7 +19,7 @@ from spool import crash
 from spool.errors import InvalidJob, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
-from spool.job import Job, JobFile, decode, encode, now_text
+from spool.job import Job, JobFile, decode, encode, encode_measured, now_text, yaml_size_floor
 from spool.layout import State, job_name, key_name
 from spool.locks import Lock, acquire, key_lock_name
 from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
@@ -51,6 +51,8 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
     """
     job = Job.from_spec(spec, job_id=new_id(), default_max_tries=sp.settings.max_tries,
                         default_timeout=sp.settings.default_timeout_seconds, where=where)
+    job_file = JobFile(job=job, submitted_at=now_text())
+    data = _encode_within_limit(sp, job_file)
     state = _initial_state(sp, job)
     key_lock = _lock_key(sp, job.key) if job.has_own_key else None
     try:
@@ -63,8 +65,7 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
         if key_lock is not None:
             reserve_key(sp, job.key, job.id)
             crash.point("after-key")
-        job_file = JobFile(job=job, submitted_at=now_text())
-        create_job(sp, state, job_file)
+        create_job(sp, state, job_file, data)
         crash.point("after-commit")
         fs.fsync_dir(sp.layout.fd(state))
     except BaseException:
@@ -81,6 +82,25 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
         wake(sp)  # a delayed job too: the coordinator sets its timer from the row just recorded
     log.info("submit %s task=%s key=%s -> %s", job.id, job.task, job.key, state.value)
     return Submitted(job.id, created=True)
+
+
+def _encode_within_limit(sp: Spool, job_file: JobFile) -> bytes:
+    """The new job file's bytes, or InvalidJob if its spec is over ``max_job_bytes``.
+
+    Every way in (CLI, Python API, HTTP API) comes through ``submit``, so none can skip the
+    check, and it comes before anything is written: a job the coordinator would later find over
+    the limit must never be accepted. The limit is on the spec as the file holds it (YAML); the
+    runner's own fields are bounded apart (store.RUNNER_FILE_MAX_BYTES).
+    """
+    limit = sp.settings.max_job_bytes
+    floor = yaml_size_floor(job_file.job.args)  # far over: refuse without the slow encode
+    if floor > limit:
+        raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; "
+                         "nothing was written")
+    data, spec_bytes = encode_measured(job_file)
+    if spec_bytes > limit:
+        raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
+    return data
 
 
 def _initial_state(sp: Spool, job: Job) -> State:

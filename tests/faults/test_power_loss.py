@@ -151,8 +151,8 @@ def test_model_finds_the_job_torn_when_submit_stages_without_fsync(tmp_path: Pat
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import spool.submission
 
-    def create_job_unsynced(sp: Any, state: State, job_file: Any) -> None:
-        staged = store.stage(sp, jobs.encode(job_file), sync=False)
+    def create_job_unsynced(sp: Any, state: State, job_file: Any, data: bytes | None = None) -> None:
+        staged = store.stage(sp, jobs.encode(job_file) if data is None else data, sync=False)
         store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
 
     monkeypatch.setattr(spool.submission, "create_job", create_job_unsynced)

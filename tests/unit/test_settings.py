@@ -119,7 +119,7 @@ def test_parse_duration_refuses(text: str | float) -> None:
      ("2 mb", 2000000), ("1GiB", 2**30), ("10B", 10)],
 )
 def test_byte_sizes(text: object, size: int) -> None:
-    assert load_settings(None, {}, {"max_job_bytes": text}).max_job_bytes == size
+    assert load_settings(None, {}, {"max_result_bytes": text}).max_result_bytes == size
 
 
 @pytest.mark.parametrize("text", ["1.5MiB", "-1", "0", "64 kilobytes", "KiB", True])
@@ -255,7 +255,7 @@ def test_describe_lists_every_setting_with_its_source(tmp_path: Path) -> None:
     got = load_settings(write_config(tmp_path, "max_tries: 4\n"), {"SPOOL_TASKS": "a"},
                         {"poll_seconds": 1})
     rows = got.describe()
-    names = [f.name for f in dataclasses.fields(Settings) if f.name != "sources"]
+    names = [f.name for f in dataclasses.fields(Settings) if f.name not in ("sources", "warnings")]
     assert [name for name, _, _ in rows] == names
     table = {name: (value, source) for name, value, source in rows}
     assert table["max_tries"] == (4, "config.yaml")
