@@ -370,23 +370,27 @@ class Child:
         end = self._buffer.find(b"\n")
         if end < 0:
             if len(self._buffer) > self._config["max_result_bytes"] + _REPLY_SLACK:
-                raise _Garbled(f"the attempt's reply was garbled: {_preview(bytes(self._buffer))} ran on with "
-                               "no end (something in the child wrote to its channel to the worker)")
+                raise _Garbled(f"{self._awaited()} was garbled: {_preview(bytes(self._buffer))} ran on with no "
+                               "end (something in the child wrote to its channel to the worker)")
             return None
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
         try:
             return json.loads(line)
         except ValueError:
-            raise _Garbled(f"the attempt's reply was garbled: {_preview(line)} is not a reply (something in the "
+            raise _Garbled(f"{self._awaited()} was garbled: {_preview(line)} is not JSON (something in the "
                            "child wrote to its channel to the worker)") from None
+
+    def _awaited(self) -> str:
+        return "the attempt's reply" if self._hello else "the child's hello"
 
     def _take_hello(self) -> None:
         message = self._next_line()
         if message is None:
             return
         if message != {"hello": True}:
-            raise _Garbled(f"the child's hello was garbled: {_preview(json.dumps(message).encode())}")
+            raise _Garbled(f"the child's hello was garbled: {_preview(json.dumps(message).encode())} is not a "
+                           "hello (something in the child wrote to its channel to the worker)")
         self._hello = True
         if not self._send():
             self._exited = True  # dead right after its hello; poll() says how it died
