@@ -261,7 +261,9 @@ def main(argv: Sequence[str]) -> int:
         _write_all(reply_fd, b'{"hello":true}\n')
         with open(request_fd, "rb") as requests:
             for line in requests:
-                _write_all(reply_fd, attempts.run(json.loads(line)))
+                request = json.loads(line)
+                reply = attempts.run(request)  # a JSON object: the seq goes in front
+                _write_all(reply_fd, b'{"seq":%d,' % int(request["seq"]) + reply[1:])
     except BrokenPipeError:
         # RACE: the worker was killed; the kernel closes its end of the pipe before
         # PR_SET_PDEATHSIG reaches us. Nobody is left to answer: end quietly, no traceback.

@@ -8,12 +8,13 @@ They speak JSON lines over two dedicated pipes (``pass_fds``, which the child mo
 handler's way), so nothing a handler prints can corrupt them:
 
     child  -> worker  {"hello": true}      once, after the task modules are imported
-    worker -> child   {"job_id", "attempt", "task", "args", "tries_left", "deadline"}
-    child  -> worker  {"ok", "value", "error", "reject"}   one reply per request
+    worker -> child   {"seq", "job_id", "attempt", "task", "args", "tries_left", "deadline"}
+    child  -> worker  {"seq", "ok", "value", "error", "reject"}   one reply per request
     EOF on the request pipe asks an idle child to exit.
 
-A reply that is not one of those (a handler wrote to the channel after all) fails the attempt
-with "garbled" and the child is killed and replaced; it never raises in the worker.
+A line that is not the reply to the request in flight (not JSON, not a reply, another ``seq``:
+a handler wrote to the channel after all) fails the attempt as "garbled", and the child is
+killed and replaced; it never raises in the worker.
 
 The child's stdout and stderr are a third pipe, read here while ``poll`` waits: during an attempt
 what comes out goes to the request's ``log`` (the worker's capped ``AttemptLog``), drained up to
@@ -111,10 +112,11 @@ def _preview(data: bytes) -> str:
     return repr(text) + ("..." if len(data) > 80 else "")
 
 
-def _is_reply(message: object) -> bool:
+def _is_reply(message: object, seq: int) -> bool:
     return (
         isinstance(message, dict)
-        and set(message) == {"ok", "value", "error", "reject"}
+        and set(message) == {"seq", "ok", "value", "error", "reject"}
+        and message["seq"] == seq
         and isinstance(message["ok"], bool)
         and isinstance(message["reject"], bool)
         and (message["error"] is None or isinstance(message["error"], str))
@@ -177,6 +179,7 @@ class Child:
         self._hello = self._exited = self._eof = False
         self._spawned_at = 0.0
         self._served = 0
+        self._seq = 0  # numbers the requests; a reply names the one it answers
         self._request: AttemptRequest | None = None
         self._log: LogSink | None = None  # the running attempt's, until its output is drained
         self._encoded = ""
@@ -319,8 +322,9 @@ class Child:
         request = self._request
         assert request is not None
         self._deadline = time.monotonic() + request.timeout_seconds
+        self._seq += 1
         # begin() encoded the rest; the deadline, known only now, is spliced in at the front.
-        view = memoryview(f'{{"deadline":{self._deadline!r},{self._encoded[1:]}\n'.encode())
+        view = memoryview(f'{{"seq":{self._seq},"deadline":{self._deadline!r},{self._encoded[1:]}\n'.encode())
         try:
             while view:
                 view = view[os.write(self._to_child, view) :]
@@ -399,7 +403,7 @@ class Child:
         message = self._next_line()
         if message is None:
             return None
-        if not _is_reply(message):
+        if not _is_reply(message, self._seq):
             raise _Garbled(f"the attempt's reply was garbled: {_preview(json.dumps(message).encode())} is not a "
                            "reply (something in the child wrote to its channel to the worker)")
         self._drain_output()  # the child flushed its output before it replied
@@ -408,6 +412,7 @@ class Child:
             # Recycled so a handler's slow leak never grows without bound.
             threading.Thread(target=_retire, args=self._detach(), daemon=True).start()
             self.start()
+        del message["seq"]
         return Outcome(**message)
 
     def _detach(self) -> tuple[subprocess.Popen[bytes], int]:

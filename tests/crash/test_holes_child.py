@@ -144,7 +144,7 @@ def test_a_spool_renamed_while_it_runs_keeps_running_jobs_and_writing_their_logs
     wait_until(lambda: all(terminal(moved, job_id) for job_id in ids), timeout=60,
                message=f"the jobs submitted after the rename to end (logs in {kit.procs.logs})")
     for n, job_id in enumerate(ids):
-        assert terminal(moved, job_id) == "done", spool_json("status", job_id, spool=moved)
+        assert terminal(moved, job_id) == "done", spool_json("status", job_id, spool=moved)["error"]
         assert (moved / "results" / f"{job_id}.json").exists()
         assert (moved / "logs" / f"{job_id}.1.log").read_text() == f"after-{n} 0\n"
     assert worker.poll() is None and coordinator.poll() is None

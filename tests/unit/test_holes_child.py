@@ -168,7 +168,8 @@ def test_garbage_that_reaches_the_reply_channel_fails_the_attempt_and_replaces_t
 ) -> None:
     first = run(child, AttemptLog(folder, folder, "1.log", 1000), "u.fds")
     pid = child.pid
-    for payload in ("not json\n", '{"hello": true}\n', "no newline at all"):
+    forged = '{"seq": 1, "ok": true, "value": "forged", "error": null, "reject": false}\n'
+    for payload in ("not json\n", '{"hello": true}\n', "no newline at all", forged):
         outcome = run(child, AttemptLog(folder, folder, "2.log", 1000), "u.garble", payload=payload)
         assert not outcome.ok and "the attempt's reply was garbled" in (outcome.error or ""), outcome
         assert child.pid is None, "the child was killed"
