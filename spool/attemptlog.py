@@ -116,7 +116,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 class LogReader:
     """Reads a log in chunks; ``chunks()`` again later yields only what was added (or survived a
-    trim) since. ``missing`` while there is no file yet."""
+    trim) since, and nothing while there is no file yet."""
 
     def __init__(self, logs_fd: int, name: str) -> None:
         self._logs_fd, self._name = logs_fd, name
@@ -124,10 +124,6 @@ class LogReader:
         self._inode: tuple[int, int] | None = None
         self._offset = 0  # where we are in the open file
         self.shown = 0  # output bytes (of the whole stream, cut ones included) handed out so far
-
-    @property
-    def missing(self) -> bool:
-        return self._fd is None and not self._reopen()
 
     def chunks(self) -> Iterator[bytes]:
         if self._fd is None and not self._reopen():
