@@ -18,8 +18,8 @@ killed and replaced; it never raises in the worker.
 
 The child's stdout and stderr are a third pipe, read here while ``poll`` waits: during an attempt
 what comes out goes to the request's ``log`` (the worker's capped ``AttemptLog``), drained up to
-the reply (the child writes its reply after flushing its output) or up to its death; between
-attempts, to the worker's own stderr.
+the reply (the child writes its reply after flushing its output) or up to its death; before the
+hello (at import) and between attempts, to the worker's own stderr.
 
 An attempt's clock starts when its request is sent, which for a fresh child is after the hello:
 a slow import costs the child's start (bounded by ``start_timeout_seconds``), not the attempt's
@@ -357,11 +357,13 @@ class Child:
                 self._output = -1
                 return
             limit -= len(data)
-            if self._log is not None:
+            # The request is sent only after the hello, so what is read before it was printed at
+            # import time: like what comes between attempts, it is the worker's, not the log's.
+            if self._log is not None and self._hello:
                 self._log.write(data)
             else:
                 try:
-                    os.write(2, data)  # between attempts: the worker's own log
+                    os.write(2, data)  # the worker's own log
                 except OSError:
                     pass
 
@@ -395,6 +397,7 @@ class Child:
         if message != {"hello": True}:
             raise _Garbled(f"the child's hello was garbled: {_preview(json.dumps(message).encode())} is not a "
                            "hello (something in the child wrote to its channel to the worker)")
+        self._read_output(_DRAIN_BYTES)  # the import's output, all written before the hello
         self._hello = True
         if not self._send():
             self._exited = True  # dead right after its hello; poll() says how it died

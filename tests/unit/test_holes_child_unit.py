@@ -26,6 +26,10 @@ import time
 
 from spool import task
 
+if os.environ.get("HOLES_PRINT_AT_IMPORT"):
+    print("hello from the import", flush=True)
+    os.write(2, b"and its stderr\\n")
+
 if os.environ.get("HOLES_GARBLE_AT_IMPORT"):
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -183,6 +187,16 @@ def test_garbage_before_the_hello_fails_the_attempt(
     monkeypatch.setenv("HOLES_GARBLE_AT_IMPORT", "1")
     outcome = run(child, AttemptLog(folder, folder, "a.log", 1000), "u.fds")
     assert not outcome.ok and "hello was garbled" in (outcome.error or ""), outcome
+
+
+def test_what_a_task_module_prints_at_import_goes_to_the_workers_stderr_not_the_log(
+    child: Child, tmp_path: Path, folder: int, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HOLES_PRINT_AT_IMPORT", "1")
+    assert run(child, AttemptLog(folder, folder, "a.log", 1000), "shell", argv=["echo", "the job"]).ok
+    assert (tmp_path / "a.log").read_text() == "the job\n"
+    # stdout at import is /dev/null (as between attempts); stderr is the worker's.
+    assert capfd.readouterr().err == "and its stderr\n"
 
 
 def test_a_killed_attempts_output_reaches_its_log(child: Child, tmp_path: Path, folder: int) -> None:
