@@ -86,8 +86,9 @@ def follow_log(sp: Spool, job_id: str, attempt: int, *, only_this: bool) -> None
             reader.close()
         if job_file.attempt < number:
             raise NotFound(f"{job_id}: {state.value} without an attempt {number}")
-        if state.terminal or only_this:
+        if only_this or job_file.attempt == number:  # then the job has ended
             return
+        # A later attempt started (it may even have ended, between two looks): show it too.
         number += 1
         click.echo(f"spool: attempt {number} of {job_id}", err=True)
 

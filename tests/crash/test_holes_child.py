@@ -75,6 +75,15 @@ def fail():
     raise RuntimeError("on purpose")
 
 
+@task("holes.flaky")
+def flaky(until):
+    attempt = current().attempt
+    print(f"attempt {attempt}", flush=True)
+    if attempt < until:
+        raise RuntimeError(f"attempt {attempt} fails on purpose")
+    return attempt
+
+
 @task("holes.current")
 def where():
     me = current()
@@ -250,6 +259,26 @@ def test_logs_follow_on_a_pending_job_waits_for_its_first_attempt_then_follows_i
         follower.wait()
     assert (follower.returncode, err) == (0, "")
     assert out == "".join(f"line {n}\n" for n in range(5))
+    assert kit.state(job_id) == "done"
+
+
+def test_logs_follow_goes_on_to_each_retry_until_the_job_is_done(kit, tasks_env) -> None:
+    kit.coordinator()
+    job_id = kit.sp.submit("holes.flaky", {"until": 3}, max_tries=3)
+    follower = subprocess.Popen([*SPOOL_CMD, "--spool", str(kit.spool_dir), "logs", job_id, "--follow"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pending = os.path.realpath(kit.spool_dir / "pending")
+        wait_until(lambda: follower.poll() is not None or pending in open_paths(follower.pid), timeout=60,
+                   message="the follower to look at the job")
+        start_worker(kit, tasks_env)
+        out, err = follower.communicate(timeout=90)
+    finally:
+        follower.kill()
+        follower.wait()
+    assert follower.returncode == 0, err
+    assert out == "attempt 1\nattempt 2\nattempt 3\n", err
+    assert err == f"spool: attempt 2 of {job_id}\nspool: attempt 3 of {job_id}\n"
     assert kit.state(job_id) == "done"
 
 
