@@ -50,9 +50,9 @@ class Current:
     """The attempt a handler is running in, so it can make its own side effects idempotent.
 
     ``deadline`` is a wall-clock time, seconds since the epoch (the ``time.time()`` scale), at
-    which the worker kills the attempt for its timeout. The worker decides on its monotonic
-    clock, so a step of the wall clock moves ``deadline`` but not the kill: to know how long is
-    left, ask ``seconds_left()``, which counts on ``time.monotonic()``.
+    which the worker kills the attempt for its timeout, as of the attempt's start. The worker
+    decides on its monotonic clock: if the wall clock steps during the attempt, ``deadline`` no
+    longer says when the kill comes and ``seconds_left()`` (on ``time.monotonic()``) still does.
     """
 
     job_id: str
