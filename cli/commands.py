@@ -14,9 +14,8 @@ import click
 from spool import admin, crash
 from spool.errors import InvalidJob, NotFound, UsageError
 from spool.fsck import fsck as run_fsck
-from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.layout import MARKER, State, init_spool, log_name
+from spool.layout import MARKER, State, init_spool
 from spool.settings import parse_duration
 from spool.spool import Spool, build_spec, resolve_root
 from spool.yamlsafe import load_yaml
@@ -339,30 +338,26 @@ def purge(app: App, older_than: str, state_names: str, spool_dir: str | None, js
 
 @cli.command()
 @click.argument("job_id")
-@click.option("--attempt", type=int, help="This attempt (default the latest).")
-@click.option("--follow", is_flag=True, help="Keep printing as the attempt writes.")
+@click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default the latest).")
+@click.option("--follow", is_flag=True,
+              help="Keep printing as the job runs (waiting for its first attempt), until it is done or dead.")
 @common
 @pass_app
 def logs(app: App, job_id: str, attempt: int | None, follow: bool, spool_dir: str | None, json_output: bool) -> None:
-    """An attempt's stdout and stderr."""
+    """An attempt's stdout and stderr (its last max_log_bytes)."""
     merge_common(app, spool_dir, json_output)
+    from spool.cli import logview
+
+    if follow and app.json_output:
+        raise UsageError("--json prints one document; it does not go with --follow")
     sp = app.spool()
-    state, job_file = sp.job(job_id)
-    number = attempt or job_file.attempt
-    if number < 1:
-        raise NotFound(f"{job_id}: no attempt has started yet")
-    logs_fd, name, offset = sp.layout.fd("logs"), log_name(job_id, number), 0
-    while True:
-        try:
-            data = fs.read_file(logs_fd, name, 1 << 30)
-        except FileNotFoundError:
-            data = b""
-        sys.stdout.buffer.write(data[offset:])
-        sys.stdout.flush()
-        offset = len(data)
-        if not follow or (sp.state(job_id) or State.DONE).terminal or (sp.job(job_id)[1].attempt != number):
-            break
-        time.sleep(0.2)
+    number = logview.attempt_to_show(sp, job_id, attempt, follow)
+    if app.json_output:
+        logview.print_log_json(sp, job_id, number)
+    elif follow:
+        logview.follow_log(sp, job_id, number, only_this=attempt is not None)
+    else:
+        logview.print_log(sp, job_id, number)
 
 
 @cli.command()

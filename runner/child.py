@@ -3,13 +3,23 @@
 RQ's work horse, kept between jobs: the worker holds the lease and heartbeats between calls to
 ``Child.poll``, then writes the result and moves the job; the child imports the task modules and
 calls handlers, so a handler that crashes, hangs or leaks costs only the child. ``Child`` is the
-worker's side; ``main`` runs in the child (``python -m spool.runner.child CONFIG``). They speak
-JSON lines over two dedicated pipes (``pass_fds``), so nothing a handler prints can corrupt them:
+worker's side; the child runs ``runner.attempt.main`` (``python -m spool.runner.child CONFIG``).
+They speak JSON lines over two dedicated pipes (``pass_fds``, which the child moves out of a
+handler's way), so nothing a handler prints can corrupt them:
 
     child  -> worker  {"hello": true}      once, after the task modules are imported
-    worker -> child   {"job_id", "attempt", "task", "args", "tries_left", "deadline", "log_path"}
-    child  -> worker  {"ok", "value", "error", "reject"}   one reply per request
+    worker -> child   {"seq", "job_id", "attempt", "task", "args", "tries_left", "deadline"}
+    child  -> worker  {"seq", "ok", "value", "error", "reject"}   one reply per request
     EOF on the request pipe asks an idle child to exit.
+
+A line that is not the reply to the request in flight (not JSON, not a reply, another ``seq``:
+a handler wrote to the channel after all) fails the attempt as "garbled", and the child is
+killed and replaced; it never raises in the worker.
+
+The child's stdout and stderr are a third pipe, read here while ``poll`` waits: during an attempt
+what comes out goes to the request's ``log`` (the worker's capped ``AttemptLog``), drained up to
+the reply (the child writes its reply after flushing its output) or up to its death; before the
+hello (at import) and between attempts, to the worker's own stderr.
 
 An attempt's clock starts when its request is sent, which for a fresh child is after the hello:
 a slow import costs the child's start (bounded by ``start_timeout_seconds``), not the attempt's
@@ -27,8 +37,6 @@ is used by one thread at a time; ``close()`` or ``kill()`` it when done.
 
 from __future__ import annotations
 
-import ctypes
-import faulthandler
 import json
 import math
 import os
@@ -39,20 +47,19 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from subprocess import DEVNULL
-from typing import Any
+from typing import Any, Protocol
 
 import spool
-from spool.errors import UsageError
-from spool.registry import Current, Reject, handler_for, import_task_modules, set_current
-from spool.runner.lifeline import die_with_parent
+from spool.runner.attempt import ERROR_BYTES, describe_exit
 
-ERROR_BYTES = 4096
-_LOG_FLAGS = os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+__all__ = ["ERROR_BYTES", "AttemptRequest", "Child", "LogSink", "Outcome"]
+
 MAX_ATTEMPTS_PER_CHILD = 1000
+_REPLY_SLACK = 1 << 16  # a reply may be this much longer than max_result_bytes
+_DRAIN_BYTES = 16 << 20  # most output taken after a reply or a death (a grandchild may spew on)
 
 # The folder holding the worker's own spool package. An uninstalled checkout's folder must be on
 # the child's path for `-m` to find spool from any cwd; a site-packages folder already is, and
@@ -60,6 +67,12 @@ MAX_ATTEMPTS_PER_CHILD = 1000
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(spool.__file__ or "")))
 _SITES = {os.path.realpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
 _EXTRA_PATH = "" if os.path.realpath(_ROOT) in _SITES else _ROOT
+
+
+class LogSink(Protocol):
+    """Where an attempt's stdout and stderr go (``spool.attemptlog.AttemptLog``); never raises."""
+
+    def write(self, data: bytes) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,7 @@ class AttemptRequest:
     args: dict[str, Any]
     timeout_seconds: float
     tries_left: int
-    log_path: str
+    log: LogSink
 
 
 @dataclass(frozen=True)
@@ -90,13 +103,24 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
-def _describe_exit(returncode: int) -> str:
-    if returncode >= 0:
-        return f"exited with status {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
+class _Garbled(Exception):
+    """The channel carried something that is not the protocol: the attempt fails, the child goes."""
+
+
+def _preview(data: bytes) -> str:
+    text = data[:80].decode("utf-8", errors="replace")
+    return repr(text) + ("..." if len(data) > 80 else "")
+
+
+def _is_reply(message: object, seq: int) -> bool:
+    return (
+        isinstance(message, dict)
+        and set(message) == {"seq", "ok", "value", "error", "reject"}
+        and message["seq"] == seq
+        and isinstance(message["ok"], bool)
+        and isinstance(message["reject"], bool)
+        and (message["error"] is None or isinstance(message["error"], str))
+    )
 
 
 def _has_exited(pid: int) -> bool:
@@ -149,13 +173,15 @@ class Child:
         self._start_timeout_seconds = start_timeout_seconds
         self._max_attempts_per_child = max_attempts_per_child
         self._proc: subprocess.Popen[bytes] | None = None
-        self._to_child = self._from_child = self._pidfd = -1
+        self._to_child = self._from_child = self._output = self._pidfd = -1
         self._poller = select.poll()
         self._buffer = bytearray()
         self._hello = self._exited = self._eof = False
         self._spawned_at = 0.0
         self._served = 0
+        self._seq = 0  # numbers the requests; a reply names the one it answers
         self._request: AttemptRequest | None = None
+        self._log: LogSink | None = None  # the running attempt's, until its output is drained
         self._encoded = ""
         self._deadline: float | None = None  # None until the request is sent
 
@@ -169,6 +195,7 @@ class Child:
             return
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
+        output_r, output_w = os.pipe()
         pythonpath = os.environ.get("PYTHONPATH")
         config = dict(self._config, parent_pid=os.getpid(), pythonpath=pythonpath)
         config.update(request_fd=request_r, reply_fd=reply_w)
@@ -180,6 +207,7 @@ class Child:
                 argv,
                 stdin=DEVNULL,
                 stdout=DEVNULL,
+                stderr=output_w,
                 pass_fds=(request_r, reply_w),
                 env=env,
                 start_new_session=True,
@@ -187,16 +215,20 @@ class Child:
         except BaseException:
             os.close(request_w)
             os.close(reply_r)
+            os.close(output_r)
             raise
         finally:
             # Only the child holds these ends, so its death is EOF / EPIPE to us.
             os.close(request_r)
             os.close(reply_w)
+            os.close(output_w)
         self._spawned_at = time.monotonic()
-        self._to_child, self._from_child = request_w, reply_r
+        self._to_child, self._from_child, self._output = request_w, reply_r, output_r
         os.set_blocking(reply_r, False)
+        os.set_blocking(output_r, False)
         self._poller = select.poll()
         self._poller.register(reply_r, select.POLLIN)
+        self._poller.register(output_r, select.POLLIN)
         try:
             self._pidfd = os.pidfd_open(self._proc.pid)
             self._poller.register(self._pidfd, select.POLLIN)
@@ -208,17 +240,18 @@ class Child:
         if self._request is not None:
             raise RuntimeError("an attempt is already running in this child")
         fields = {"job_id": request.job_id, "attempt": request.attempt, "task": request.task}
-        fields.update(tries_left=request.tries_left, log_path=request.log_path, args=request.args)
+        fields.update(tries_left=request.tries_left, args=request.args)
         encoded = json.dumps(fields)  # first, so args that are not JSON change nothing
         self.start()
-        self._request, self._encoded = request, encoded
+        self._drain_output()  # what came out between attempts is not this attempt's
+        self._request, self._encoded, self._log = request, encoded, request.log
         self._served += 1
         if self._hello and not self._send():
             # The idle child died between attempts (OOM killer, a handler's stray thread). The
             # attempt never reached it, so it gets a fresh child rather than a failure.
             self._kill_and_reap()
             self.start()
-            self._request, self._served = request, 1
+            self._request, self._served, self._log = request, 1, request.log
 
     def poll(self, timeout_seconds: float) -> Outcome | None:
         """Wait up to ``timeout_seconds`` for the attempt's outcome; None while it still runs.
@@ -231,14 +264,18 @@ class Child:
             raise RuntimeError("no attempt is running in this child")
         until = time.monotonic() + max(0.0, timeout_seconds)
         while True:
-            if not self._hello:
-                self._take_hello()
-            elif (outcome := self._take_reply()) is not None:
-                return outcome
-            if self._exited or (self._pidfd < 0 and _has_exited(self._proc.pid)):
-                self._read_available()  # a reply written just before the exit still counts
-                outcome = self._take_reply() if self._hello else None
-                return outcome or _failed(f"child {_describe_exit(self._kill_and_reap())}")
+            try:
+                if not self._hello:
+                    self._take_hello()
+                elif (outcome := self._take_reply()) is not None:
+                    return outcome
+                if self._exited or (self._pidfd < 0 and _has_exited(self._proc.pid)):
+                    self._read_available()  # a reply written just before the exit still counts
+                    outcome = self._take_reply() if self._hello else None
+                    return outcome or _failed(f"child {describe_exit(self._kill_and_reap())}")
+            except _Garbled as err:
+                self.kill()
+                return _failed(str(err))
             now = time.monotonic()
             if self._deadline is not None:
                 limit = self._deadline
@@ -260,6 +297,8 @@ class Child:
             for fd, _ in self._poller.poll(wait_ms if self._pidfd >= 0 else min(wait_ms, 50)):
                 if fd == self._pidfd:
                     self._exited = True
+                elif fd == self._output:
+                    self._read_output(1 << 20)
                 else:
                     self._read_available()
 
@@ -283,8 +322,9 @@ class Child:
         request = self._request
         assert request is not None
         self._deadline = time.monotonic() + request.timeout_seconds
+        self._seq += 1
         # begin() encoded the rest; the deadline, known only now, is spliced in at the front.
-        view = memoryview(f'{{"deadline":{self._deadline!r},{self._encoded[1:]}\n'.encode())
+        view = memoryview(f'{{"seq":{self._seq},"deadline":{self._deadline!r},{self._encoded[1:]}\n'.encode())
         try:
             while view:
                 view = view[os.write(self._to_child, view) :]
@@ -304,38 +344,91 @@ class Child:
                 self._eof = True
             self._buffer += data
 
+    def _read_output(self, limit: int) -> None:
+        """Move up to ``limit`` bytes the child has written to fds 1 and 2 to where they belong."""
+        while limit > 0 and self._output >= 0:
+            try:
+                data = os.read(self._output, min(limit, 1 << 20))
+            except BlockingIOError:
+                return
+            if not data:
+                self._poller.unregister(self._output)  # every writer is gone; the fd stays ours
+                os.close(self._output)
+                self._output = -1
+                return
+            limit -= len(data)
+            # The request is sent only after the hello, so what is read before it was printed at
+            # import time: like what comes between attempts, it is the worker's, not the log's.
+            if self._log is not None and self._hello:
+                self._log.write(data)
+            else:
+                try:
+                    os.write(2, data)  # the worker's own log
+                except OSError:
+                    pass
+
+    def _drain_output(self) -> None:
+        """Take what the child wrote so far (everything, when it has replied or died)."""
+        self._read_output(_DRAIN_BYTES)
+        self._log = None
+
     def _next_line(self) -> Any:
         end = self._buffer.find(b"\n")
         if end < 0:
+            if len(self._buffer) > self._config["max_result_bytes"] + _REPLY_SLACK:
+                raise _Garbled(f"{self._awaited()} was garbled: {_preview(bytes(self._buffer))} ran on with no "
+                               "end (something in the child wrote to its channel to the worker)")
             return None
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise _Garbled(f"{self._awaited()} was garbled: {_preview(line)} is not JSON (something in the "
+                           "child wrote to its channel to the worker)") from None
+
+    def _awaited(self) -> str:
+        return "the attempt's reply" if self._hello else "the child's hello"
 
     def _take_hello(self) -> None:
-        if self._next_line() is not None:
-            self._hello = True
-            if not self._send():
-                self._exited = True  # dead right after its hello; poll() says how it died
+        message = self._next_line()
+        if message is None:
+            return
+        if message != {"hello": True}:
+            raise _Garbled(f"the child's hello was garbled: {_preview(json.dumps(message).encode())} is not a "
+                           "hello (something in the child wrote to its channel to the worker)")
+        self._read_output(_DRAIN_BYTES)  # the import's output, all written before the hello
+        self._hello = True
+        if not self._send():
+            self._exited = True  # dead right after its hello; poll() says how it died
 
     def _take_reply(self) -> Outcome | None:
         message = self._next_line()
         if message is None:
             return None
+        if not _is_reply(message, self._seq):
+            raise _Garbled(f"the attempt's reply was garbled: {_preview(json.dumps(message).encode())} is not a "
+                           "reply (something in the child wrote to its channel to the worker)")
+        self._drain_output()  # the child flushed its output before it replied
         self._request = None
         if self._served >= self._max_attempts_per_child:
             # Recycled so a handler's slow leak never grows without bound.
             threading.Thread(target=_retire, args=self._detach(), daemon=True).start()
             self.start()
+        del message["seq"]
         return Outcome(**message)
 
     def _detach(self) -> tuple[subprocess.Popen[bytes], int]:
         """Forget the child, closing our pipe ends (EOF to it); the caller reaps it."""
         proc, pidfd = self._proc, self._pidfd
         assert proc is not None
+        self._drain_output()
         os.close(self._to_child)
         os.close(self._from_child)
+        if self._output >= 0:
+            os.close(self._output)
         self._proc, self._to_child, self._from_child, self._pidfd = None, -1, -1, -1
+        self._output = -1
         self._buffer.clear()
         self._hello = self._exited = self._eof = False
         self._served = 0
@@ -352,169 +445,7 @@ class Child:
         return proc.wait()
 
 
-# -- the child's side: python -m spool.runner.child CONFIG ---------------------------------------
-
-
-class _Failed(Exception):
-    """An attempt failure whose message says it all; no traceback."""
-
-
-def _tail(data: bytes, limit: int) -> str:
-    """The end of ``data`` as text of at most ``limit`` UTF-8 bytes."""
-    if limit <= 0:
-        return ""
-    text = data[-limit:].decode("utf-8", errors="replace")
-    # A replacement character is wider than the byte it stands for; the cut may split a character.
-    return text.encode()[-limit:].decode("utf-8", errors="ignore")
-
-
-def _error_reply(error: str, *, reject: bool = False) -> bytes:
-    # A lone surrogate (an undecodable file name in a message) would be valid JSON here but not
-    # UTF-8 in the job file the worker writes; replace it.
-    error = error.encode("utf-8", errors="replace").decode()
-    message = {"ok": False, "value": None, "error": error, "reject": reject}
-    return (json.dumps(message) + "\n").encode()
-
-
-def _flush_std() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a handler may have closed them; the attempt still ends
-            pass
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-class _Attempts:
-    """Runs the requests the child reads, one at a time."""
-
-    def __init__(self, config: dict[str, Any], import_error: str | None) -> None:
-        self._allow_shell: bool = config["allow_shell"]
-        self._max_result_bytes: int = config["max_result_bytes"]
-        self._import_error = import_error
-        # What fds 1 and 2 are between attempts: /dev/null and the worker's stderr.
-        self._idle_out, self._idle_err = os.dup(1), os.dup(2)
-        # Loaded now, so a forked shell job calls prctl with no dlopen between fork and exec.
-        self._libc = ctypes.CDLL(None, use_errno=True)
-
-    def run(self, request: dict[str, Any]) -> bytes:
-        if self._import_error is not None:
-            return _error_reply(self._import_error)
-        name, log_path = request["task"], request["log_path"]
-        handler = None if name == "shell" else handler_for(name)
-        if name == "shell" and not self._allow_shell:
-            return _error_reply("shell jobs need a worker started with --allow-shell")
-        if name != "shell" and handler is None:
-            return _error_reply(f"no handler registered for task {name!r}")
-        # A shell job's output tail is read back from the log, hence O_RDWR for it.
-        access = os.O_RDWR if handler is None else os.O_WRONLY
-        try:
-            log = os.open(log_path, access | _LOG_FLAGS, 0o600)
-        except OSError as exc:
-            return _error_reply(f"cannot open attempt log {log_path}: {exc.strerror}")
-        _flush_std()
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        job_id, attempt = request["job_id"], request["attempt"]
-        set_current(Current(job_id, attempt, request["tries_left"], request["deadline"]))
-        try:
-            if handler is None:
-                value: object = self._shell(request["args"], job_id, attempt, log)
-            else:
-                value = handler(**request["args"])
-        except Reject as exc:
-            return _error_reply(traceback.format_exception_only(exc)[-1].strip(), reject=True)
-        except _Failed as exc:
-            return _error_reply(str(exc))
-        except BaseException as exc:  # noqa: BLE001 - even SystemExit only fails the attempt
-            tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # from the handler on
-            text = "".join(traceback.format_exception(type(exc), exc, tb))
-            return _error_reply(_tail(text.encode(errors="replace"), ERROR_BYTES))
-        finally:
-            set_current(None)
-            _flush_std()
-            os.dup2(self._idle_out, 1)
-            os.dup2(self._idle_err, 2)
-            os.close(log)
-        try:
-            text = json.dumps(value, allow_nan=False)
-        except Exception as exc:  # noqa: BLE001 - TypeError, ValueError, RecursionError alike
-            return _error_reply(f"result is not JSON-serialisable: {exc}")
-        if len(text) > self._max_result_bytes:  # ensure_ascii: one byte per character
-            limit = self._max_result_bytes
-            return _error_reply(f"result is {len(text)} bytes, over max_result_bytes {limit}")
-        return b'{"ok":true,"value":' + text.encode() + b',"error":null,"reject":false}\n'
-
-    def _die_with_us(self) -> None:
-        # Runs in the forked shell job before exec: when this child dies, the job dies too.
-        self._libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    def _shell(self, args: Any, job_id: str, attempt: int, log: int) -> dict[str, object]:
-        argv = args.get("argv") if isinstance(args, dict) else None
-        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)) or (
-            set(args) != {"argv"}
-        ):
-            raise _Failed("shell jobs take args {argv: [str, ...]}, a non-empty list of strings")
-        start = os.fstat(log).st_size
-        env = dict(os.environ, SPOOL_JOB_ID=job_id, SPOOL_ATTEMPT=str(attempt))
-        try:
-            # stdout and stderr are inherited: fds 1 and 2 are the attempt log right now.
-            proc = subprocess.Popen(
-                argv,
-                stdin=DEVNULL,
-                env=env,
-                preexec_fn=self._die_with_us,  # noqa: PLW1509 - the child itself runs no threads
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise _Failed(f"cannot run {argv[0]!r}: {reason}") from None
-        status = proc.wait()
-        end = os.fstat(log).st_size
-        size = min(end - start, ERROR_BYTES)
-        output = os.pread(log, size, end - size) if size > 0 else b""
-        if status == 0:
-            return {"exit": 0, "output": _tail(output, ERROR_BYTES)}
-        prefix = f"exit status {status}: " if status > 0 else f"{_describe_exit(status)}: "
-        raise _Failed(prefix + _tail(output, ERROR_BYTES - len(prefix)))
-
-
-def main(argv: Sequence[str]) -> int:
-    """The child's life: tie it to the worker, import the task modules, serve until EOF."""
-    config = json.loads(argv[0])
-    die_with_parent(int(config["parent_pid"]))
-    if config["pythonpath"] is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = config["pythonpath"]
-    request_fd, reply_fd = int(config["request_fd"]), int(config["reply_fd"])
-    # pass_fds made them inheritable; no process a handler starts may hold them, or the
-    # child's death would not be EOF to the worker.
-    os.set_inheritable(request_fd, False)
-    os.set_inheritable(reply_fd, False)
-    sys.path[:0] = config["sys_path"]
-    faulthandler.enable()  # a crash's Python stack goes to fd 2: the attempt log, mid-attempt
-    import_error = None
-    try:
-        import_task_modules(config["import_modules"])
-    except UsageError as exc:
-        import_error = str(exc)
-    attempts = _Attempts(config, import_error)
-    try:
-        _write_all(reply_fd, b'{"hello":true}\n')
-        with open(request_fd, "rb") as requests:
-            for line in requests:
-                _write_all(reply_fd, attempts.run(json.loads(line)))
-    except BrokenPipeError:
-        # RACE: the worker was killed; the kernel closes its end of the pipe before
-        # PR_SET_PDEATHSIG reaches us. Nobody is left to answer: end quietly, no traceback.
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
+    from spool.runner.attempt import main
+
     sys.exit(main(sys.argv[1:]))

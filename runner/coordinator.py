@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
-from filelock import FileLock
-
 from spool import crash
 from spool.chains import advance_waiting, make_ready
 from spool.errors import DiskFull, DurabilityError, InvalidJob
@@ -32,7 +30,7 @@ from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.job import format_time, parse_time
 from spool.layout import JOB_SUFFIX, State, heartbeat_name, is_ignored_name
-from spool.locks import is_held, worker_lock_name
+from spool.locks import Lock, acquire, is_held, worker_lock_name
 from spool.recovery import reconcile, resync_locked
 from spool.spool import Spool
 from spool.store import read_job
@@ -42,6 +40,7 @@ from spool.transitions import expire
 log = logging.getLogger("spool.coordinator")
 
 RECONCILE_SECONDS = 5.0
+COORDINATOR_LOCK = "coordinator.lock"
 
 
 @dataclass
@@ -69,10 +68,7 @@ class Coordinator:
     def run(self) -> int:
         from spool.runner.wake import Waker
 
-        lock = FileLock(str(self.sp.layout.path("locks", "coordinator.lock")))
-        if not _try(lock):
-            log.info("another coordinator runs; waiting for its lock")
-            lock.acquire()
+        lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         folders = [self.sp.layout.path(state) for state in State]
         waker = Waker(folders)
@@ -267,14 +263,16 @@ def _read_counter(dir_fd: int, name: str) -> bytes | None:
         return None
 
 
-def _try(lock: FileLock) -> bool:
-    from filelock import Timeout
-
-    try:
-        lock.acquire(timeout=0)
-        return True
-    except Timeout:
-        return False
+def _coordinator_lock(sp: Spool) -> Lock:
+    """Take ``locks/coordinator.lock`` through the locks/ folder's fd (a renamed spool keeps
+    working), waiting while another coordinator holds it; the kernel frees it when we die."""
+    locks_fd = sp.layout.fd("locks")
+    lock = acquire(locks_fd, COORDINATOR_LOCK, blocking=False)
+    if lock is None:
+        log.info("another coordinator runs; waiting for its lock")
+        lock = acquire(locks_fd, COORDINATOR_LOCK, blocking=True)
+    assert lock is not None  # a blocking acquire returns only once it holds the lock
+    return lock
 
 
 def run_coordinator(sp: Spool) -> int:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from spool import crash, registry
+from spool.attemptlog import AttemptLog
 from spool.errors import DiskFull, DurabilityError, LeaseLost, SpoolError
 from spool.job import JobFile
 from spool.layout import State, log_name
@@ -113,22 +114,41 @@ class Worker:
 
     def _run_attempt(self, job_file: JobFile) -> None:
         lease = Lease(job_file.id, self.name, job_file.attempt)
+        heartbeat(self.sp, lease, 0)
+        name = log_name(job_file.id, lease.attempt)
+        try:
+            # Through the folders' fds: a spool renamed while we run keeps working.
+            attempt_log = AttemptLog(self.sp.layout.fd("logs"), self.sp.layout.fd("tmp"), name,
+                                     self.sp.settings.max_log_bytes)
+        except OSError as err:
+            self._report(lease, Outcome(ok=False, value=None, error=f"cannot open attempt log logs/{name}: "
+                                        f"{err.strerror or err}", reject=False))
+            return
+        try:
+            self._watch_attempt(job_file, lease, attempt_log)
+        finally:
+            attempt_log.close()
+            if attempt_log.error is not None:
+                log.warning("attempt %d of %s: its log stopped at a failed write: %s", lease.attempt,
+                            lease.job_id, attempt_log.error.strerror or attempt_log.error)
+
+    def _watch_attempt(self, job_file: JobFile, lease: Lease, attempt_log: AttemptLog) -> None:
         job = job_file.job
         interval = self._heartbeat_seconds()
         beats = 0
-        heartbeat(self.sp, lease, beats)
         self.child.begin(AttemptRequest(
             job_id=job.id, attempt=lease.attempt, task=job.task, args=dict(job.args), timeout_seconds=job.timeout,
-            tries_left=job.max_tries - job_file.tries,
-            log_path=str(self.sp.layout.path("logs", log_name(job.id, lease.attempt)))))
+            tries_left=job.max_tries - job_file.tries, log=attempt_log))
         next_beat = time.monotonic() + interval
         while True:
             outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
             if outcome is not None:
+                attempt_log.close()  # trimmed before the job moves on: a follower then sees it whole
                 self._report(lease, outcome)
                 return
             if self._must_stop_now():
                 self.child.kill()
+                attempt_log.close()
                 self._release(lease)
                 return
             if time.monotonic() >= next_beat:
@@ -138,6 +158,7 @@ class Worker:
                 status = lease_status(self.sp, lease)
                 if status != "held":
                     self.child.kill()
+                    attempt_log.close()
                     self._give_up(lease, status)
                     return
 

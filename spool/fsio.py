@@ -149,6 +149,22 @@ class RealFS:
         finally:
             os.close(fd)
 
+    def open_log(self, dir_fd: int, name: str) -> int:
+        """Open (create) an attempt log to append to and read back; OSError for anything but a
+        regular file (a symlink is ELOOP, never followed; a FIFO can't block the open)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, self.file_mode, dir_fd=dir_fd)
+        except OSError as err:
+            _raise_disk_full(err)
+            raise
+        return _regular_or_close(fd, name)
+
+    def open_for_reading(self, dir_fd: int, name: str) -> int:
+        """Open a regular file to read in chunks (never following a symlink); OSError otherwise."""
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
+        return _regular_or_close(fd, name)
+
     def lstat(self, dir_fd: int, name: str) -> os.stat_result | None:
         try:
             return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -204,6 +220,14 @@ class RealFS:
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+
+def _regular_or_close(fd: int, name: str) -> int:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", name)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _refuse_if_being_written(fd: int, name: str) -> None:

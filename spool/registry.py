@@ -14,8 +14,9 @@ This module imports ``spool.builtin_tasks`` at the end, so ``wordcount`` is alwa
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from spool.errors import UsageError
@@ -48,14 +49,24 @@ class Reject(Exception):
 class Current:
     """The attempt a handler is running in, so it can make its own side effects idempotent.
 
-    ``deadline`` is a ``time.monotonic()`` value; CLOCK_MONOTONIC is host-wide on Linux, so the
-    number means the same in the worker and in the child.
+    ``deadline`` is a wall-clock time, seconds since the epoch (the ``time.time()`` scale), at
+    which the worker kills the attempt for its timeout, as of the attempt's start. The worker
+    decides on its monotonic clock: if the wall clock steps during the attempt, ``deadline`` no
+    longer says when the kill comes and ``seconds_left()`` (on ``time.monotonic()``) still does.
     """
 
     job_id: str
     attempt: int
     tries_left: int
     deadline: float
+    # The same instant on time.monotonic() (host-wide on Linux, so the worker's number is ours).
+    monotonic_deadline: float | None = field(default=None, repr=False)
+
+    def seconds_left(self) -> float:
+        """Seconds until the attempt's timeout (never below 0), immune to wall-clock steps."""
+        if self.monotonic_deadline is None:
+            return max(0.0, self.deadline - time.time())
+        return max(0.0, self.monotonic_deadline - time.monotonic())
 
 
 def _definition(fn: Callable[..., Any]) -> tuple[str, str] | None:

@@ -54,6 +54,7 @@ class Settings:
     default_timeout_seconds: float = 3600.0
     max_job_bytes: int = 65536
     max_result_bytes: int = 1048576
+    max_log_bytes: int = 1048576  # each attempt's log keeps the last this many bytes of output
     tasks: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
@@ -215,6 +216,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "default_timeout_seconds": _positive_duration,
     "max_job_bytes": _job_size,
     "max_result_bytes": _result_size,
+    "max_log_bytes": _result_size,
     "tasks": _modules,
     "log_level": _one_of(LOG_LEVELS),
     "log_format": _one_of(LOG_FORMATS),
