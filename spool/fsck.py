@@ -4,9 +4,9 @@ Checks: each job in exactly one folder; every job file whole and valid; done iff
 exists (and a dead job has none); every result whole JSON; tries within max_tries; a leased job
 records its lease; each chosen key reserved for exactly its job; the ledger agrees with the
 files. Leftovers in tmp/ whose writer is gone break no promise: they are listed as ``garbage``
-(``--repair`` removes them), never as violations. Safe beside running processes: a move in flight (a job whose lock
-is held, a result whose job is still in leased/, a tmp file whose writer lives, a ledger a
-little behind) is reported as in progress, not as a violation.
+(``--repair`` removes them), never as violations. Safe beside running processes: a move in
+flight (a job whose lock is held, a result whose job is still in leased/, a tmp file whose
+writer lives, a ledger a little behind) is reported as in progress, not as a violation.
 """
 
 from __future__ import annotations

@@ -289,7 +289,10 @@ def has_ingest_evidence(sp: Spool, state: State, job_id: str) -> bool:
     except (OSError, InvalidJob):
         return False
     key = spec.get("key") if isinstance(spec, Mapping) else None
-    return isinstance(key, str) and key != job_id and reservation(sp, key_name(key)) == job_id
+    try:
+        return isinstance(key, str) and key != job_id and reservation(sp, key_name(key)) == job_id
+    except UnicodeError:  # a key YAML can spell but UTF-8 can't (a lone surrogate): no reservation
+        return False
 
 
 def printable(text: str) -> str:
