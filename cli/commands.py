@@ -305,12 +305,14 @@ def fsck(app: App, repair: bool, spool_dir: str | None, json_output: bool) -> No
     report = run_fsck(app.spool(), repair=repair)
     if app.json_output:
         echo_json({"ok": report.ok, "jobs": report.jobs, "violations": report.violations,
-                   "in_progress": report.in_progress, "repaired": report.repaired})
+                   "in_progress": report.in_progress, "garbage": report.garbage, "repaired": report.repaired})
     else:
         for line in report.repaired:
             click.echo(f"repaired: {line}")
         for line in report.in_progress:
             click.echo(f"in progress: {line}")
+        for line in report.garbage:
+            click.echo(f"garbage: {line}")
         for line in report.violations:
             click.echo(f"VIOLATION: {line}")
         click.echo(f"{report.jobs} jobs checked: " + ("every promise holds" if report.ok else

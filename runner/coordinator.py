@@ -2,7 +2,8 @@
 
 On every pass it ingests drops, watches leases, makes delayed and backed-off jobs ready,
 promotes waiting jobs (or skips them when a dependency died), and every few seconds reconciles
-the ledger against folder listings and sweeps tmp/. One coordinator per spool: a second one
+the ledger against folder listings and sweeps tmp/; it sweeps tmp/ at once too when a worker's
+lock frees (a dead worker's staging files), and when it stops. One coordinator per spool: a second one
 waits on ``locks/coordinator.lock`` and takes over when the first dies.
 
 Leases (SPEC promise 4): for each leased job it notes, on ``time.monotonic()``, when it last saw
@@ -80,6 +81,7 @@ class Coordinator:
             while not self._stop:
                 self.run_pass(landed)
                 landed = waker.wait(self._next_wait())
+            sweep_tmp(self.sp)  # what a worker that died since our last sweep staged is garbage
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a move; a failed fsync is final (RELIABILITY.md). Exit for the
             # supervisor to restart us: a move left half made is settled by the next reconcile.
@@ -175,6 +177,7 @@ class Coordinator:
         for job_id in list(self.leases):
             if job_id not in current:
                 del self.leases[job_id]
+        dead_writer = False
         for job_id in current:
             watch = self.leases.get(job_id)
             beat = newest_beat.get(job_id)
@@ -190,10 +193,13 @@ class Coordinator:
             why = None
             if watch.worker and is_held(self.sp.layout.fd("locks"), worker_lock_name(watch.worker)) is False:
                 why = f"worker {watch.worker} died (its lock was freed)"
+                dead_writer = True
             elif now - watch.changed > self.lease_seconds:
                 why = f"no heartbeat for {self.lease_seconds:g}s"
             if why is not None and expire(self.sp, job_id, watch.attempt, why) is not None:
                 self.leases.pop(job_id, None)
+        if dead_writer:
+            sweep_tmp(self.sp)  # a dead worker's staged result (or rewrite) is garbage now: sweep it
 
     def _watch_heartbeat(self, leased_fd: int, job_id: str, attempt: int, now: float) -> LeaseWatch:
         counter = _read_counter(leased_fd, heartbeat_name(job_id, attempt))

@@ -33,7 +33,7 @@ def _lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
 
 def _settled_state(sp: Spool, job_id: str) -> State | None:
     """The job's state once a move a crash left half made is settled (caller holds the lock)."""
-    if len(folders_of(sp, job_id)) > 1:
+    if folders_of(sp, job_id):  # two copies, or a hand move back to pending/ to finish first
         from spool.recovery import resync
 
         resync(sp, job_id)

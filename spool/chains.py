@@ -14,7 +14,7 @@ from spool.errors import InvalidJob
 from spool.job import now_text
 from spool.layout import State
 from spool.locks import acquire, job_lock_name
-from spool.recovery import resync
+from spool.recovery import moved_back_by_hand, resync
 from spool.store import has_result, move_job, only_in, read_job, rewrite_job, state_of, wake
 from spool.transitions import bury
 
@@ -45,8 +45,8 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
             job_file = read_job(sp, State.WAITING, job_id)
         except (FileNotFoundError, InvalidJob):
             return None
-        if not only_in(sp, job_id, State.WAITING):
-            resync(sp, job_id)  # a crashed skip left its dead copy beside this one
+        if not only_in(sp, job_id, State.WAITING) or moved_back_by_hand(job_file):
+            resync(sp, job_id)  # a crashed skip left its dead copy beside this one, or a hand move
             return None
         blocker = None
         for dep in job_file.job.depends_on:

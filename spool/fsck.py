@@ -2,10 +2,11 @@
 
 Checks: each job in exactly one folder; every job file whole and valid; done iff a result
 exists (and a dead job has none); every result whole JSON; tries within max_tries; a leased job
-records its lease; each chosen key reserved for exactly its job; no leftovers in tmp/; the
-ledger agrees with the files. Safe beside running processes: a move in flight (a job whose lock
-is held, a result whose job is still in leased/, a tmp file whose writer lives, a ledger a
-little behind) is reported as in progress, not as a violation.
+records its lease; each chosen key reserved for exactly its job; the ledger agrees with the
+files. Leftovers in tmp/ whose writer is gone break no promise: they are listed as ``garbage``
+(``--repair`` removes them), never as violations. Safe beside running processes: a move in
+flight (a job whose lock is held, a result whose job is still in leased/, a tmp file whose
+writer lives, a ledger a little behind) is reported as in progress, not as a violation.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import JobFile
-from spool.layout import ADVANCEMENT, State, job_name, key_name, result_name
+from spool.layout import State, job_name, key_name, result_name
 from spool.locks import acquire, is_held, job_lock_name, key_lock_name
-from spool.recovery import is_ready, list_folders, resync
+from spool.recovery import copies_of, is_ready, list_folders, moved_back_by_hand, resync
 from spool.submission import reservation, reserve_key
 from spool.store import read_job
+from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
     from spool.spool import Spool
@@ -36,6 +38,7 @@ class Report:
     violations: list[str] = field(default_factory=list)
     in_progress: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
+    garbage: list[str] = field(default_factory=list)  # breaks no promise; --repair removes it
     jobs: int = 0
 
     @property
@@ -83,10 +86,26 @@ def _check(sp: Spool) -> Report:
 
 def _check_job(sp: Spool, job_id: str, folders: list[State], report: Report,
                files: dict[str, tuple[State, JobFile]]) -> None:
-    where = f"{folders[0].value}/{job_name(job_id)}"
-    if len(folders) > 1:
-        _flag(sp, report, job_id, f"{job_id}: in {len(folders)} folders ({', '.join(s.value for s in folders)})")
-    state = max(folders, key=lambda s: ADVANCEMENT[s])
+    copies = copies_of(sp, job_id, folders)
+    for state in copies.drops + copies.planted:
+        where = f"{state.value}/{job_name(job_id)}"
+        damaged = _damaged_job_file(sp, state, job_id)
+        if damaged is not None:  # a runner's file would be whole: its text is kept, its id is not
+            _flag(sp, report, job_id, f"{where}: not a whole job file ({damaged}); the coordinator takes it as a "
+                  "drop: to dead/ under a new id, its text kept")
+        elif state is State.PENDING:
+            report.in_progress.append(f"{where}: a drop named like a job id (not a file the runner made); the "
+                                      "coordinator ingests it under a new id")
+        else:
+            report.in_progress.append(f"{where}: a copy of {job_id} the runner did not make; the coordinator "
+                                      "moves it to dead/ as invalid (the job is kept)")
+    if not copies.keep:
+        return
+    if copies.stale:
+        listed = copies.keep + copies.stale
+        _flag(sp, report, job_id, f"{job_id}: in {len(listed)} folders ({', '.join(s.value for s in listed)})")
+    state = copies.keep[0]
+    where = f"{state.value}/{job_name(job_id)}"
     try:
         job_file = read_job(sp, state, job_id)
     except InvalidJob as err:
@@ -103,7 +122,10 @@ def _check_job(sp: Spool, job_id: str, folders: list[State], report: Report,
         report.in_progress.append(f"{where}: has a result; the move to done is in progress")
     elif state in (State.PENDING, State.WAITING, State.DEAD) and has_result:
         _flag(sp, report, job_id, f"{where}: has a result but is {state.value}")
-    if job_file.tries > job_file.job.max_tries:
+    if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file) and not has_result:
+        report.in_progress.append(f"{where}: moved back by hand (or a requeue was interrupted); the runner "
+                                  "finishes it as a requeue with fresh tries (so does fsck --repair)")
+    elif job_file.tries > job_file.job.max_tries:
         report.violations.append(f"{where}: tries {job_file.tries} over max_tries {job_file.job.max_tries}")
     if job_file.tries > job_file.attempt:
         report.violations.append(f"{where}: tries {job_file.tries} over attempt {job_file.attempt}")
@@ -112,6 +134,24 @@ def _check_job(sp: Spool, job_id: str, folders: list[State], report: Report,
         _flag(sp, report, job_id, f"{where}: leased without a lease for attempt {job_file.attempt}")
     if state is State.DEAD and job_file.reason is None:
         _flag(sp, report, job_id, f"{where}: dead without a reason")
+
+
+def _damaged_job_file(sp: Spool, state: State, job_id: str) -> str | None:
+    """Why ``<state>/<id>.yaml`` reads as a damaged job file, or None when it is a user's spec (a
+    mapping without an ``id``) or a whole job file."""
+    limit = sp.settings.max_job_bytes
+    try:
+        read_job(sp, state, job_id)
+        return None
+    except FileNotFoundError:
+        return None
+    except InvalidJob as err:
+        why = str(err)
+    try:
+        text = load_yaml(fs.read_file(sp.layout.fd(state), job_name(job_id), limit), max_bytes=limit, source="")
+    except (OSError, InvalidJob):
+        return why
+    return None if isinstance(text, dict) and "id" not in text else why
 
 
 def _flag(sp: Spool, report: Report, job_id: str, message: str) -> None:
@@ -160,16 +200,16 @@ def _check_keys(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Repo
 
 
 def _check_tmp(sp: Spool, report: Report) -> None:
-    # A running coordinator sweeps what a dead writer left (every few seconds), as it reconciles
-    # a lagging ledger: beside it, a leftover is work in progress, not a broken promise.
-    sweeper = is_held(sp.layout.fd("locks"), "coordinator.lock")
+    # A staging file whose writer is gone breaks no promise: nothing reads tmp/ as a job, and the
+    # coordinator sweeps it (when a worker's lock frees, every few seconds, and when it stops).
+    # An interrupted purge's marker is garbage too: the sweep (or --repair) finishes that purge.
     for name in fs.list_dir(sp.layout.fd("tmp")):
         if writer_alive(name):
             report.in_progress.append(f"tmp/{name}: being written")
-        elif sweeper:
-            report.in_progress.append(f"tmp/{name}: left over by a process that is gone; the coordinator sweeps it")
+        elif _PURGE_MARKER.fullmatch(name):
+            report.garbage.append(f"tmp/{name}: left by a purge that was interrupted (--repair finishes it)")
         else:
-            report.violations.append(f"tmp/{name}: left over by a process that is gone")
+            report.garbage.append(f"tmp/{name}: left over by a process that is gone")
 
 
 def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Report) -> None:

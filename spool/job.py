@@ -62,6 +62,7 @@ class Job:
         """Validate a user's spec (CLI, API, dropped file) into a Job with a fresh id."""
         if not isinstance(spec, Mapping):
             raise InvalidJob(f"{where}: expected a mapping of job fields, got {_kind(spec)}")
+        spec = spec_of_runner_file(spec)
         for name in spec:
             if name == "id":
                 raise InvalidJob(f"{where}: field 'id': ids are assigned by spool; remove it")
@@ -69,6 +70,22 @@ class Job:
                 raise InvalidJob(f"{where}: unknown field {str(name)!r}; expected one of {', '.join(SPEC_FIELDS)}")
         return _job_from_fields(spec, job_id=job_id, where=where, default_max_tries=default_max_tries,
                                 default_timeout=default_timeout)
+
+
+def spec_of_runner_file(fields: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The user's part of a whole runner job file dropped as a new job (``cp dead/X.yaml pending/``).
+
+    A copy is a new job with the same spec: the runner's additions (id, attempts, reason...) are
+    dropped, and a key that was only the old id's default becomes the new job's own default.
+    Anything that is not a runner file (no ``id`` and ``submitted_at``) is returned as it is.
+    """
+    if not ("id" in fields and "submitted_at" in fields) or not all(
+            name in SPEC_FIELDS or name in RUNNER_FIELDS for name in fields):
+        return fields
+    spec = {name: value for name, value in fields.items() if name in SPEC_FIELDS}
+    if spec.get("key") == fields["id"]:
+        del spec["key"]
+    return spec
 
 
 def _job_from_fields(

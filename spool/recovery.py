@@ -9,8 +9,11 @@ lock, whoever comes next:
     pending/ or waiting/ with a lease, or an open attempt -> the lease cleared, the record closed 'lost'
     dead/ with no reason            -> reason 'failed'
     dead/ with a result             -> done/ (done wins; a dead job never gains a result otherwise)
-    in two folders                  -> the more advanced copy wins (done > dead > leased > pending > waiting)
-    a runner name holding a user's text -> an ingest interrupted after its rename: finish_ingest
+    pending/ or waiting/ with a reason -> moved back by hand: finished as a requeue (fresh tries)
+    in two folders, copies the runner made -> the more advanced copy wins (done > dead > leased > pending > waiting)
+    in two folders, a copy it did not make -> that copy is a drop (pending/) or planted (to dead/, invalid)
+    a runner name holding a user's text -> an ingest interrupted after its rename (its note or key
+                                       reservation says so): finish_ingest; without them, a drop
 
 ``reconcile`` compares folder listings with the ledger (names only, no parsing) and resyncs
 the jobs that differ: cheap enough for every coordinator pass even at 100,000 jobs.
@@ -19,10 +22,12 @@ the jobs that differ: cheap enough for every coordinator pass even at 100,000 jo
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spool import crash
 from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.recovery")
+crash.register("coordinator", "requeue-by-hand-after-rename")
 
 
 @dataclass
@@ -74,21 +80,112 @@ def is_ready(job_file: JobFile, now_wall: float) -> bool:
     return True
 
 
+@dataclass
+class Copies:
+    """Which files named ``<id>.yaml`` are the job's, and which are not the runner's (``copies_of``)."""
+
+    keep: list[State] = field(default_factory=list)  # the job's own copy (at most one)
+    stale: list[State] = field(default_factory=list)  # the runner's older copies a crash left: remove
+    drops: list[State] = field(default_factory=list)  # a user's file in pending/: ingest it (new id)
+    planted: list[State] = field(default_factory=list)  # a user's copy elsewhere: to dead/ as invalid
+
+
+def copies_of(sp: Spool, job_id: str, folders: list[State] | None = None) -> Copies:
+    """Tell the runner's copies of a job from the files a user made under its name.
+
+    The runner leaves one job in two folders in exactly two ways: a move whose source name
+    survived (the link+unlink fallback of ``rename_noreplace``, or a power cut that kept only
+    the target's half of a rename; the target may have been rewritten since, so the inodes
+    can differ: the power-loss model makes this state) and ``publish_job`` (a new copy in
+    done/ or dead/, published whole, reason and all, while the old copy is still in its source
+    folder). In both, the older copy is a whole job file of this id and never terminal content
+    in pending/ (a moved-back job is settled before any move out of pending/). So:
+
+    - in pending/, a file that is not a whole job file of this id (a user's spec) or, beside
+      another copy, a finished job's (``cp dead/X.yaml pending/``): a drop, ingested under a
+      new id; the job keeps its own file, whatever its folder;
+    - in done/ without a result, or in dead/ without a reason, beside the job: planted by
+      hand (the runner never publishes such a copy): it goes to dead/<new id> as invalid;
+    - any other whole copies: the more advanced wins (done > dead > leased > pending >
+      waiting), as for the runner's own; a hand-made one (``cp pending/A.yaml leased/``) can't
+      be told from those, and the winner is still the job (a leased copy without a lease is a
+      spent try, then a retry): nothing acknowledged is lost.
+
+    A lone file that is not a whole job file is an ingest we interrupted only if its note or key
+    reservation says so (``has_ingest_evidence``); in pending/ it is otherwise a drop.
+    """
+    from spool.submission import has_ingest_evidence
+
+    found: dict[State, tuple[os.stat_result, JobFile | None]] = {}
+    for state in folders if folders is not None else folders_of(sp, job_id):
+        info = fs.lstat(sp.layout.fd(state), job_name(job_id))
+        if info is None:
+            continue
+        try:
+            found[state] = (info, read_job(sp, state, job_id))
+        except InvalidJob:
+            found[state] = (info, None)
+        except FileNotFoundError:
+            continue
+    copies = Copies()
+    if len(found) == 1:
+        ((state, (_info, job_file)),) = found.items()
+        user_text = job_file is None and state is not State.DEAD and not has_ingest_evidence(sp, state, job_id)
+        if user_text:
+            (copies.drops if state is State.PENDING else copies.planted).append(state)
+        else:
+            copies.keep.append(state)
+        return copies
+    inode = {state: (info.st_dev, info.st_ino) for state, (info, _f) in found.items()}
+    others = []
+    for state, (_info, job_file) in found.items():
+        shared = any(inode[state] == inode[other] for other in found if other is not state)
+        if state is State.PENDING and not shared and (job_file is None or is_terminal_content(job_file)):
+            continue  # a user's spec or a finished job's copy: judged below
+        if not shared and (job_file is None or (state is State.DONE and not has_result(sp, job_id))
+                           or (state is State.DEAD and job_file.reason is None)):
+            copies.planted.append(state)
+        else:
+            others.append(state)
+    others.sort(key=lambda state: -ADVANCEMENT[state])
+    copies.keep, copies.stale = others[:1], others[1:]
+    if State.PENDING in found and State.PENDING not in others:
+        pending_file = found[State.PENDING][1]
+        alone = not others and (pending_file is not None or has_ingest_evidence(sp, State.PENDING, job_id))
+        (copies.keep if alone else copies.drops).append(State.PENDING)
+    return copies
+
+
+def is_terminal_content(job_file: JobFile) -> bool:
+    """Content only a finished job has: a reason, or a last attempt that ended done."""
+    return job_file.reason is not None or bool(job_file.attempts) and job_file.attempts[-1].get("outcome") == "done"
+
+
 def resync(sp: Spool, job_id: str) -> State | None:
     """Settle the job's files and make its ledger row match them. Caller holds the job's lock."""
-    folders = folders_of(sp, job_id)
-    if not folders:
+    from spool.submission import finish_ingest, ingest, quarantine
+
+    copies = copies_of(sp, job_id)
+    for _pending in copies.drops:
+        log.warning("%s: pending/%s is not a copy the runner made: a drop, ingested under a new id",
+                    job_id, job_name(job_id))
+        ingest(sp, job_name(job_id))
+    for state in copies.planted:
+        log.warning("%s: %s/%s is not a copy the runner made: moved to dead/ as invalid", job_id, state.value,
+                    job_name(job_id))
+        quarantine(sp, state, job_name(job_id), f"{state.value}/{job_name(job_id)}: a copy of job {job_id} the "
+                   "runner did not make (planted by hand?); the job itself is kept")
+    for extra in copies.stale:
+        log.warning("%s: found in %s and %s; keeping %s", job_id, copies.keep[0].value, extra.value,
+                    copies.keep[0].value)
+        fs.unlink(sp.layout.fd(extra), job_name(job_id), missing_ok=True)
+    if not copies.keep:
         sp.ledger.forget([job_id])
         return None
-    for extra in folders[1:]:
-        log.warning("%s: found in %s and %s; keeping %s", job_id, folders[0].value, extra.value, folders[0].value)
-        fs.unlink(sp.layout.fd(extra), job_name(job_id), missing_ok=True)
-    state = folders[0]
+    state = copies.keep[0]
     try:
         job_file = read_job(sp, state, job_id)
     except InvalidJob:
-        from spool.submission import finish_ingest
-
         finish_ingest(sp, state, job_id)
         return state
     except FileNotFoundError:
@@ -104,13 +201,18 @@ def settle(sp: Spool, state: State, job_file: JobFile) -> tuple[State, JobFile]:
     job_id, now = job_file.id, now_text()
     if has_result(sp, job_id) and state is not State.DONE:
         return State.DONE, finish_done(sp, job_file, source=state)
+    if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file):
+        return _finish_requeue(sp, state, job_file)
     lease = job_file.lease or {}
     if state is State.LEASED and (lease.get("attempt") != job_file.attempt or job_file.attempt == 0 or
                                   (job_file.attempts and job_file.attempts[-1].get("attempt") != job_file.attempt)):
         return _count_lost_claim(sp, job_file, now)
     open_record = bool(job_file.attempts) and job_file.attempts[-1].get("ended") is None
     if state in (State.PENDING, State.WAITING) and (job_file.lease or open_record):
-        fixed = job_file.replace(lease=None, attempts=job_file.end_attempt(outcome="lost", ended=now))
+        # Only a release (which spends no try) reaches its rename on a last try: never leave a
+        # claimable job with no tries left (a claim would run it past max_tries).
+        tries = min(job_file.tries, job_file.job.max_tries - 1)
+        fixed = job_file.replace(lease=None, tries=tries, attempts=job_file.end_attempt(outcome="lost", ended=now))
         rewrite_job(sp, state, fixed, sync=False)
         return state, fixed
     if state is State.DEAD and (job_file.reason is None or job_file.lease or open_record):
@@ -123,6 +225,40 @@ def settle(sp: Spool, state: State, job_file: JobFile) -> tuple[State, JobFile]:
         rewrite_job(sp, state, fixed, sync=False)
         return state, fixed
     return state, job_file
+
+
+def moved_back_by_hand(job_file: JobFile) -> bool:
+    """A file in pending/ or waiting/ with a reason, which only a dead job has: ``mv dead/X.yaml
+    pending/``, or ``spool requeue`` interrupted between its rename and its rewrite. Either way a
+    requeue. (No tries left alone is not this: a release interrupted on a last try leaves it.)"""
+    return job_file.reason is not None
+
+
+def _finish_requeue(sp: Spool, state: State, job_file: JobFile) -> tuple[State, JobFile]:
+    """Finish a hand move back to pending/ or waiting/ as ``spool requeue`` would: fresh tries,
+    no reason; to waiting/ while a dependency is not done. An invalid drop's record can't run:
+    it goes back to dead/. Caller holds the lock.
+
+    Commit point: the rewrite in place (fsync'd). A move to waiting/ comes first, so a crash
+    between the two leaves a file in waiting/ (never claimable) that the next settle finishes.
+    """
+    if job_file.reason == "invalid":
+        move_job(sp, job_file.id, state, State.DEAD)
+        fs.fsync_dir(sp.layout.fd(State.DEAD))
+        log.warning("%s: an invalid drop's record moved to %s/ by hand can't run; back to dead/", job_file.id,
+                    state.value)
+        return State.DEAD, job_file
+    target = state
+    if state is State.PENDING and not all(has_result(sp, dep) for dep in job_file.job.depends_on):
+        target = State.WAITING
+        move_job(sp, job_file.id, state, target)
+        crash.point("requeue-by-hand-after-rename")
+    fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None, lease=None,
+                             attempts=job_file.end_attempt(outcome="lost", ended=now_text()))
+    rewrite_job(sp, target, fresh, sync=True)
+    log.info("%s: moved back to %s/ by hand: requeued with fresh tries -> %s", job_file.id, state.value,
+             target.value)
+    return target, fresh
 
 
 def _count_lost_claim(sp: Spool, job_file: JobFile, now: str) -> tuple[State, JobFile]:

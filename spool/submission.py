@@ -227,8 +227,10 @@ def ingest(sp: Spool, name: str) -> str | None:
                 log.warning("ingest: pending/%s has key %r of job %s; the drop was removed", shown, job.key, existing)
                 return existing
             reserve_key(sp, job.key, job_id)
-        # The drop's name, for finish_ingest should we die between the rename and the rewrite.
-        fs.overwrite_small(sp.layout.fd(state), drop_note_name(job_id), shown.encode())
+        # The drop's name, for finish_ingest should we die between the rename and the rewrite. It
+        # is durable before the rename: it is the evidence that tells an ingest we interrupted from
+        # a file a user named like an id (``has_ingest_evidence``), which is a drop, never a job.
+        write_drop_note(sp, state, job_id, shown)
         try:
             fs.rename_noreplace(pending, name, sp.layout.fd(state), job_name(job_id))
         except FileNotFoundError:
@@ -272,9 +274,45 @@ def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State
     return job_id
 
 
+def quarantine(sp: Spool, state: State, name: str, error: str) -> str | None:
+    """A file a user put under a job's name in ``state``/ -> dead/<new id>.yaml, reason invalid,
+    its text kept as ``original``; the job itself is not touched."""
+    return _ingest_invalid(sp, name, new_id(), error, source=state)
+
+
 def drop_note_name(job_id: str) -> str:
     """``.<id>.drop`` beside an ingest in flight: the dropped file's name (a dot-file, never a job)."""
     return f".{job_id}.drop"
+
+
+def write_drop_note(sp: Spool, state: State, job_id: str, shown: str) -> None:
+    """``<state>/.<id>.drop``, fsync'd with its folder: an ingest is rare, one fsync is cheap."""
+    folder_fd = sp.layout.fd(state)
+    fs.unlink(folder_fd, drop_note_name(job_id), missing_ok=True)
+    fs.write_new(folder_fd, drop_note_name(job_id), shown.encode(), sync=True)
+    fs.fsync_dir(folder_fd)
+
+
+def has_ingest_evidence(sp: Spool, state: State, job_id: str) -> bool:
+    """Did an ingest of ours put ``<state>/<id>.yaml`` there (and die before its rewrite)?
+
+    Yes when its drop note is beside it, or when the text's own key is reserved for this very
+    id (a keyed ingest reserves before it renames). Without either, a user's file under a name
+    that looks like an id is a drop like any other: it never keeps (or takes) that id.
+    """
+    folder_fd = sp.layout.fd(state)
+    if fs.exists(folder_fd, drop_note_name(job_id)):
+        return True
+    try:
+        spec = load_yaml(fs.read_file(folder_fd, job_name(job_id), sp.settings.max_job_bytes),
+                         max_bytes=sp.settings.max_job_bytes, source=f"{state.value}/{job_name(job_id)}")
+    except (OSError, InvalidJob):
+        return False
+    key = spec.get("key") if isinstance(spec, Mapping) else None
+    try:
+        return isinstance(key, str) and key != job_id and reservation(sp, key_name(key)) == job_id
+    except UnicodeError:  # a key YAML can spell but UTF-8 can't (a lone surrogate): no reservation
+        return False
 
 
 def printable(text: str) -> str:

@@ -103,15 +103,16 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
 
 
 def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
-    from spool.recovery import resync
+    from spool.recovery import moved_back_by_hand, resync
 
     try:
         job_file = read_job(sp, State.PENDING, job_id)
     except (FileNotFoundError, InvalidJob):
         resync(sp, job_id)  # the ledger was behind the files, or an ingest is in flight
         return None
-    if has_result(sp, job_id) or job_file.backoff_seconds is not None or not only_in(sp, job_id, State.PENDING):
-        resync(sp, job_id)
+    if has_result(sp, job_id) or job_file.backoff_seconds is not None or not only_in(sp, job_id, State.PENDING) \
+            or moved_back_by_hand(job_file):
+        resync(sp, job_id)  # a hand move back to pending/ is settled as a requeue, never run as it is
         return None
     # A cancel request is only ever written for a lease that holds: one still here is an earlier
     # lease's, left by a crash between a move out of leased/ and its cleanup. It must not kill this one.
@@ -170,6 +171,8 @@ def _check_fence(sp: Spool, lease: Lease) -> JobFile:
         from spool.recovery import resync
 
         resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won
+        if only_in(sp, lease.job_id, State.LEASED):
+            return job_file  # the other copy was a user's (a drop named like this job): ours holds
         raise LeaseLost(f"{lease.job_id}: moved on by a move a crash interrupted; attempt {lease.attempt} dropped")
     return job_file
 

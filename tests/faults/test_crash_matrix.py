@@ -191,6 +191,15 @@ def chain(parent_ends: str) -> Callable[[Spool, Ctx], None]:
     return setup
 
 
+def moved_back_by_hand(sp: Spool, ctx: Ctx) -> None:
+    """``mv dead/X.yaml pending/`` of a cancelled job whose dependency is dead (issue 7, finding 9)."""
+    ctx["parent"] = sp.submit("echo", {"n": 0})
+    ctx["job"] = sp.submit("echo", {"n": 1}, depends_on=[ctx["parent"]])
+    sp.cancel(ctx["parent"])
+    sp.cancel(ctx["job"])
+    os.rename(sp.layout.path(State.DEAD, f"{ctx['job']}.yaml"), sp.layout.path(State.PENDING, f"{ctx['job']}.yaml"))
+
+
 def delayed_job(sp: Spool, ctx: Ctx) -> None:
     ctx["job"] = sp.submit("echo", {"n": 1}, delay_seconds=0.05)
 
@@ -310,6 +319,9 @@ SCENARIOS: dict[str, list[Scenario]] = {
     ],
     "coordinator:promote-after-rename": [
         Scenario("promoted", coordinator_pass, setup=chain("done"), expect=("done", "done")),
+    ],
+    "coordinator:requeue-by-hand-after-rename": [
+        Scenario("to-waiting", coordinator_pass, setup=moved_back_by_hand, expect=("dead:cancelled", "dead:skipped")),
     ],
     "coordinator:ready-after-rewrite": [
         Scenario("delayed", coordinator_passes, setup=delayed_job),

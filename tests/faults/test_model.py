@@ -485,8 +485,10 @@ class SpoolMachine(RuleBasedStateMachine):
             self.model.failed(lease.job_id, reject=True)  # the dead copy, whole, beats the leased one
         elif step in ("fail-after-rename", "release-after-rename") and reached:
             # Renamed to pending/ with the lease still in the file: recovery closes the attempt
-            # as lost and the job is ready again, its try spent.
+            # as lost and the job is ready again, its try spent; on a last try (only a release
+            # gets there) the try is given back, or the next claim would run it past max_tries.
             job.state, job.ready, job.cancel_requested = State.PENDING, True, False
+            job.tries = min(job.tries, job.max_tries - 1)
         else:
             self.model.failed(lease.job_id, reject=False)
 
@@ -723,3 +725,11 @@ def test_an_expiry_after_a_move_out_of_leased_crashed_half_way(machine: SpoolMac
     else:
         machine.model.failed(lease.job_id, reject=True)
     machine.promises_hold()
+
+
+def test_a_release_interrupted_on_a_last_try_gives_the_try_back(machine: SpoolMachine) -> None:
+    """Found by the model (issue 7): a release killed after its rename on a job's last try left
+    it claimable with no tries left, and the next claim ran it at tries 2/1."""
+    _steps(machine, ("some_jobs", {"tries": [1]}), ("crash_claim", {"step": "after-claim"}),
+           ("crash_lease_move", {"index": 0, "step": "release-after-rename"}), ("advance_waiting", {"index": 0}),
+           ("worker_runs_one", {"succeed": False, "worker": "w1"}))
