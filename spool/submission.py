@@ -23,6 +23,7 @@ from spool.job import Job, JobFile, decode, encode, encode_measured, now_text, y
 from spool.layout import State, job_name, key_name
 from spool.locks import Lock, acquire, key_lock_name
 from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
+from spool.store import RUNNER_FILE_MAX_BYTES
 from spool.store import create_job, folders_of, has_result, read_job, rewrite_job, stage, state_of, unstage, wake
 from spool.yamlsafe import load_yaml
 
@@ -352,12 +353,16 @@ def finish_ingest(sp: Spool, state: State, job_id: str) -> None:
     name = job_name(job_id)
     limit = sp.settings.max_job_bytes
     try:
-        data = fs.read_file(sp.layout.fd(state), name, limit, single_link=True)
+        # Read up to the runner's own ceiling first: a whole job file the runner wrote may be larger
+        # than max_job_bytes (its attempts, or a limit lowered since), and must never become invalid.
+        data = fs.read_file(sp.layout.fd(state), name, RUNNER_FILE_MAX_BYTES, single_link=True)
         try:
-            decode(data, source=f"{state.value}/{name}", expected_id=job_id, max_bytes=limit + 65536)
+            decode(data, source=f"{state.value}/{name}", expected_id=job_id, max_bytes=RUNNER_FILE_MAX_BYTES)
             return  # it is a whole job file after all
         except InvalidJob:
             pass
+        if len(data) > limit:
+            raise InvalidJob(f"{state.value}/{name}: {len(data)} bytes, over the limit of {limit}")
         if state is State.DEAD:
             raise InvalidJob(f"dead/{name}: an interrupted ingest of an invalid drop")
         spec = load_yaml(data, max_bytes=limit, source=f"{state.value}/{name}")
