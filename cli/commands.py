@@ -288,22 +288,31 @@ def stats(app: App, spool_dir: str | None, json_output: bool) -> None:
 @click.argument("job_id", required=False)
 @click.option("--all-dead", is_flag=True, help="Every dead job (that can run).")
 @click.option("--task", help="With --all-dead: only this task.")
+@click.option("--timeout", "timeout_text", metavar="S",
+              help="With ID: wait at most this long for the job's lock (exit 75, nothing changed).")
 @common
 @pass_app
-def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, spool_dir: str | None,
-            json_output: bool) -> None:
+def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, timeout_text: str | None,
+            spool_dir: str | None, json_output: bool) -> None:
     """Dead -> pending (or waiting) with a fresh set of tries; skipped children re-armed."""
     merge_common(app, spool_dir, json_output)
     crash.arm("admin", os.environ)
     sp = app.spool()
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
-    ids = admin.requeue_all_dead(sp, task) if all_dead else [job_id] if sp.requeue(job_id) else []
+    timeout_seconds = parse_duration(timeout_text) if timeout_text else None
+    ids = admin.requeue_all_dead(sp, task) if all_dead else [job_id] if sp.requeue(
+        job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
     if app.json_output:
         echo_json({"requeued": ids})
     else:
         for requeued_id in ids:
             click.echo(f"{requeued_id} requeued")
+
+
+def _say_waiting(what: str) -> None:
+    """A person waiting on a job's lock hears why (a stopped process may hold it for ever)."""
+    click.echo(f"spool: {what}", err=True)
 
 
 @cli.command()
@@ -317,8 +326,7 @@ def cancel(app: App, job_id: str, timeout_text: str | None, spool_dir: str | Non
     merge_common(app, spool_dir, json_output)
     crash.arm("admin", os.environ)
     timeout_seconds = parse_duration(timeout_text) if timeout_text else None
-    outcome = app.spool().cancel(job_id, timeout_seconds=timeout_seconds,
-                                 on_wait=lambda what: click.echo(f"spool: {what}", err=True))
+    outcome = app.spool().cancel(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
     if app.json_output:
         echo_json({"id": job_id, "cancel": outcome})
     else:
@@ -363,7 +371,7 @@ def purge(app: App, older_than: str, state_names: str, spool_dir: str | None, js
         states = [State(name.strip()) for name in state_names.split(",") if name.strip()]
     except ValueError:
         raise UsageError(f"--state {state_names!r}: expected done and/or dead") from None
-    purged = admin.purge(app.spool(), parse_duration(older_than), states)
+    purged = admin.purge(app.spool(), parse_duration(older_than), states, on_wait=_say_waiting)
     echo_json({"purged": purged}) if app.json_output else click.echo(f"purged {len(purged)} job(s)")
 
 

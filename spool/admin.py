@@ -78,14 +78,15 @@ def cancel(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
     return "cancelled"
 
 
-def requeue(sp: Spool, job_id: str) -> State:
+def requeue(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
+            on_wait: Callable[[str], None] | None = None) -> State:
     """DEAD -> PENDING (or WAITING while dependencies are not all done) with a fresh set of tries;
     children skipped because of it are re-armed (back to waiting) too.
 
     Commit point: the rename out of dead/, fsync'd so an acknowledged requeue stays requeued.
     Crash after it: the file still carries its old reason, which the claim replaces.
     """
-    with _lock(sp, job_id):
+    with _lock(sp, job_id, timeout_seconds, on_wait):
         state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
@@ -140,7 +141,8 @@ def requeue_all_dead(sp: Spool, task: str | None = None) -> list[str]:
     return requeued
 
 
-def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD)) -> list[str]:
+def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD), *,
+          on_wait: Callable[[str], None] | None = None) -> list[str]:
     """DONE/DEAD -> (gone): jobs that ended more than ``older_than_seconds`` ago, with their
     results, logs and keys.
 
@@ -154,7 +156,7 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
         if not state.terminal:
             raise SpoolError(f"purge: {state.value} jobs are not finished; only done and dead can be purged")
         for job_id in sp.ledger.updated_before([state.value], cutoff):
-            if _purge_one(sp, job_id, state, cutoff):
+            if _purge_one(sp, job_id, state, cutoff, on_wait):
                 purged.append(job_id)
     sp.ledger.forget(purged)
     return purged
@@ -178,8 +180,9 @@ def finish_purge(sp: Spool, job_id: str) -> None:
             fs.unlink(logs_fd, name, missing_ok=True)
 
 
-def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float) -> bool:
-    with _lock(sp, job_id):
+def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float,
+               on_wait: Callable[[str], None] | None = None) -> bool:
+    with _lock(sp, job_id, None, on_wait):
         if folders_of(sp, job_id) != [state]:
             return False
         try:

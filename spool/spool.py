@@ -150,9 +150,10 @@ class Spool:
         _check_id(job_id)
         return admin.cancel(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
-    def requeue(self, job_id: str) -> State:
+    def requeue(self, job_id: str, *, timeout_seconds: float | None = None,
+                on_wait: Callable[[str], None] | None = None) -> State:
         _check_id(job_id)
-        return admin.requeue(self, job_id)
+        return admin.requeue(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
 
 def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,

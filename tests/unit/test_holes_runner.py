@@ -191,3 +191,18 @@ def test_live_workers_are_read_from_their_held_locks(sp: Spool) -> None:
     finally:
         plain.release()  # type: ignore[union-attr]
         shell.release()  # type: ignore[union-attr]
+
+
+def test_requeue_times_out_with_try_later_and_changes_nothing(sp: Spool) -> None:
+    job_id = sp.submit("echo", {"n": 1})
+    assert sp.cancel(job_id) == "cancelled"
+    held = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+    told: list[str] = []
+    try:
+        with pytest.raises(TryLater, match="nothing changed"):
+            sp.requeue(job_id, timeout_seconds=1.2, on_wait=told.append)
+    finally:
+        held.release()  # type: ignore[union-attr]
+    assert len(told) == 1 and f"job {job_id}'s lock" in told[0]
+    assert sp.state(job_id) is State.DEAD
+    assert sp.requeue(job_id, timeout_seconds=1.0) is State.PENDING
