@@ -30,8 +30,8 @@ from spool.locks import Lock, acquire_within, worker_lock_name
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.wake import Waker
 from spool.spool import Spool
-from spool.workers import advertisement, check_worker_name
 from spool.transitions import Lease, cancel_leased, claim, complete, fail, heartbeat, lease_status, release
+from spool.workers import advertisement, check_worker_name
 
 log = logging.getLogger("spool.worker")
 
