@@ -96,7 +96,7 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
                     raise
                 if claimed is not None:
                     # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
-                    sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
+                    _record_claim(sp, claimed, worker)
             if claimed is not None:
                 log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
                 crash.point("after-claim")
@@ -108,6 +108,17 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
                 sp.ledger.unreserve(job_id)
             except (sqlite3.Error, SpoolError):
                 pass  # a full disk: the coordinator's reconcile puts the row back to match the file
+
+
+def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
+    """The ledger after a durable claim. On a full disk the claim stands and its attempt runs:
+    the ledger is an index that the coordinator's reconcile brings back to the files."""
+    try:
+        sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
+    except (sqlite3.OperationalError, DiskFull) as err:
+        if not isinstance(err, DiskFull) and "full" not in str(err):
+            raise
+        log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
 def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
