@@ -18,6 +18,7 @@ from spool.ids import is_valid_id
 from spool.layout import MARKER, State, init_spool
 from spool.settings import parse_duration
 from spool.spool import Spool, build_spec, resolve_root
+from spool.workers import handlers_of, live_workers, unhandled_warning
 from spool.yamlsafe import load_yaml
 from spool.cli.main import App, cli, common, merge_common, pass_app, register_crash_points
 from spool.cli.render import echo_json, render_stats, render_status, render_table
@@ -127,6 +128,42 @@ def _duration(flag: str, text: str | None) -> float | None:
         raise UsageError(f"{flag}: {err}") from None
 
 
+class UnhandledWatch:
+    """For `spool wait`: one warning per task when a job it waits for is pending and no live
+    worker handles its task, after a grace (a worker starting up has not advertised yet)."""
+
+    GRACE_SECONDS = 3.0
+    EVERY_SECONDS = 1.0
+
+    def __init__(self, sp: Any) -> None:
+        self.sp = sp
+        self.started = time.monotonic()
+        self.last = -1e18
+        self.tasks: dict[str, str] = {}  # job id -> task, read once
+        self.warned: set[str] = set()
+
+    def check(self, states: dict[str, State | None]) -> list[str]:
+        now = time.monotonic()
+        if now - self.started < self.GRACE_SECONDS or now - self.last < self.EVERY_SECONDS:
+            return []
+        self.last = now
+        pending = [job_id for job_id, state in states.items() if state is State.PENDING]
+        if not pending:
+            return []
+        workers, lines = live_workers(self.sp), []
+        for job_id in pending:
+            if job_id not in self.tasks:
+                try:
+                    self.tasks[job_id] = self.sp.job(job_id)[1].job.task
+                except (NotFound, InvalidJob, OSError):
+                    continue  # moved on since we looked
+            task = self.tasks[job_id]
+            if task not in self.warned and handlers_of(workers, task) == []:
+                self.warned.add(task)
+                lines.append(f"job {job_id}: {unhandled_warning(task)}; still waiting")
+        return lines
+
+
 def _read_job_file(path: Path, max_bytes: int) -> bytes:
     try:
         with open(path, "rb") as handle:
@@ -158,6 +195,12 @@ def status(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> N
     sp = app.spool()
     view = sp.status(job_id)
     view["coordinator"] = coordinator_state(sp)  # "no coordinator since T" while none runs
+    if view["state"] in (State.PENDING.value, State.WAITING.value):
+        handlers = handlers_of(live_workers(sp), view["task"])
+        if handlers is not None:
+            view["handled_by"] = handlers
+            if not handlers:
+                view["warning"] = unhandled_warning(view["task"])
     if app.json_output:
         echo_json(view)
     else:
@@ -191,12 +234,15 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None, spool_dir
     sp = app.spool()
     deadline = time.monotonic() + parse_duration(timeout_text) if timeout_text else None
     show_progress = sys.stderr.isatty() and not app.json_output
+    unhandled = UnhandledWatch(sp)
     while True:
         states = {job_id: sp.state(job_id) for job_id in job_ids}
         missing = [job_id for job_id, state in states.items() if state is None]
         if missing:
             raise NotFound(f"no job {missing[0]}")
         ended = sum(1 for state in states.values() if state and state.terminal)
+        for line in unhandled.check(states):
+            click.echo(("\n" if show_progress else "") + f"spool: warning: {line}", err=True)
         if show_progress:
             done = sum(1 for state in states.values() if state is State.DONE)
             width = 30
@@ -261,17 +307,21 @@ def stats(app: App, spool_dir: str | None, json_output: bool) -> None:
 @click.argument("job_id", required=False)
 @click.option("--all-dead", is_flag=True, help="Every dead job (that can run).")
 @click.option("--task", help="With --all-dead: only this task.")
+@click.option("--timeout", "timeout_text", metavar="S",
+              help="With ID: wait at most this long for the job's lock (exit 75, nothing changed).")
 @common
 @pass_app
-def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, spool_dir: str | None,
-            json_output: bool) -> None:
+def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, timeout_text: str | None,
+            spool_dir: str | None, json_output: bool) -> None:
     """Dead -> pending (or waiting) with a fresh set of tries; skipped children re-armed."""
     merge_common(app, spool_dir, json_output)
     crash.arm("admin", os.environ)
     sp = app.spool()
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
-    ids = admin.requeue_all_dead(sp, task) if all_dead else [job_id] if sp.requeue(job_id) else []
+    timeout_seconds = parse_duration(timeout_text) if timeout_text else None
+    ids = admin.requeue_all_dead(sp, task) if all_dead else [job_id] if sp.requeue(
+        job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
     if app.json_output:
         echo_json({"requeued": ids})
     else:
@@ -279,15 +329,23 @@ def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, spoo
             click.echo(f"{requeued_id} requeued")
 
 
+def _say_waiting(what: str) -> None:
+    """A person waiting on a job's lock hears why (a stopped process may hold it for ever)."""
+    click.echo(f"spool: {what}", err=True)
+
+
 @cli.command()
 @click.argument("job_id")
+@click.option("--timeout", "timeout_text", metavar="S",
+              help="Wait at most this long for the job's lock (exit 75, nothing changed).")
 @common
 @pass_app
-def cancel(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> None:
+def cancel(app: App, job_id: str, timeout_text: str | None, spool_dir: str | None, json_output: bool) -> None:
     """Pending/waiting -> dead (cancelled); a leased job's worker kills it at its next heartbeat."""
     merge_common(app, spool_dir, json_output)
     crash.arm("admin", os.environ)
-    outcome = app.spool().cancel(job_id)
+    timeout_seconds = parse_duration(timeout_text) if timeout_text else None
+    outcome = app.spool().cancel(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
     if app.json_output:
         echo_json({"id": job_id, "cancel": outcome})
     else:
@@ -334,7 +392,7 @@ def purge(app: App, older_than: str, state_names: str, spool_dir: str | None, js
         states = [State(name.strip()) for name in state_names.split(",") if name.strip()]
     except ValueError:
         raise UsageError(f"--state {state_names!r}: expected done and/or dead") from None
-    purged = admin.purge(app.spool(), parse_duration(older_than), states)
+    purged = admin.purge(app.spool(), parse_duration(older_than), states, on_wait=_say_waiting)
     echo_json({"purged": purged}) if app.json_output else click.echo(f"purged {len(purged)} job(s)")
 
 

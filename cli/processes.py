@@ -102,7 +102,8 @@ def run(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bo
     import logging
 
     supervisor = Supervisor(supervisor_specs(app, workers, import_modules, allow_shell),
-                            grace_seconds=sp.settings.grace_seconds, log=logging.getLogger("spool.run").info)
+                            grace_seconds=sp.settings.grace_seconds, log=logging.getLogger("spool.run").info,
+                            error_log=logging.getLogger("spool.run").error)
     sys.exit(supervisor.run())
 
 

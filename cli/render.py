@@ -34,6 +34,7 @@ def render_status(view: dict[str, Any], parent_states: Mapping[str, str] | None 
          if view["lease"] else None),
         ("skipped because", view.get("skipped_because")), ("result", view["result"]),
         ("coordinator", view.get("coordinator")),
+        ("warning", view.get("warning")),
     ]
     for name, value in lines:
         if value is not None:
@@ -55,6 +56,8 @@ def render_stats(view: dict[str, Any]) -> None:
     click.echo(f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
                f"completed last minute {view['completed_last_minute']}")
     click.echo(f"coordinator: {view['coordinator']}")
+    for task, ready in (view.get("unhandled_tasks") or {}).items():
+        click.echo(f"warning: {ready} ready job(s) of task {task!r}, which no live worker handles")
     for worker in view["workers"]:
         click.echo(f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
                    f"last seen {worker['seen']}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,11 +38,13 @@ from spool.spool import Spool
 from spool.store import read_job
 from spool.submission import ingest
 from spool.transitions import expire
+from spool.workers import unhandled_ready, unhandled_warning
 
 log = logging.getLogger("spool.coordinator")
 
 RECONCILE_SECONDS = 5.0
 COORDINATOR_LOCK = "coordinator.lock"
+UNHANDLED_GRACE_SECONDS = 3.0
 
 
 @dataclass
@@ -63,6 +66,8 @@ class Coordinator:
         self.last_reconcile = -1e18
         self.last_published = -1e18
         self._stop = False
+        self.unhandled_since: dict[str, float] = {}  # task -> our clock when first seen unhandled
+        self.unhandled_warned: set[str] = set()
 
     # -- life --------------------------------------------------------------------------------
 
@@ -122,6 +127,7 @@ class Coordinator:
             arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
             sweep_tmp(self.sp)
             self._load_timers()
+            self._warn_unhandled(now)
         for name in drops:
             self._ingest(name)
         if drops and listing_drops is drops:
@@ -201,9 +207,13 @@ class Coordinator:
         if dead_writer:
             sweep_tmp(self.sp)  # a dead worker's staged result (or rewrite) is garbage now: sweep it
 
-    def _watch_heartbeat(self, leased_fd: int, job_id: str, attempt: int, now: float) -> LeaseWatch:
+    def _watch_heartbeat(self, leased_fd: int, job_id: str, attempt: int, now: float) -> LeaseWatch | None:
         counter = _read_counter(leased_fd, heartbeat_name(job_id, attempt))
         parts = (counter or b"").split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            # Not a counter a worker wrote (a planted directory, a beat being rewritten): the job
+            # file says which attempt holds; a lease we already watch keeps its term.
+            return self.leases.get(job_id) or self._first_look(job_id, now)
         worker = parts[1].decode("utf-8", "replace") if len(parts) > 1 else None
         watch = LeaseWatch(attempt, worker, counter, now)
         self.leases[job_id] = watch
@@ -223,6 +233,27 @@ class Coordinator:
         watch.counter = _read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
         self.leases[job_id] = watch
         return watch
+
+    # -- tasks nobody handles ----------------------------------------------------------------
+
+    def _warn_unhandled(self, now: float) -> None:
+        """One WARNING per task whose ready jobs no live worker handles (``spool.workers``), once
+        it has been so for UNHANDLED_GRACE_SECONDS (workers starting beside us have not said what
+        they handle yet); again only after a worker for it has come and gone."""
+        try:
+            unhandled = unhandled_ready(self.sp)
+        except (OSError, sqlite3.Error) as err:
+            log.debug("could not list the live workers' tasks: %s", err)
+            return
+        for task in list(self.unhandled_since):
+            if task not in unhandled:
+                del self.unhandled_since[task]
+                self.unhandled_warned.discard(task)
+        for task, ready in unhandled.items():
+            since = self.unhandled_since.setdefault(task, now)
+            if task not in self.unhandled_warned and now - since >= UNHANDLED_GRACE_SECONDS:
+                self.unhandled_warned.add(task)
+                log.warning("%d ready job(s) of task %r: %s", ready, task, unhandled_warning(task))
 
     # -- delays and backoffs -----------------------------------------------------------------
 
@@ -265,7 +296,7 @@ class Coordinator:
 def _read_counter(dir_fd: int, name: str) -> bytes | None:
     try:
         return fs.read_file(dir_fd, name, 64)
-    except (FileNotFoundError, InvalidJob):
+    except (OSError, InvalidJob):  # gone, or planted (a directory): no beat seen; never fatal
         return None
 
 

@@ -94,6 +94,7 @@ class Supervisor:
         grace_seconds: float,
         log: Callable[[str], None] = _stderr_log,
         clock: Callable[[], float] = time.monotonic,
+        error_log: Callable[[str], None] | None = None,
     ) -> None:
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
@@ -103,6 +104,7 @@ class Supervisor:
         self._children = [_Child(spec) for spec in specs]
         self._grace_seconds = grace_seconds
         self._log = log
+        self._error = error_log or log  # the give-up: `spool run` logs it at ERROR
         self._clock = clock  # measures lifetimes and deadlines; sleeping is always real
         self._stop_requests = 0
         self._wake_fd = -1
@@ -178,7 +180,7 @@ class Supervisor:
         else:
             child.error_streak = 0
         if child.error_streak >= GIVE_UP_AFTER:
-            self._log(
+            self._error(
                 f"give up: {child.spec.name} exited with {status} within "
                 f"{QUICK_EXIT_SECONDS:g} s of starting, {GIVE_UP_AFTER} times in a row"
             )

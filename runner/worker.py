@@ -17,22 +17,35 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import time
 from collections.abc import Sequence
 from types import FrameType
 
 from spool import crash, registry
 from spool.attemptlog import AttemptLog
-from spool.errors import DiskFull, DurabilityError, LeaseLost, SpoolError
+from spool.errors import DiskFull, DurabilityError, LeaseLost, UsageError
 from spool.job import JobFile
 from spool.layout import State, log_name
-from spool.locks import Lock, acquire, worker_lock_name
+from spool.locks import Lock, acquire_within, worker_lock_name
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.transitions import Lease, cancel_leased, claim, complete, fail, heartbeat, lease_status, release
+from spool.workers import advertisement, check_worker_name
 
 log = logging.getLogger("spool.worker")
+
+DUPLICATE_WAIT_SECONDS = 0.5
+DISK_FULL_MAX_BACKOFF_SECONDS = 5.0
+KEEP_ALIVE_BEATS = 1_000_000_000  # heartbeat counters while an ended attempt waits for disk space
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    """ENOSPC from the files (DiskFull) or from SQLite (the ledger is on the same disk)."""
+    if isinstance(err, DiskFull):
+        return True
+    return isinstance(err, sqlite3.OperationalError) and "full" in str(err)
 
 
 def worker_name() -> str:
@@ -44,7 +57,7 @@ class Worker:
     def __init__(self, sp: Spool, *, import_modules: Sequence[str] = (), allow_shell: bool = False,
                  name: str | None = None, burst: bool = False, sys_path: Sequence[str] = ()) -> None:
         self.sp = sp
-        self.name = name or worker_name()
+        self.name = check_worker_name(name) if name is not None else worker_name()
         self.burst = burst  # exit when no job is ready (the demo, tests)
         self.allow_shell = allow_shell
         self.import_modules = list(dict.fromkeys([*sp.settings.tasks, *import_modules]))
@@ -56,22 +69,29 @@ class Worker:
         self._stop_requested_at: float | None = None
         self._waker: Waker | None = None
         self._lock: Lock | None = None
+        self._overruled_term: float | None = None  # the published term we last warned about
+        self._disk_full_since: float | None = None  # our clock, while claims or completions meet ENOSPC
+        self._disk_full_delay = 0.0
 
     # -- life --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        self._lock = acquire(self.sp.layout.fd("locks"), worker_lock_name(self.name), blocking=True)
+        # A moment's wait, not none: a reader probing a dead worker's lock (is_held) holds it for
+        # an instant. A live worker of the same name holds it for good: refuse, never queue behind it.
+        self._lock = acquire_within(self.sp.layout.fd("locks"), worker_lock_name(self.name), DUPLICATE_WAIT_SECONDS)
         if self._lock is None:
-            raise SpoolError(f"another worker is already named {self.name}")
+            raise UsageError(f"another worker named {self.name} is running (its lock locks/"
+                             f"{worker_lock_name(self.name)} is held); pick another --name")
+        self._advertise()
         started = time.time()
-        self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, started)
+        self._seen(started)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         self._waker = Waker([self.sp.layout.path(State.PENDING)])
         log.info("worker %s started: tasks %s", self.name, ", ".join(self.tasks))
         last_seen = time.monotonic()
         try:
             while not self._signals:
-                job_file = claim(self.sp, self.name, self.tasks)
+                job_file = self._claim()
                 if job_file is None:
                     if self.burst:
                         break
@@ -80,7 +100,7 @@ class Worker:
                     self._run_attempt(job_file)
                 if time.monotonic() - last_seen > 5:
                     last_seen = time.monotonic()
-                    self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, time.time())
+                    self._seen(started)
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a transition; a failed fsync is final, never retried (RELIABILITY.md).
             # Exit for the supervisor to restart us: our lock is freed, so the coordinator expires our
@@ -96,6 +116,47 @@ class Worker:
         log.info("worker %s stopped", self.name)
         return 0
 
+    def _advertise(self) -> None:
+        """Say what we handle in our own liveness lock (``spool.workers``), for status and stats."""
+        assert self._lock is not None
+        try:
+            self._lock.publish(advertisement(self.name, self.tasks))
+        except OSError as err:  # a full disk: readers then know a live worker, not its tasks
+            log.warning("worker %s could not advertise its tasks: %s", self.name, err)
+
+    def _seen(self, started: float) -> None:
+        try:
+            self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, time.time())
+        except Exception as err:
+            if not _is_disk_full(err):
+                raise
+            # `stats` shows us as seen a little earlier; the lock says we live.
+
+    def _claim(self) -> JobFile | None:
+        """``claim``, except that a full disk pauses claiming with a backoff instead of ending us:
+        each exit would cost the job we were claiming a try, and the next worker meets the same
+        disk. A claim that met the full disk took nothing (``claim`` puts the job back)."""
+        try:
+            job_file = claim(self.sp, self.name, self.tasks)
+        except Exception as err:
+            if not _is_disk_full(err):
+                raise
+            self._disk_full_pause(f"claiming paused: {err}")
+            return None
+        if self._disk_full_since is not None:
+            log.info("worker %s: the disk has room again; claiming resumes", self.name)
+            self._disk_full_since, self._disk_full_delay = None, 0.0
+        return job_file
+
+    def _disk_full_pause(self, what: str, at_most: float = DISK_FULL_MAX_BACKOFF_SECONDS) -> None:
+        """Log once per full-disk episode, then back off (0.2 s doubling to 5 s, or ``at_most``)."""
+        if self._disk_full_since is None:
+            self._disk_full_since = time.monotonic()
+            log.warning("worker %s: the spool's disk is full; %s (retrying with a backoff)", self.name, what)
+        self._disk_full_delay = min(max(self._disk_full_delay * 2, 0.2), DISK_FULL_MAX_BACKOFF_SECONDS)
+        assert self._waker is not None
+        self._waker.wait(min(self._disk_full_delay, at_most))
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._stop_requested_at is None:
@@ -106,11 +167,23 @@ class Worker:
     # -- one attempt -------------------------------------------------------------------------
 
     def _heartbeat_seconds(self) -> float:
-        if self.sp.settings.heartbeat_seconds:
-            return self.sp.settings.heartbeat_seconds
+        """A third of the term the coordinator publishes, unless set; a set heartbeat that cannot
+        keep the published term (over half of it: a coordinator with a shorter lease) is
+        overruled, with one warning per term, because only the coordinator's term decides."""
         published = self.sp.ledger.meta("lease_seconds")
         term = float(published) if published else self.sp.settings.lease_seconds
-        return max(term / 3.0, 0.05)
+        derived = max(term / 3.0, 0.05)
+        explicit = self.sp.settings.heartbeat_seconds
+        if not explicit:
+            return derived
+        if explicit > term / 2.0:
+            if self._overruled_term != term:
+                self._overruled_term = term
+                log.warning("worker %s: heartbeat_seconds %gs (%s) cannot keep the coordinator's lease of %gs; "
+                            "heartbeating every %.3gs instead", self.name, explicit,
+                            self.sp.settings.sources.get("heartbeat_seconds", "default"), term, derived)
+            return derived
+        return explicit
 
     def _run_attempt(self, job_file: JobFile) -> None:
         lease = Lease(job_file.id, self.name, job_file.attempt)
@@ -168,13 +241,39 @@ class Worker:
         return self._signals > 1 or time.monotonic() - self._stop_requested_at > self.sp.settings.grace_seconds
 
     def _report(self, lease: Lease, outcome: Outcome) -> None:
-        try:
-            if outcome.ok:
-                complete(self.sp, lease, json.dumps(outcome.value, allow_nan=False).encode())
-            else:
-                fail(self.sp, lease, outcome.error or "failed", reject=outcome.reject)
-        except LeaseLost as err:
-            log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, err)
+        """Complete or fail the attempt. A full disk doesn't throw a finished attempt away: we
+        keep the lease alive and retry until the move goes through or the lease is lost."""
+        keep_alive = KEEP_ALIVE_BEATS  # counters of their own, never equal to the attempt's beats
+        while True:
+            try:
+                if outcome.ok:
+                    complete(self.sp, lease, json.dumps(outcome.value, allow_nan=False).encode())
+                else:
+                    fail(self.sp, lease, outcome.error or "failed", reject=outcome.reject)
+                break
+            except LeaseLost as err:
+                log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, err)
+                break
+            except Exception as err:
+                if not _is_disk_full(err):
+                    raise
+            if self._must_stop_now():
+                log.warning("attempt %d of %s: stopping before its outcome could be saved (disk full); "
+                            "its lease will expire", lease.attempt, lease.job_id)
+                return
+            self._disk_full_pause(f"attempt {lease.attempt} of {lease.job_id} ended; saving its outcome waits "
+                                  "for room", at_most=self._heartbeat_seconds())
+            keep_alive += 1
+            heartbeat(self.sp, lease, keep_alive)
+            status = lease_status(self.sp, lease)
+            if status != "held":
+                log.warning("attempt %d of %s dropped while the disk was full: the lease was lost (%s)",
+                            lease.attempt, lease.job_id, status)
+                return
+        if self._disk_full_since is not None:
+            log.info("worker %s: the disk has room again; attempt %d of %s saved", self.name, lease.attempt,
+                     lease.job_id)
+            self._disk_full_since, self._disk_full_delay = None, 0.0
 
     def _release(self, lease: Lease) -> None:
         try:

@@ -8,16 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from spool import crash
-from spool.errors import AlreadyTerminal, InvalidJob, NotFound, SpoolError
+from spool.errors import AlreadyTerminal, InvalidJob, NotFound, SpoolError, TryLater
 from spool.fsio import fs
 from spool.job import now_text, parse_time
 from spool.layout import State, cancel_name, job_name, key_name, log_name, result_name
-from spool.locks import acquire, job_lock_name
-from spool.store import folders_of, has_result, move_job, read_job, rewrite_job, state_of, wake
+from spool.locks import acquire_within, job_lock_name
+from spool.store import folders_of, has_result, move_job, read_job, rewrite_job, state_of, wake, write_dot_file
 from spool.transitions import bury
 
 if TYPE_CHECKING:
@@ -27,8 +27,17 @@ log = logging.getLogger("spool.admin")
 crash.register("admin", "requeue-after-rename", "purge-after-rename")
 
 
-def _lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
-    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+def _lock(sp: Spool, job_id: str, timeout_seconds: float | None = None,  # type: ignore[no-untyped-def]
+          on_wait: Callable[[str], None] | None = None):
+    """The job's lock, waiting at most ``timeout_seconds`` (None: for ever). After about a second
+    ``on_wait`` hears what we wait for; on timeout, TryLater and nothing changed."""
+    what = f"waiting for job {job_id}'s lock, held by another process (a stopped worker?)"
+    lock = acquire_within(sp.layout.fd("locks"), job_lock_name(job_id), timeout_seconds,
+                          on_wait=(lambda: on_wait(what)) if on_wait else None)
+    if lock is None:
+        raise TryLater(f"job {job_id}'s lock is still held by another process after {timeout_seconds:g}s "
+                       "(a stopped worker?); nothing changed; try later")
+    return lock
 
 
 def _settled_state(sp: Spool, job_id: str) -> State | None:
@@ -40,22 +49,24 @@ def _settled_state(sp: Spool, job_id: str) -> State | None:
     return state_of(sp, job_id)
 
 
-def cancel(sp: Spool, job_id: str) -> str:
+def cancel(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
+           on_wait: Callable[[str], None] | None = None) -> str:
     """PENDING/WAITING -> DEAD (cancelled) before returning; for LEASED, a request the worker
     acts on at its next heartbeat (it kills the attempt and buries the job).
 
     Commit point: ``bury``'s rename (durable). For a leased job, the commit point is the
     request file ``leased/.<id>.cancel``; if the worker is gone, expiry honours it instead.
-    Returns "cancelled" or "requested". Raises AlreadyTerminal for done or dead jobs.
+    Returns "cancelled" or "requested". Raises AlreadyTerminal for done or dead jobs, and
+    TryLater when the job's lock stays held past ``timeout_seconds`` (``on_wait`` hears why).
     """
-    with _lock(sp, job_id):
+    with _lock(sp, job_id, timeout_seconds, on_wait):
         state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
         if state.terminal:
             raise AlreadyTerminal(f"{job_id}: already {state.value}; nothing changed")
         if state is State.LEASED:
-            fs.overwrite_small(sp.layout.fd(State.LEASED), cancel_name(job_id), now_text().encode())
+            write_dot_file(sp, State.LEASED, cancel_name(job_id), now_text().encode())
             log.info("cancel %s requested (leased)", job_id)
             return "requested"
         job_file = read_job(sp, state, job_id)
@@ -67,14 +78,15 @@ def cancel(sp: Spool, job_id: str) -> str:
     return "cancelled"
 
 
-def requeue(sp: Spool, job_id: str) -> State:
+def requeue(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
+            on_wait: Callable[[str], None] | None = None) -> State:
     """DEAD -> PENDING (or WAITING while dependencies are not all done) with a fresh set of tries;
     children skipped because of it are re-armed (back to waiting) too.
 
     Commit point: the rename out of dead/, fsync'd so an acknowledged requeue stays requeued.
     Crash after it: the file still carries its old reason, which the claim replaces.
     """
-    with _lock(sp, job_id):
+    with _lock(sp, job_id, timeout_seconds, on_wait):
         state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
@@ -129,7 +141,8 @@ def requeue_all_dead(sp: Spool, task: str | None = None) -> list[str]:
     return requeued
 
 
-def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD)) -> list[str]:
+def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD), *,
+          on_wait: Callable[[str], None] | None = None) -> list[str]:
     """DONE/DEAD -> (gone): jobs that ended more than ``older_than_seconds`` ago, with their
     results, logs and keys.
 
@@ -143,7 +156,7 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
         if not state.terminal:
             raise SpoolError(f"purge: {state.value} jobs are not finished; only done and dead can be purged")
         for job_id in sp.ledger.updated_before([state.value], cutoff):
-            if _purge_one(sp, job_id, state, cutoff):
+            if _purge_one(sp, job_id, state, cutoff, on_wait):
                 purged.append(job_id)
     sp.ledger.forget(purged)
     return purged
@@ -167,8 +180,9 @@ def finish_purge(sp: Spool, job_id: str) -> None:
             fs.unlink(logs_fd, name, missing_ok=True)
 
 
-def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float) -> bool:
-    with _lock(sp, job_id):
+def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float,
+               on_wait: Callable[[str], None] | None = None) -> bool:
+    with _lock(sp, job_id, None, on_wait):
         if folders_of(sp, job_id) != [state]:
             return False
         try:

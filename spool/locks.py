@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 from spool.fsio import fs
@@ -22,6 +24,13 @@ class Lock:
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+
+    def publish(self, data: bytes) -> None:
+        """Replace the lock file's content through the held fd (a worker's advertisement): a
+        reader sees the old content, nothing, or the new one; never another process's."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -49,11 +58,36 @@ def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
     return Lock(fd)
 
 
+def acquire_within(locks_fd: int, name: str, timeout_seconds: float | None, *,
+                   on_wait: Callable[[], None] | None = None, notice_after_seconds: float = 1.0,
+                   poll_seconds: float = 0.05) -> Lock | None:
+    """Take ``locks/<name>``, waiting at most ``timeout_seconds`` (None: for ever); None on timeout.
+
+    A person waiting on a lock deserves to know why: ``on_wait`` is called once, after
+    ``notice_after_seconds``, if the lock is still held by someone else (a stopped process holds
+    a lock for as long as it stays stopped)."""
+    started = time.monotonic()
+    noticed = False
+    while True:
+        lock = acquire(locks_fd, name, blocking=False)
+        if lock is not None:
+            return lock
+        waited = time.monotonic() - started
+        if timeout_seconds is not None and waited >= timeout_seconds:
+            return None
+        if not noticed and on_wait is not None and waited >= notice_after_seconds:
+            noticed = True
+            on_wait()
+        pause = poll_seconds if timeout_seconds is None else min(poll_seconds, timeout_seconds - waited)
+        time.sleep(max(pause, 0.001))
+
+
 def is_held(locks_fd: int, name: str) -> bool | None:
-    """Whether a live process holds ``locks/<name>``; None if there is no such lock file."""
+    """Whether a live process holds ``locks/<name>``; None if there is no such lock file (or
+    what is there is not a file a lock could be taken on)."""
     try:
-        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=locks_fd)
-    except FileNotFoundError:
+        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=locks_fd)
+    except OSError:  # none, or not a lock at all (a planted directory or symlink): nobody holds it
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

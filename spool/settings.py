@@ -288,6 +288,7 @@ def load_settings(
         except UsageError as err:
             raise UsageError(f"{where}: {name}: {err}") from None
         sources[name] = where
+    _check_heartbeat(values, sources)
     return Settings(**values, sources=MappingProxyType(sources),  # type: ignore[arg-type]
                     warnings=tuple(environment_warnings(environ)))
 
@@ -302,3 +303,18 @@ def environment_warnings(environ: Mapping[str, str]) -> list[str]:
             close = difflib.get_close_matches(name[6:].upper(), [other[6:] for other in known], n=1)
             lines.append(f"{name} is not a setting" + (f"; did you mean SPOOL_{close[0]}?" if close else ""))
     return lines
+
+
+def _check_heartbeat(values: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    """A heartbeat must come at least twice per lease term: one late or lost beat must not cost
+    the lease, or two healthy workers end up running the same job. Left unset, the worker beats
+    at a third of the term the coordinator publishes."""
+    heartbeat = values.get("heartbeat_seconds")
+    if heartbeat is None:
+        return
+    lease = values.get("lease_seconds", Settings.lease_seconds)
+    if heartbeat > lease / 2:  # type: ignore[operator]
+        raise UsageError(
+            f"{sources['heartbeat_seconds']}: heartbeat_seconds: {heartbeat:g}s cannot keep a lease of "
+            f"{lease:g}s (lease_seconds from {sources.get('lease_seconds', 'default')}); it must be at most "
+            f"half of lease_seconds, or unset (a third of the term the coordinator publishes)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,13 +145,15 @@ class Spool:
 
     # -- managing ----------------------------------------------------------------------------
 
-    def cancel(self, job_id: str) -> str:
+    def cancel(self, job_id: str, *, timeout_seconds: float | None = None,
+               on_wait: Callable[[str], None] | None = None) -> str:
         _check_id(job_id)
-        return admin.cancel(self, job_id)
+        return admin.cancel(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
-    def requeue(self, job_id: str) -> State:
+    def requeue(self, job_id: str, *, timeout_seconds: float | None = None,
+                on_wait: Callable[[str], None] | None = None) -> State:
         _check_id(job_id)
-        return admin.requeue(self, job_id)
+        return admin.requeue(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
 
 def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,

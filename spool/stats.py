@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from spool.job import format_time, parse_time
 from spool.locks import is_held, worker_lock_name
+from spool.workers import unhandled_ready
 
 if TYPE_CHECKING:
     from spool.spool import Spool
@@ -36,4 +37,5 @@ def collect(sp: Spool) -> dict[str, Any]:
         "completed_last_minute": sp.ledger.completed_since(now - 60),
         "coordinator": coordinator_state(sp),
         "workers": [w for w in workers if w["alive"]] + [w for w in workers if not w["alive"]][:10],
+        "unhandled_tasks": unhandled_ready(sp),  # task -> ready jobs that no live worker handles
     }

@@ -6,6 +6,9 @@ them takes a lock or decides anything: the transition that calls them does.
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from typing import TYPE_CHECKING
 
 from spool import crash
@@ -17,6 +20,10 @@ from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:
     from spool.spool import Spool
+
+log = logging.getLogger("spool.store")
+
+_PLANTED = ".planted-"  # what a set-aside entry's name carries; never read, never a job
 
 # The runner's own files may carry long errors and an invalid drop's original text.
 _FILE_SLACK_BYTES = 64 * 1024
@@ -125,13 +132,42 @@ def state_of(sp: Spool, job_id: str) -> State | None:
 
 
 def clear_lease_files(sp: Spool, job_id: str, attempt: int | None = None) -> None:
-    """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable)."""
+    """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable). A planted
+    directory under one of their names can't be unlinked: it is set aside, never fatal."""
     leased = sp.layout.fd(State.LEASED)
     prefix = f".{job_id}."
-    names = [n for n in fs.list_dir(leased) if n.startswith(prefix)] if attempt is None else [
+    names = [n for n in fs.list_dir(leased) if n.startswith(prefix) and _PLANTED not in n] if attempt is None else [
         heartbeat_name(job_id, attempt), cancel_name(job_id)]
     for name in names:
-        fs.unlink(leased, name, missing_ok=True)
+        try:
+            fs.unlink(leased, name, missing_ok=True)
+        except (IsADirectoryError, PermissionError):  # EISDIR on Linux; EPERM where POSIX says so
+            set_aside(sp, State.LEASED, name)
+
+
+def write_dot_file(sp: Spool, state: State, name: str, data: bytes) -> None:
+    """Write one of the runner's dot-files (a heartbeat counter, a cancel request) in ``state``/.
+
+    Anything but a plain file under its name (a directory, a FIFO that would block the open, a
+    symlink, a second hard link that would carry our write elsewhere) was planted: it is set
+    aside first, so no planted entry can wedge or kill the process that writes here."""
+    dir_fd = sp.layout.fd(state)
+    info = fs.lstat(dir_fd, name)
+    if info is not None and (not stat.S_ISREG(info.st_mode) or info.st_nlink != 1):
+        set_aside(sp, state, name)
+    fs.overwrite_small(dir_fd, name, data)
+
+
+def set_aside(sp: Spool, state: State, name: str) -> str:
+    """Rename a planted entry in the runner's dot-file namespace to a dot-name nothing reads
+    (``<name>.planted-<random>``), with one WARNING. Returns the new name."""
+    aside = f"{name}{_PLANTED}{os.urandom(4).hex()}"
+    try:
+        fs.rename_noreplace(sp.layout.fd(state), name, sp.layout.fd(state), aside)
+    except FileNotFoundError:
+        return aside  # someone else moved it first
+    log.warning("%s/%s was not the runner's file; moved aside to %s/%s", state.value, name, state.value, aside)
+    return aside
 
 
 def wake(sp: Spool, state: State = State.PENDING) -> None:

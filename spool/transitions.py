@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import logging
 import random
+import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spool import crash
-from spool.errors import InvalidJob, LeaseLost
+from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
 from spool.layout import State, cancel_name, heartbeat_name, result_name
 from spool.locks import acquire, job_lock_name
 from spool.store import (clear_lease_files, has_result, move_job, only_in, publish_job, read_job, rewrite_job,
-                         stage, unstage, wake)
+                         stage, unstage, wake, write_dot_file)
 
 if TYPE_CHECKING:
     from spool.spool import Spool
@@ -88,10 +89,14 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
                 busy.append(job_id)
                 continue
             with lock:
-                claimed = _claim_locked(sp, job_id, worker)
+                try:
+                    claimed = _claim_locked(sp, job_id, worker)
+                except DiskFull:
+                    busy.append(job_id)  # put back in the claim order (the finally, if the ledger can)
+                    raise
                 if claimed is not None:
                     # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
-                    sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
+                    _record_claim(sp, claimed, worker)
             if claimed is not None:
                 log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
                 crash.point("after-claim")
@@ -99,7 +104,21 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
         return None
     finally:
         for job_id in busy:
-            sp.ledger.unreserve(job_id)
+            try:
+                sp.ledger.unreserve(job_id)
+            except (sqlite3.Error, SpoolError):
+                pass  # a full disk: the coordinator's reconcile puts the row back to match the file
+
+
+def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
+    """The ledger after a durable claim. On a full disk the claim stands and its attempt runs:
+    the ledger is an index that the coordinator's reconcile brings back to the files."""
+    try:
+        sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
+    except (sqlite3.OperationalError, DiskFull) as err:
+        if not isinstance(err, DiskFull) and "full" not in str(err):
+            raise
+        log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
 def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
@@ -131,7 +150,14 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
         backoff_seconds=None,
         attempts=records + ({"attempt": attempt, "worker": worker, "started": now, "ended": None,
                              "outcome": None, "error": None},))
-    rewrite_job(sp, State.LEASED, claimed, sync=True)
+    try:
+        rewrite_job(sp, State.LEASED, claimed, sync=True)
+    except DiskFull:
+        # No room for the counted try: undo the claim under our lock, so a full disk costs the
+        # job nothing (left in leased/ it would be settled as a spent try). A crash before this
+        # rename is the crash after claim-after-rename; after it, nothing happened.
+        move_job(sp, job_id, State.LEASED, State.PENDING)
+        raise
     return claimed
 
 
@@ -142,8 +168,13 @@ def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
     """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
     change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
     also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
-    fs.overwrite_small(sp.layout.fd(State.LEASED), heartbeat_name(lease.job_id, lease.attempt),
+    try:
+        write_dot_file(sp, State.LEASED, heartbeat_name(lease.job_id, lease.attempt),
                        f"{counter} {lease.worker}\n".encode())
+    except OSError as err:
+        # A missed beat (a full disk, say) is not fatal: the next one may land; if none does
+        # within the term, the lease expires and the worker learns it at lease_status.
+        log.warning("heartbeat of %s attempt %d not written: %s", lease.job_id, lease.attempt, err)
 
 
 def lease_status(sp: Spool, lease: Lease) -> str:

@@ -47,7 +47,9 @@ def test_jobs_that_crash_their_worker_or_their_attempt_die_after_max_tries(kit) 
     assert status["attempt"] == status["tries"] == status["max_tries"] == 3
     assert [(r["attempt"], r["outcome"]) for r in status["attempts"]] == [(1, "expired"), (2, "expired"),
                                                                          (3, "expired")]
-    assert "died" in status["error"]
+    # Which path expires the lease is a race the promise leaves open: the freed worker lock, or
+    # (on a loaded machine, when the lease runs out before the freed lock is noticed) the term.
+    assert "died" in status["error"] or "no heartbeat" in status["error"], status["error"]
 
     status = kit.wait_state(kills_itself, "dead", timeout=60)
     assert status["reason"] == "failed"

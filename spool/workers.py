@@ -1,0 +1,104 @@
+"""Which live workers handle which tasks, read from their liveness locks (the files are the truth).
+
+Every worker holds ``locks/worker-<name>.lock`` while it lives (``spool.locks``) and writes into
+it, through the held fd, one JSON object: ``{"name", "pid", "host", "tasks": [...]}``, with
+``shell`` among the tasks only under ``--allow-shell``. A lock file whose lock is free is a dead
+worker's and is ignored. A live worker whose file holds no readable advertisement (it is starting,
+or an older version) handles tasks nobody knows: while one runs, nothing is reported unhandled.
+The ledger's ``workers`` table says who was seen; only the locks say who is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spool.errors import InvalidJob, UsageError
+from spool.fsio import fs
+from spool.locks import is_held
+
+if TYPE_CHECKING:
+    from spool.spool import Spool
+
+WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_PREFIX, _SUFFIX = "worker-", ".lock"
+_ADVERT_MAX_BYTES = 64 * 1024
+
+
+def check_worker_name(name: str) -> str:
+    """A worker's name becomes part of a file name in locks/: refuse anything but the id grammar."""
+    if not WORKER_NAME.fullmatch(name):
+        raise UsageError(f"--name {name!r}: a worker name is 1-64 letters, digits, '_', '-' or '.', "
+                         "starting with a letter or digit")
+    return name
+
+
+def advertisement(name: str, tasks: Iterable[str]) -> bytes:
+    """What a worker writes into its own liveness lock."""
+    return json.dumps({"name": name, "pid": os.getpid(), "host": socket.gethostname(),
+                       "tasks": sorted(tasks)}).encode() + b"\n"
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    name: str
+    pid: int | None
+    host: str | None
+    tasks: frozenset[str] | None  # None: not advertised (yet)
+
+
+def live_workers(sp: Spool) -> list[LiveWorker]:
+    """Every worker whose liveness lock is held right now, with what it advertises."""
+    locks_fd = sp.layout.fd("locks")
+    found = []
+    for entry in sorted(fs.list_dir(locks_fd)):
+        if not (entry.startswith(_PREFIX) and entry.endswith(_SUFFIX)):
+            continue
+        try:
+            if is_held(locks_fd, entry) is not True:
+                continue
+        except OSError:
+            continue  # not a lock at all (a planted directory): nobody lives there
+        try:
+            advert = json.loads(fs.read_file(locks_fd, entry, _ADVERT_MAX_BYTES) or b"null")
+        except (OSError, InvalidJob, ValueError):
+            advert = None  # a planted non-file, or an advertisement being rewritten
+        name = entry[len(_PREFIX):-len(_SUFFIX)]
+        if not isinstance(advert, dict) or not isinstance(advert.get("tasks"), list):
+            found.append(LiveWorker(name, None, None, None))
+            continue
+        pid = advert.get("pid")
+        found.append(LiveWorker(name, pid if isinstance(pid, int) else None, str(advert.get("host") or "") or None,
+                                frozenset(str(task) for task in advert["tasks"])))
+    return found
+
+
+def handlers_of(workers: Iterable[LiveWorker], task: str) -> list[str] | None:
+    """Names of the live workers that handle ``task``; None when none is known to but some live
+    worker has not said what it handles (so nobody can say the task is unhandled)."""
+    workers = list(workers)
+    names = [w.name for w in workers if w.tasks is not None and task in w.tasks]
+    if not names and any(w.tasks is None for w in workers):
+        return None
+    return names
+
+
+def unhandled_ready(sp: Spool, workers: Iterable[LiveWorker] | None = None) -> dict[str, int]:
+    """task -> ready jobs in pending/ for each task that no live worker handles."""
+    workers = live_workers(sp) if workers is None else list(workers)
+    # The ledger's claim-order view, read here rather than through a new Ledger method: the
+    # ledger's schema and API belong to its own change (issue 7, finding 3-5).
+    rows = sp.ledger._read("SELECT task, COUNT(*) FROM jobs WHERE state = 'pending' AND ready = 1 GROUP BY task")
+    return {task: count for task, count in sorted(rows) if handlers_of(workers, task) == []}
+
+
+def unhandled_warning(task: str) -> str:
+    """The one sentence every reader uses, so `status`, `stats`, `wait` and the log agree."""
+    hint = ("a worker started with --allow-shell" if task == "shell"
+            else "a worker that imports the module registering it")
+    return f"no live worker handles task {task!r}; it waits until {hint} runs"
