@@ -12,13 +12,14 @@ from typing import Any
 import click
 
 from spool import admin, crash
-from spool.errors import InvalidJob, NotFound, UsageError
+from spool.errors import InvalidJob, LedgerError, NotFound, UsageError
 from spool.fsck import fsck as run_fsck
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.layout import State, init_spool, log_name
 from spool.settings import parse_duration
 from spool.spool import build_spec, resolve_root
+from spool.stats import ids_from_files, ledger_trouble
 from spool.yamlsafe import load_yaml
 from spool.cli.main import App, cli, common, merge_common, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
@@ -213,11 +214,20 @@ def ls_command(app: App, state_name: str | None, reason: str | None, limit: int 
     merge_common(app, spool_dir, json_output)
     sp = app.spool()
     views = []
-    for job_id in sp.ledger.ids(state=state_name, reason=reason, limit=limit):
+    try:
+        ids = sp.ledger.ids(state=state_name, reason=reason, limit=limit)
+    except LedgerError as err:
+        click.echo(f"spool: {ledger_trouble(sp, err)}", err=True)
+        ids = ids_from_files(sp, state_name)
+    for job_id in ids:
+        if limit and len(views) >= limit:
+            break
         try:
-            views.append(sp.status(job_id))
+            view = sp.status(job_id)
         except (NotFound, InvalidJob, FileNotFoundError):
             continue  # moved or purged since the ledger listed it
+        if reason is None or view["reason"] == reason:
+            views.append(view)
     if app.json_output:
         echo_json(views)
     else:
@@ -235,6 +245,8 @@ def stats(app: App, spool_dir: str | None, json_output: bool) -> None:
     from spool.stats import collect
 
     view = collect(app.spool())
+    if view["ledger"] != "ok":
+        click.echo(f"spool: {view['ledger']}", err=True)
     echo_json(view) if app.json_output else render_stats(view)
 
 

@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from spool import crash
 from spool.chains import advance_waiting, make_ready
-from spool.errors import DiskFull, DurabilityError, InvalidJob
+from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerUnusable
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
@@ -76,13 +76,15 @@ class Coordinator:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         folders = [self.sp.layout.path(state) for state in State]
         waker = Waker(folders)
-        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
-                                coordinator_started=format_time(time.time()))
         log.info("coordinator started (lease %ss)", self.lease_seconds)
         try:
+            self._publish_start()
             landed: list[tuple[str, str]] = []
             while not self._stop:
-                self.run_pass(landed)
+                try:
+                    self.run_pass(landed)
+                except LedgerUnusable as err:
+                    self._rebuild_ledger(err)
                 landed = waker.wait(self._next_wait())
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a move; a failed fsync is final (RELIABILITY.md). Exit for the
@@ -99,6 +101,24 @@ class Coordinator:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop = True
+
+    def _publish_start(self) -> None:
+        for _ in range(2):
+            try:
+                self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                        coordinator_started=format_time(time.time()))
+                return
+            except LedgerUnusable as err:
+                self._rebuild_ledger(err)
+
+    def _rebuild_ledger(self, err: LedgerUnusable) -> None:
+        """A ledger that is not a database: move it aside and let the next pass's reconcile fill
+        a fresh one from the files (workers and commands reopen onto it by themselves)."""
+        aside = self.sp.set_ledger_aside()
+        log.error("the ledger is unreadable (%s); moved aside to %s, rebuilding it from the files", err, aside)
+        self.last_reconcile = -1e18
+        self.leases.clear()
+        self.timers.clear()
 
     def _next_wait(self) -> float:
         wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)

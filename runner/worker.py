@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from spool import crash, registry
-from spool.errors import DiskFull, DurabilityError, LeaseLost, SpoolError
+from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, SpoolError
 from spool.job import JobFile
 from spool.layout import State, log_name
 from spool.locks import Lock, acquire, worker_lock_name
@@ -55,6 +55,7 @@ class Worker:
         self._stop_requested_at: float | None = None
         self._waker: Waker | None = None
         self._lock: Lock | None = None
+        self._ledger_waiting = False  # said once that the ledger failed
 
     # -- life --------------------------------------------------------------------------------
 
@@ -63,23 +64,28 @@ class Worker:
         if self._lock is None:
             raise SpoolError(f"another worker is already named {self.name}")
         started = time.time()
-        self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, started)
+        self._seen(started, started)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         self._waker = Waker([self.sp.layout.path(State.PENDING)])
         log.info("worker %s started: tasks %s", self.name, ", ".join(self.tasks))
         last_seen = time.monotonic()
         try:
             while not self._signals:
-                job_file = claim(self.sp, self.name, self.tasks)
+                try:
+                    job_file = claim(self.sp, self.name, self.tasks)
+                    self._ledger_waiting = False
+                    if job_file is not None:
+                        self._run_attempt(job_file)
+                except LedgerError as err:
+                    self._ledger_trouble(err)
+                    job_file = None
                 if job_file is None:
                     if self.burst:
                         break
                     self._waker.wait(self.sp.settings.poll_seconds)
-                else:
-                    self._run_attempt(job_file)
                 if time.monotonic() - last_seen > 5:
                     last_seen = time.monotonic()
-                    self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, time.time())
+                    self._seen(started, time.time())
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a transition; a failed fsync is final, never retried (RELIABILITY.md).
             # Exit for the supervisor to restart us: our lock is freed, so the coordinator expires our
@@ -94,6 +100,19 @@ class Worker:
             self._lock.release()
         log.info("worker %s stopped", self.name)
         return 0
+
+    def _seen(self, started: float, now: float) -> None:
+        try:
+            self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, now)
+        except LedgerError as err:
+            self._ledger_trouble(err)
+
+    def _ledger_trouble(self, err: LedgerError) -> None:
+        """An unusable ledger is rebuilt by the coordinator (or fsck --repair): wait for it, say so once.
+        A move already committed stays committed; its missing row is the reconcile's to add."""
+        if not self._ledger_waiting:
+            self._ledger_waiting = True
+            log.warning("worker %s: the ledger failed (%s); waiting for it to be usable again", self.name, err)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1

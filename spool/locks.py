@@ -50,9 +50,11 @@ def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
 
 
 def is_held(locks_fd: int, name: str) -> bool | None:
-    """Whether a live process holds ``locks/<name>``; None if there is no such lock file."""
+    """Whether a live process holds ``locks/<name>``; None if there is no such lock file.
+
+    Opened read-only (flock needs no write access), so it works on a read-only spool too."""
     try:
-        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=locks_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=locks_fd)
     except FileNotFoundError:
         return None
     try:
