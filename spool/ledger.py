@@ -89,7 +89,16 @@ class Ledger:
             self._connect()
 
     def close(self) -> None:
+        """Close; the last user of the ledger first empties the WAL into the file, as SQLite's own
+        close would (which also deletes the -wal by name: turned off, see ``spool.ledger_file``).
+        Through our fds only, so safe even if the file was replaced; never waits for others."""
         with self._mutex:
+            if self._db is not None and not self._read_only:
+                try:
+                    self._db.execute("PRAGMA busy_timeout = 0")
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                except sqlite3.Error:
+                    pass
             self._drop()
 
     # -- the file ----------------------------------------------------------------------------
