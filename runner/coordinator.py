@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from spool import crash
 from spool.chains import advance_waiting, make_ready
-from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerUnusable
+from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
@@ -91,6 +91,9 @@ class Coordinator:
             # supervisor to restart us: a move left half made is settled by the next reconcile.
             log.error("coordinator stops, the spool's storage failed: %s", err)
             return 1
+        except LedgerError as err:  # not a corrupt file (that is rebuilt above): locked too long, I/O
+            log.error("coordinator stops, the ledger failed: %s", err)
+            return 1
         finally:
             waker.stop()
             for sig, handler in previous.items():
@@ -103,22 +106,22 @@ class Coordinator:
         self._stop = True
 
     def _publish_start(self) -> None:
-        for _ in range(2):
-            try:
-                self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
-                                        coordinator_started=format_time(time.time()))
-                return
-            except LedgerUnusable as err:
-                self._rebuild_ledger(err)
+        try:
+            self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                    coordinator_started=format_time(time.time()))
+        except LedgerUnusable as err:
+            self._rebuild_ledger(err)
 
     def _rebuild_ledger(self, err: LedgerUnusable) -> None:
         """A ledger that is not a database: move it aside and let the next pass's reconcile fill
         a fresh one from the files (workers and commands reopen onto it by themselves)."""
         aside = self.sp.set_ledger_aside()
         log.error("the ledger is unreadable (%s); moved aside to %s, rebuilding it from the files", err, aside)
-        self.last_reconcile = -1e18
+        self.last_reconcile = self.last_published = -1e18
         self.leases.clear()
         self.timers.clear()
+        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                coordinator_started=format_time(time.time()))
 
     def _next_wait(self) -> float:
         wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)
