@@ -148,6 +148,10 @@ def status(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> N
     sp = app.spool()
     view = sp.status(job_id)
     view["coordinator"] = coordinator_state(sp)  # "no coordinator since T" while none runs
+    try:
+        sp.ledger.meta("coordinator_seen")
+    except LedgerError as err:  # the status came from the files; say why the index was not used
+        click.echo(f"spool: {ledger_trouble(sp, err)}", err=True)
     echo_json(view) if app.json_output else render_status(view)
 
 
