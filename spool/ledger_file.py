@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
@@ -33,6 +33,8 @@ NAME = "ledger.sqlite3"
 SIDE_FILES = ("-wal", "-shm")
 LOCK_NAME = "ledger.lock"
 _NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE
+
+log = logging.getLogger("spool.ledger")
 
 
 def identity(root_fd: int) -> tuple[int, int] | None:
@@ -140,7 +142,7 @@ def keep_side_files_on_close(db: sqlite3.Connection) -> None:
         lib.sqlite3_db_config.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
         lib.sqlite3_db_config(handle, _NO_CKPT_ON_CLOSE, 1, None)
     except (OSError, AttributeError, ImportError, sqlite3.Error):  # pragma: no cover (another Python)
-        print("spool: warning: can't keep SQLite from checkpointing on close", file=sys.stderr)
+        log.warning("can't keep SQLite from deleting the ledger's -wal/-shm on close (NO_CKPT_ON_CLOSE)")
 
 
 def close_quietly(db: sqlite3.Connection) -> None:
