@@ -12,13 +12,14 @@ from typing import Any
 import click
 
 from spool import admin, crash
-from spool.errors import InvalidJob, NotFound, UsageError
+from spool.errors import InvalidJob, LedgerError, NotFound, UsageError
 from spool.fsck import fsck as run_fsck
 from spool.ids import is_valid_id
 from spool.layout import MARKER, State, init_spool
 from spool.settings import parse_duration
 from spool.spool import Spool, build_spec, resolve_root
 from spool.workers import handlers_of, live_workers, unhandled_warning
+from spool.stats import ids_from_files, ledger_trouble
 from spool.yamlsafe import load_yaml
 from spool.cli.main import App, cli, common, merge_common, pass_app, register_crash_points
 from spool.cli.render import echo_json, render_stats, render_status, render_table
@@ -201,6 +202,10 @@ def status(app: App, job_id: str, spool_dir: str | None, json_output: bool) -> N
             view["handled_by"] = handlers
             if not handlers:
                 view["warning"] = unhandled_warning(view["task"])
+    try:
+        sp.ledger.meta("coordinator_seen")
+    except LedgerError as err:  # the status came from the files; say why the index was not used
+        click.echo(f"spool: {ledger_trouble(sp, err)}", err=True)
     if app.json_output:
         echo_json(view)
     else:
@@ -278,11 +283,20 @@ def ls_command(app: App, state_name: str | None, reason: str | None, limit: int 
     merge_common(app, spool_dir, json_output)
     sp = app.spool()
     views = []
-    for job_id in sp.ledger.ids(state=state_name, reason=reason, limit=limit):
+    try:
+        ids = sp.ledger.ids(state=state_name, reason=reason, limit=limit)
+    except LedgerError as err:
+        click.echo(f"spool: {ledger_trouble(sp, err)}", err=True)
+        ids = ids_from_files(sp, state_name)
+    for job_id in ids:
+        if limit and len(views) >= limit:
+            break
         try:
-            views.append(sp.status(job_id))
+            view = sp.status(job_id)
         except (NotFound, InvalidJob, FileNotFoundError):
             continue  # moved or purged since the ledger listed it
+        if reason is None or view["reason"] == reason:
+            views.append(view)
     if app.json_output:
         echo_json(views)
     else:
@@ -300,6 +314,8 @@ def stats(app: App, spool_dir: str | None, json_output: bool) -> None:
     from spool.stats import collect
 
     view = collect(app.spool())
+    if view["ledger"] != "ok":
+        click.echo(f"spool: {view['ledger']}", err=True)
     echo_json(view) if app.json_output else render_stats(view)
 
 

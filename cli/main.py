@@ -42,6 +42,12 @@ class App:
             self._spool = Spool(self.spool_dir, flags=self.flags)
         return self._spool
 
+    def close(self) -> None:
+        """At the end of a command: the ledger's last user empties its WAL as it closes."""
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
     def flag_argv(self) -> list[str]:
         """The group options again, for processes a command starts (``spool run``, the demo)."""
         argv = ["--spool", str(self.spool().root)]
@@ -91,6 +97,7 @@ def cli(ctx: click.Context, spool_dir: str | None, json_output: bool, **flags: o
     warn_about_environment(os.environ)
     ctx.obj = App(spool_dir=spool_dir, json_output=json_output,
                   flags={name: value for name, value in flags.items() if value is not None})
+    ctx.call_on_close(ctx.obj.close)
 
 
 def register_crash_points() -> None:

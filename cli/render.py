@@ -53,11 +53,15 @@ def render_stats(view: dict[str, Any]) -> None:
     counts = view["counts"]
     states = ("pending", "waiting", "leased", "done", "dead")
     click.echo("  ".join(f"{state} {counts.get(state, 0)}" for state in states))
-    click.echo(f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
-               f"completed last minute {view['completed_last_minute']}")
+    if view["ready"] is not None:  # None: the reduced form, read from the files without the ledger
+        click.echo(f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
+                   f"completed last minute {view['completed_last_minute']}")
     click.echo(f"coordinator: {view['coordinator']}")
     for task, ready in (view.get("unhandled_tasks") or {}).items():
         click.echo(f"warning: {ready} ready job(s) of task {task!r}, which no live worker handles")
     for worker in view["workers"]:
+        if worker["pid"] is None:
+            click.echo(f"worker {worker['name']} (alive)")
+            continue
         click.echo(f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
                    f"last seen {worker['seen']}")

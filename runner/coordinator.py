@@ -26,7 +26,7 @@ from types import FrameType
 
 from spool import crash
 from spool.chains import advance_waiting, make_ready
-from spool.errors import DiskFull, DurabilityError, InvalidJob
+from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
@@ -78,19 +78,24 @@ class Coordinator:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         folders = [self.sp.layout.path(state) for state in State]
         waker = Waker(folders)
-        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
-                                coordinator_started=format_time(time.time()))
         log.info("coordinator started (lease %ss)", self.lease_seconds)
         try:
+            self._publish_start()
             landed: list[tuple[str, str]] = []
             while not self._stop:
-                self.run_pass(landed)
+                try:
+                    self.run_pass(landed)
+                except LedgerUnusable as err:
+                    self._rebuild_ledger(err)
                 landed = waker.wait(self._next_wait())
             sweep_tmp(self.sp)  # what a worker that died since our last sweep staged is garbage
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a move; a failed fsync is final (RELIABILITY.md). Exit for the
             # supervisor to restart us: a move left half made is settled by the next reconcile.
             log.error("coordinator stops, the spool's storage failed: %s", err)
+            return 1
+        except LedgerError as err:  # not a corrupt file (that is rebuilt above): locked too long, I/O
+            log.error("coordinator stops, the ledger failed: %s", err)
             return 1
         finally:
             waker.stop()
@@ -102,6 +107,24 @@ class Coordinator:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop = True
+
+    def _publish_start(self) -> None:
+        try:
+            self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                    coordinator_started=format_time(time.time()))
+        except LedgerUnusable as err:
+            self._rebuild_ledger(err)
+
+    def _rebuild_ledger(self, err: LedgerUnusable) -> None:
+        """A ledger that is not a database: move it aside and let the next pass's reconcile fill
+        a fresh one from the files (workers and commands reopen onto it by themselves)."""
+        aside = self.sp.set_ledger_aside()
+        log.error("the ledger is unreadable (%s); moved aside to %s, rebuilding it from the files", err, aside)
+        self.last_reconcile = self.last_published = -1e18
+        self.leases.clear()
+        self.timers.clear()
+        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                coordinator_started=format_time(time.time()))
 
     def _next_wait(self) -> float:
         wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)

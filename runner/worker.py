@@ -24,7 +24,7 @@ from types import FrameType
 
 from spool import crash, registry
 from spool.attemptlog import AttemptLog
-from spool.errors import DiskFull, DurabilityError, LeaseLost, UsageError
+from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
 from spool.job import JobFile
 from spool.layout import State, log_name
 from spool.locks import Lock, acquire_within, worker_lock_name
@@ -72,6 +72,7 @@ class Worker:
         self._overruled_term: float | None = None  # the published term we last warned about
         self._disk_full_since: float | None = None  # our clock, while claims or completions meet ENOSPC
         self._disk_full_delay = 0.0
+        self._ledger_waiting = False  # said once that the ledger failed
 
     # -- life --------------------------------------------------------------------------------
 
@@ -84,23 +85,28 @@ class Worker:
                              f"{worker_lock_name(self.name)} is held); pick another --name")
         self._advertise()
         started = time.time()
-        self._seen(started)
+        self._seen(started, started)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         self._waker = Waker([self.sp.layout.path(State.PENDING)])
         log.info("worker %s started: tasks %s", self.name, ", ".join(self.tasks))
         last_seen = time.monotonic()
         try:
             while not self._signals:
-                job_file = self._claim()
+                try:
+                    job_file = self._claim()
+                    self._ledger_waiting = False
+                    if job_file is not None:
+                        self._run_attempt(job_file)
+                except LedgerError as err:
+                    self._ledger_trouble(err)
+                    job_file = None
                 if job_file is None:
                     if self.burst:
                         break
                     self._waker.wait(self.sp.settings.poll_seconds)
-                else:
-                    self._run_attempt(job_file)
                 if time.monotonic() - last_seen > 5:
                     last_seen = time.monotonic()
-                    self._seen(started)
+                    self._seen(started, time.time())
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a transition; a failed fsync is final, never retried (RELIABILITY.md).
             # Exit for the supervisor to restart us: our lock is freed, so the coordinator expires our
@@ -124,13 +130,22 @@ class Worker:
         except OSError as err:  # a full disk: readers then know a live worker, not its tasks
             log.warning("worker %s could not advertise its tasks: %s", self.name, err)
 
-    def _seen(self, started: float) -> None:
+    def _seen(self, started: float, now: float) -> None:
         try:
-            self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, time.time())
+            self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, now)
+        except LedgerError as err:
+            self._ledger_trouble(err)
         except Exception as err:
             if not _is_disk_full(err):
                 raise
             # `stats` shows us as seen a little earlier; the lock says we live.
+
+    def _ledger_trouble(self, err: LedgerError) -> None:
+        """An unusable ledger is rebuilt by the coordinator (or fsck --repair): wait for it, say so once.
+        A move already committed stays committed; its missing row is the reconcile's to add."""
+        if not self._ledger_waiting:
+            self._ledger_waiting = True
+            log.warning("worker %s: the ledger failed (%s); waiting for it to be usable again", self.name, err)
 
     def _claim(self) -> JobFile | None:
         """``claim``, except that a full disk pauses claiming with a backoff instead of ending us:
@@ -170,7 +185,10 @@ class Worker:
         """A third of the term the coordinator publishes, unless set; a set heartbeat that cannot
         keep the published term (over half of it: a coordinator with a shorter lease) is
         overruled, with one warning per term, because only the coordinator's term decides."""
-        published = self.sp.ledger.meta("lease_seconds")
+        try:
+            published = self.sp.ledger.meta("lease_seconds")
+        except LedgerError:  # the job is claimed already: heartbeat on our own setting, never drop it
+            published = None
         term = float(published) if published else self.sp.settings.lease_seconds
         derived = max(term / 3.0, 0.05)
         explicit = self.sp.settings.heartbeat_seconds

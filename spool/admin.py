@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from spool import crash
-from spool.errors import AlreadyTerminal, InvalidJob, NotFound, SpoolError, TryLater
+from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError, TryLater
 from spool.fsio import fs
 from spool.job import now_text, parse_time
 from spool.layout import State, cancel_name, job_name, key_name, log_name, result_name
@@ -158,7 +158,6 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
         for job_id in sp.ledger.updated_before([state.value], cutoff):
             if _purge_one(sp, job_id, state, cutoff, on_wait):
                 purged.append(job_id)
-    sp.ledger.forget(purged)
     return purged
 
 
@@ -178,6 +177,15 @@ def finish_purge(sp: Spool, job_id: str) -> None:
     for name in fs.list_dir(logs_fd):
         if name.startswith(job_id + "."):
             fs.unlink(logs_fd, name, missing_ok=True)
+
+
+def _forget(sp: Spool, job_id: str) -> None:
+    """Drop a purged job's row before its key is free again, so the index never holds a row the
+    files don't (a failing ledger is left to the coordinator's reconcile: the purge happened)."""
+    try:
+        sp.ledger.forget([job_id])
+    except (LedgerError, DiskFull) as err:
+        log.warning("purge %s: the ledger did not forget it (%s); the coordinator's reconcile will", job_id, err)
 
 
 def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float,
@@ -205,6 +213,7 @@ def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float,
             fs.unlink(sp.layout.fd("logs"), log_name(job_id, attempt), missing_ok=True)
         # The sweep only removes tmp/ files whose writer is gone: we are alive, so we remove ours.
         fs.unlink(sp.layout.fd("tmp"), buried, missing_ok=True)
+        _forget(sp, job_id)
     if job_file.job.has_own_key:
         from spool.submission import remove_key
 

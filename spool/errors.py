@@ -8,6 +8,9 @@
     +-- TryLater                exit 75  backpressure (max_pending reached)
     |   +-- DiskFull            exit 75  ENOSPC while accepting a job
     +-- DurabilityError         exit 1   an fsync failed: never retried into a success
+    +-- LedgerError             exit 1   the ledger (the SQLite index) failed; the files are as they were
+    |   +-- LedgerUnusable      exit 1   the ledger file is not a database: moved aside and rebuilt by
+    |                                    ``spool fsck --repair`` or a running coordinator
     +-- TransitionLost          exit 1   a move lost its race; the job is as the winner left it
         +-- NotClaimable                 the job is no longer in pending/, or is locked
         +-- LeaseLost                    the lease was expired, cancelled or revoked (stale fence)
@@ -55,6 +58,16 @@ class DiskFull(TryLater):
 
 class DurabilityError(SpoolError):
     """An fsync failed. The kernel may have dropped the data, so this is final (RELIABILITY.md)."""
+
+
+class LedgerError(SpoolError):
+    """The ledger failed (locked too long, read-only, an I/O error). It is an index: the files,
+    the truth, are as they were, and the coordinator's reconcile brings it back in step."""
+
+
+class LedgerUnusable(LedgerError):
+    """The ledger file is not a database (corrupt, or not SQLite at all): ``spool fsck --repair``
+    or a running coordinator moves it aside and rebuilds it from the files."""
 
 
 class TransitionLost(SpoolError):

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spool.errors import InvalidJob
+from spool.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import JobFile
@@ -213,7 +213,18 @@ def _check_tmp(sp: Spool, report: Report) -> None:
 
 
 def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
-    known = sp.ledger.states()
+    try:
+        known = sp.ledger.states()
+    except LedgerError as err:
+        # An index breaks no promise about a job: the files were checked without it.
+        if isinstance(err, LedgerUnusable) and not _processes_alive(sp):
+            report.violations.append(f"{err}")
+        else:
+            from spool.stats import ledger_trouble
+
+            report.in_progress.append(ledger_trouble(sp, err).replace("showing what the files say",
+                                                                      "the files were checked without it"))
+        return
     lagging = [job_id for job_id, (state, _f) in files.items() if known.get(job_id) != state.value]
     lagging += [job_id for job_id in known if job_id not in files]
     if not lagging:
@@ -258,7 +269,7 @@ def sweep_tmp(sp: Spool) -> list[str]:
 
 
 def _repair(sp: Spool) -> list[str]:
-    repaired: list[str] = []
+    repaired: list[str] = _usable_ledger(sp)
     listing = list_folders(sp)
     for job_id in sorted(listing.jobs):
         lock = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=False)
@@ -282,6 +293,17 @@ def _repair(sp: Spool) -> list[str]:
     count = sp.ledger.rebuild(entries)
     repaired.append(f"ledger: rebuilt from the files ({count} jobs)")
     return repaired
+
+
+def _usable_ledger(sp: Spool) -> list[str]:
+    """A ledger that is not a database (or fails SQLite's quick_check) is moved aside, with its
+    -wal and -shm, for a fresh one that the repair then fills from the files."""
+    try:
+        sp.ledger.check()
+        return []
+    except LedgerUnusable as err:
+        aside = sp.set_ledger_aside()
+        return [f"ledger: unreadable ({err}); moved aside to {aside}" if aside else f"ledger: unreadable ({err})"]
 
 
 def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[str, list[State]]) -> list[str]:

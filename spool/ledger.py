@@ -8,14 +8,24 @@ reconciles it against folder listings at start and on every pass. It runs in WAL
 ``synchronous=NORMAL``: its commits are not fsync'd (SPEC: ledger commits need not survive a
 power cut, because the files do).
 
-Tables:
-    jobs(id, key UNIQUE, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
+Tables (schema version 2, in ``PRAGMA user_version``):
+    jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
          reason, submitted_at, updated)    one row per job file; state = the folder
     deps(job_id, dep_id)                   depends_on of every job, for promotion and skips
     history(seq, job_id, at, event, attempt, worker, detail)   one row per transition
     meta(name, value)                      ready_seq counter, coordinator's lease term and
                                            last pass, drops seen by the coordinator
     workers(name, pid, host, started, seen)  workers seen, for ``spool stats``
+``jobs.key`` is a plain index, not UNIQUE: keys/ and the files decide what a key means, and an
+index must never refuse a row the files hold (version 1 had UNIQUE: a submit racing a purge of
+the same key was refused after its job was written). A version-1 ledger is migrated on open.
+
+The file is the one at the name: the ledger is opened, and stat'ed before every transaction
+(~2 us), through the spool's folder fd, so a ledger deleted or moved aside under running
+processes is noticed and opened again (created empty when missing; the coordinator's reconcile
+refills it; ``spool.ledger_file`` says how that stays safe). Every ``sqlite3.Error`` leaves a
+method as a typed error: ``DiskFull`` (SQLITE_FULL), ``LedgerUnusable`` (not a database), else
+``LedgerError``.
 """
 
 from __future__ import annotations
@@ -24,22 +34,26 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterable
-from pathlib import Path
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from spool.errors import DiskFull, SpoolError
+from spool import ledger_file as lf
+from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
-from spool.layout import State
+from spool.layout import Layout, State
+
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs(
-    id TEXT PRIMARY KEY, key TEXT NOT NULL UNIQUE, task TEXT NOT NULL, state TEXT NOT NULL,
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, task TEXT NOT NULL, state TEXT NOT NULL,
     priority INTEGER NOT NULL, ready INTEGER NOT NULL DEFAULT 0, ready_seq INTEGER,
     attempt INTEGER NOT NULL, tries INTEGER NOT NULL, max_tries INTEGER NOT NULL, reason TEXT,
     submitted_at TEXT NOT NULL, updated REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS claim_order ON jobs(priority DESC, ready_seq) WHERE state = 'pending' AND ready = 1;
 CREATE INDEX IF NOT EXISTS by_state ON jobs(state, id);
+CREATE INDEX IF NOT EXISTS by_key ON jobs(key);
 CREATE TABLE IF NOT EXISTS deps(job_id TEXT NOT NULL, dep_id TEXT NOT NULL, PRIMARY KEY(job_id, dep_id));
 CREATE INDEX IF NOT EXISTS deps_by_dep ON deps(dep_id);
 CREATE TABLE IF NOT EXISTS history(seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, at REAL NOT NULL,
@@ -49,38 +63,124 @@ CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS workers(name TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL, seen REAL);
 """
 
+# Version 1 -> 2: jobs.key loses UNIQUE. SQLite can't drop a constraint: copy the rows over.
+_MIGRATE_FROM_1 = """
+DROP INDEX IF EXISTS claim_order;
+DROP INDEX IF EXISTS by_state;
+ALTER TABLE jobs RENAME TO jobs_v1;
+"""
+
 
 class Ledger:
-    """One connection per process; every method is one short transaction."""
+    """One connection per process; every method is one short transaction.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    ``read_only`` (a spool on a read-only mount): opened with SQLite's ``mode=ro`` (or, when
+    that can't map the WAL index, ``immutable=1``), never created, never migrated.
+    """
+
+    def __init__(self, layout: Layout, *, read_only: bool = False) -> None:
+        self.path = layout.ledger_path
+        self._layout = layout
+        self._read_only = read_only
         self._mutex = threading.Lock()
-        self._db = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
-        try:
-            self._db.execute("PRAGMA busy_timeout = 30000")
-            if self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-                raise sqlite3.OperationalError("the ledger needs WAL mode (is the spool on a network filesystem?)")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            with self._write():
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-        except sqlite3.Error as err:
-            self._db.close()
-            raise _open_failed(path, err) from err
+        self._db: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None
+        with self._errors():
+            self._connect()
 
     def close(self) -> None:
-        self._db.close()
+        """Close; the last user of the ledger first empties the WAL into the file, as SQLite's own
+        close would (which also deletes the -wal by name: turned off, see ``spool.ledger_file``).
+        Through our fds only, so safe even if the file was replaced; never waits for others."""
+        with self._mutex:
+            if self._db is not None and not self._read_only:
+                try:
+                    self._db.execute("PRAGMA busy_timeout = 0")
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                except sqlite3.Error:
+                    pass
+            self._drop()
+
+    # -- the file ----------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        """Open the file now at the name (creating it when missing); retry if it changes meanwhile."""
+        for _ in range(10):
+            before = lf.identity(self._layout.root_fd)
+            if before is None:
+                if self._read_only:
+                    raise LedgerError(f"{self.path}: there is no ledger (a read-only spool can't make one)")
+                lf.create(self._layout)
+                continue
+            try:
+                db = lf.open_db(self._where(), read_only=self._read_only)
+            except sqlite3.Error:
+                if lf.identity(self._layout.root_fd) != before:
+                    continue  # RACE: deleted or moved aside between our stat and SQLite's open
+                raise
+            if lf.identity(self._layout.root_fd) == before:
+                try:
+                    if not self._read_only:
+                        lf.fix_mode(self._layout.root_fd)
+                        lf.prepare(db)
+                        _migrate(db)
+                    self._db, self._ident = db, before
+                    return
+                except BaseException:
+                    lf.close_quietly(db)
+                    raise
+            lf.close_quietly(db)  # RACE: fsck or a person replaced the file while we opened it
+        raise LedgerError(f"{self.path}: the ledger keeps changing under us; try again")
+
+    def _where(self) -> str:
+        # Through the folder fd: it still names the spool after a rename of the spool folder.
+        proc = f"/proc/self/fd/{self._layout.root_fd}"
+        return f"{proc}/{lf.NAME}" if os.path.isdir(proc) else str(self.path)
+
+    def _current(self) -> sqlite3.Connection:
+        """Our connection, reopened first if the name now holds another file (or none). Caller
+        holds the mutex."""
+        if self._db is not None and lf.identity(self._layout.root_fd) != self._ident:
+            self._drop()
+        if self._db is None:
+            self._connect()
+        assert self._db is not None
+        return self._db
+
+    def _drop(self) -> None:
+        if self._db is not None:
+            lf.close_quietly(self._db)
+            self._db, self._ident = None, None
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as err:
+            raise lf.typed(err, self.path, self._layout.root_fd) from err
 
     # -- transactions ------------------------------------------------------------------------
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._db, self._mutex)
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, so concurrent writers queue on SQLite's lock, never deadlock."""
+        with self._mutex, self._errors():
+            db = self._current()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-        with self._mutex:
-            return self._db.execute(sql, tuple(params)).fetchall()
+        with self._mutex, self._errors():
+            return self._current().execute(sql, tuple(params)).fetchall()
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -162,6 +262,12 @@ class Ledger:
 
     # -- reads -------------------------------------------------------------------------------
 
+    def check(self) -> None:
+        """Raise LedgerUnusable unless SQLite's quick_check finds the file whole (fsck --repair)."""
+        problems = [row[0] for row in self._read("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise LedgerUnusable(f"the ledger {self.path} is damaged ({problems[0]}); it is rebuilt from the files")
+
     def meta(self, name: str) -> str | None:
         rows = self._read("SELECT value FROM meta WHERE name = ?", (name,))
         return rows[0][0] if rows else None
@@ -170,8 +276,8 @@ class Ledger:
         return dict(self._read("SELECT id, state FROM jobs"))
 
     def row(self, job_id: str) -> dict[str, Any] | None:
-        with self._mutex:
-            cursor = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        with self._mutex, self._errors():
+            cursor = self._current().execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
             found = cursor.fetchone()
             return dict(zip([c[0] for c in cursor.description], found)) if found else None
 
@@ -182,6 +288,10 @@ class Ledger:
 
     def counts(self) -> dict[str, int]:
         return dict(self._read("SELECT state, count(*) FROM jobs GROUP BY state"))
+
+    def ready_by_task(self) -> dict[str, int]:
+        """task -> ready jobs in pending/ (for "no live worker handles it")."""
+        return dict(self._read("SELECT task, count(*) FROM jobs WHERE state = 'pending' AND ready = 1 GROUP BY task"))
 
     def ids(self, state: str | None = None, reason: str | None = None, limit: int | None = None) -> list[str]:
         sql, params = "SELECT id FROM jobs WHERE 1=1", []
@@ -221,41 +331,36 @@ class Ledger:
                                              [*states, before])]
 
 
-def _open_failed(path: Path, err: sqlite3.Error) -> SpoolError:
-    """The ledger can't be opened. Opening writes (WAL mode maps a -shm file), so on a full disk
-    SQLite says SQLITE_FULL or an I/O error: that is DiskFull (exit 75), not a traceback."""
-    code = getattr(err, "sqlite_errorcode", 0)
+def set_aside(layout: Layout, now: float) -> str | None:
+    """Move an unusable ledger aside (``ledger.sqlite3.corrupt-<time>``, with its -wal and -shm);
+    every process opens a fresh one at its next transaction. Returns the new name."""
+    return lf.set_aside(layout, now)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Create the schema, or bring an older one to SCHEMA_VERSION, in one transaction."""
+    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
     try:
-        info = os.statvfs(path.parent)
-        nearly_full = info.f_bavail * info.f_frsize < 1 << 20
-    except OSError:
-        nearly_full = False
-    if code == sqlite3.SQLITE_FULL or (code & 0xFF == sqlite3.SQLITE_IOERR and nearly_full):
-        return DiskFull(f"no space left on the spool's filesystem: SQLite can't open {path.name} ({err})")
-    return SpoolError(f"cannot open {path} ({err})")
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, so concurrent writers queue on SQLite's lock, never deadlock."""
-
-    def __init__(self, db: sqlite3.Connection, mutex: threading.Lock) -> None:
-        self._db, self._mutex = db, mutex
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._mutex.acquire()
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self._mutex.release()
-            raise
-        return self._db
-
-    def __exit__(self, kind: object, value: object, tb: object) -> None:
-        try:
-            self._db.execute("COMMIT" if kind is None else "ROLLBACK")
-        finally:
-            self._mutex.release()
-
+        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:  # RACE: another opener did it
+            old = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
+            if old:
+                for statement in _MIGRATE_FROM_1.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            if old:
+                db.execute("INSERT INTO jobs SELECT * FROM jobs_v1")
+                db.execute("DROP TABLE jobs_v1")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 def _next_ready_seq(db: sqlite3.Connection) -> int:
     row = db.execute("INSERT INTO meta(name, value) VALUES('ready_seq', 1) ON CONFLICT(name) "

@@ -84,9 +84,11 @@ def acquire_within(locks_fd: int, name: str, timeout_seconds: float | None, *,
 
 def is_held(locks_fd: int, name: str) -> bool | None:
     """Whether a live process holds ``locks/<name>``; None if there is no such lock file (or
-    what is there is not a file a lock could be taken on)."""
+    what is there is not a file a lock could be taken on).
+
+    Opened read-only (flock needs no write access), so it works on a read-only spool too."""
     try:
-        fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=locks_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=locks_fd)
     except OSError:  # none, or not a lock at all (a planted directory or symlink): nobody holds it
         return None
     try:

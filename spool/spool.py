@@ -23,7 +23,7 @@ from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import MAX_SECONDS, JobFile, format_time
 from spool.layout import Layout, State, init_spool, is_group_shared, refuse_unsafe_root, result_name
-from spool.ledger import Ledger
+from spool.ledger import Ledger, set_aside
 from spool.settings import Settings, load_settings
 from spool.submission import Submitted, submit
 
@@ -60,9 +60,27 @@ class Spool:
 
     @property
     def ledger(self) -> Ledger:
+        """The index, opened on first use (read-only on a read-only mount). Raises LedgerError
+        (LedgerUnusable for a corrupt file) or DiskFull; commands that need only the files go on
+        without it."""
         if self._ledger is None:
-            self._ledger = Ledger(self.layout.ledger_path)
+            self._ledger = Ledger(self.layout, read_only=self.read_only)
         return self._ledger
+
+    @property
+    def read_only(self) -> bool:
+        """The spool can't be written (a backup mounted read-only): only looking is possible."""
+        if os.fstatvfs(self.layout.root_fd).f_flag & os.ST_RDONLY:
+            return True
+        proc = f"/proc/self/fd/{self.layout.root_fd}"  # the folder even after a rename of the spool
+        return not os.access(proc if os.path.isdir(proc) else self.layout.root, os.W_OK)
+
+    def set_ledger_aside(self) -> str | None:
+        """Move an unusable ledger aside; the next use opens a fresh one. Returns its new name."""
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+        return set_aside(self.layout, time.time())
 
     def close(self) -> None:
         if self._ledger is not None:

@@ -1,11 +1,19 @@
-"""``spool stats``: counts per state, throughput, oldest ready age, coordinator and workers seen."""
+"""``spool stats``: counts per state, throughput, oldest ready age, coordinator and workers seen.
+
+The numbers come from the ledger. Without a usable one (being rebuilt, unreadable, a read-only
+spool that has none) ``collect`` answers a reduced form from the files alone: counts per
+folder and which processes hold their locks, with ``ledger`` saying why the rest is missing.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
 
+from spool.errors import LedgerError
+from spool.fsio import fs
 from spool.job import format_time, parse_time
+from spool.layout import ADVANCEMENT, State
 from spool.locks import is_held, worker_lock_name
 from spool.workers import unhandled_ready
 
@@ -16,13 +24,33 @@ if TYPE_CHECKING:
 def coordinator_state(sp: Spool) -> str:
     """'running (pid N)' or 'no coordinator since T' (SPEC: Processes)."""
     alive = is_held(sp.layout.fd("locks"), "coordinator.lock")
-    seen = sp.ledger.meta("coordinator_seen")
+    try:
+        seen = sp.ledger.meta("coordinator_seen")
+        pid = sp.ledger.meta("coordinator_pid") if alive else None
+    except LedgerError:
+        seen = pid = None
     if alive:
-        return f"running (pid {sp.ledger.meta('coordinator_pid')})"
+        return f"running (pid {pid})" if pid else "running"
     return f"no coordinator since {seen}" if seen else "no coordinator has run yet"
 
 
+def ledger_trouble(sp: Spool, err: LedgerError) -> str:
+    """What to tell a person reading without the ledger: it is being rebuilt, or how to fix it."""
+    if is_held(sp.layout.fd("locks"), "coordinator.lock"):
+        return f"the ledger is being rebuilt by the coordinator ({err}); showing what the files say"
+    if sp.read_only:
+        return f"the ledger can't be read on this read-only spool ({err}); showing what the files say"
+    return f"{err}; showing what the files say"
+
+
 def collect(sp: Spool) -> dict[str, Any]:
+    try:
+        return _from_ledger(sp)
+    except LedgerError as err:
+        return _from_files(sp, ledger_trouble(sp, err))
+
+
+def _from_ledger(sp: Spool) -> dict[str, Any]:
     now = time.time()
     oldest = sp.ledger.oldest_ready_submitted()
     workers = [
@@ -38,4 +66,32 @@ def collect(sp: Spool) -> dict[str, Any]:
         "coordinator": coordinator_state(sp),
         "workers": [w for w in workers if w["alive"]] + [w for w in workers if not w["alive"]][:10],
         "unhandled_tasks": unhandled_ready(sp),  # task -> ready jobs that no live worker handles
+        "ledger": "ok",
     }
+
+
+def _from_files(sp: Spool, why: str) -> dict[str, Any]:
+    from spool.recovery import list_folders
+
+    counts: dict[str, int] = {}
+    for folders in list_folders(sp).jobs.values():
+        state = max(folders, key=lambda s: ADVANCEMENT[s]).value
+        counts[state] = counts.get(state, 0) + 1
+    locks_fd = sp.layout.fd("locks")
+    workers = [{"name": name[len("worker-"):-len(".lock")], "pid": None, "host": None, "started": None,
+                "seen": None, "alive": True}
+               for name in sorted(fs.list_dir(locks_fd))
+               if name.startswith("worker-") and name.endswith(".lock") and is_held(locks_fd, name)]
+    return {"counts": counts, "ready": None, "oldest_ready_seconds": None, "completed_last_minute": None,
+            "coordinator": coordinator_state(sp), "workers": workers, "unhandled_tasks": {}, "ledger": why}
+
+
+def ids_from_files(sp: Spool, state: str | None = None) -> list[str]:
+    """Job ids as the folders list them, newest first (ids are time-sortable ULIDs): ``spool ls``
+    without a ledger."""
+    from spool.recovery import list_folders
+
+    jobs = list_folders(sp).jobs
+    wanted = None if state is None else State(state)
+    return sorted((job_id for job_id, folders in jobs.items()
+                   if wanted is None or max(folders, key=lambda s: ADVANCEMENT[s]) is wanted), reverse=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spool import crash
-from spool.errors import InvalidJob, NotFound, TryLater
+from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
 from spool.job import Job, JobFile, decode, encode, encode_measured, now_text, yaml_size_floor
@@ -78,7 +78,7 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
             key_lock.release()
     crash.point("after-submit")
     ready = state is State.PENDING and job.not_before is None
-    sp.ledger.record(job_file, state, ready=ready, event="submit")
+    _index_submit(sp, job_file, state, ready)
     if state is State.PENDING:
         wake(sp)  # a delayed job too: the coordinator sets its timer from the row just recorded
     log.info("submit %s task=%s key=%s -> %s", job.id, job.task, job.key, state.value)
@@ -102,6 +102,17 @@ def _encode_within_limit(sp: Spool, job_file: JobFile) -> bytes:
     if spec_bytes > limit:
         raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
     return data
+
+
+def _index_submit(sp: Spool, job_file: JobFile, state: State, ready: bool) -> None:
+    """The ledger row of a committed job. The job is accepted once its file is durable: a ledger
+    that can't take the row (a full disk, a read-only or broken ledger) must not turn that into
+    a failure the caller would retry into a second job. The coordinator's reconcile adds the row."""
+    try:
+        sp.ledger.record(job_file, state, ready=ready, event="submit")
+    except (LedgerError, DiskFull) as err:
+        log.warning("submit %s: accepted, but the ledger did not record it (%s); the coordinator's "
+                    "reconcile will", job_file.id, err)
 
 
 def _initial_state(sp: Spool, job: Job) -> State:

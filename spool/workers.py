@@ -91,10 +91,8 @@ def handlers_of(workers: Iterable[LiveWorker], task: str) -> list[str] | None:
 def unhandled_ready(sp: Spool, workers: Iterable[LiveWorker] | None = None) -> dict[str, int]:
     """task -> ready jobs in pending/ for each task that no live worker handles."""
     workers = live_workers(sp) if workers is None else list(workers)
-    # The ledger's claim-order view, read here rather than through a new Ledger method: the
-    # ledger's schema and API belong to its own change (issue 7, finding 3-5).
-    rows = sp.ledger._read("SELECT task, COUNT(*) FROM jobs WHERE state = 'pending' AND ready = 1 GROUP BY task")
-    return {task: count for task, count in sorted(rows) if handlers_of(workers, task) == []}
+    ready = sp.ledger.ready_by_task()
+    return {task: ready[task] for task in sorted(ready) if handlers_of(workers, task) == []}
 
 
 def unhandled_warning(task: str) -> str:
