@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -92,6 +93,8 @@ def is_held(locks_fd: int, name: str) -> bool | None:
     except OSError:  # none, or not a lock at all (a planted directory or symlink): nobody holds it
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # read-only opens a planted directory too
+            return None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True

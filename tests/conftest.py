@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
+from spool.fsio import fs
 from support import ROOT, Procs, run_spool
 
 @pytest.fixture(autouse=True)
@@ -26,6 +27,17 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
     # Processes we start import task modules from the checkout (examples.tasks, test modules).
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.fixture(autouse=True)
+def restore_file_mode() -> Iterator[None]:
+    """Opening a group-shared spool in-process sets the process's umask and spool's file mode (as it
+    must for its own writes): put both back, so no later test inherits them."""
+    mode, umask = fs.file_mode, os.umask(0o022)
+    os.umask(umask)
+    yield
+    fs.file_mode = mode
+    os.umask(umask)
 
 
 @pytest.fixture
