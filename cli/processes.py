@@ -76,7 +76,10 @@ def worker(app: App, import_modules: tuple[str, ...], allow_shell: bool, burst: 
 def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool) -> list:
     from spool.runner.supervisor import ChildSpec
 
-    base = [sys.executable, "-m", "spool.cli", *app.flag_argv()]
+    # The spool through our own descriptor of it, so a child restarted after the spool folder was
+    # renamed still finds it (children die with us, so the descriptor outlives every one of them).
+    here = f"/proc/{os.getpid()}/fd/{app.spool().layout.root_fd}"
+    base = [sys.executable, "-m", "spool.cli", *app.flag_argv(), "--spool", here]
     extra = [arg for module in import_modules for arg in ("--import", module)]
     extra += ["--allow-shell"] if allow_shell else []
     env = dict(os.environ)
