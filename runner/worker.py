@@ -245,6 +245,7 @@ class Worker:
             if time.monotonic() >= next_beat:
                 beats += 1
                 heartbeat(self.sp, lease, beats)
+                interval = self._heartbeat_seconds()  # a coordinator restarted with a shorter term
                 next_beat = time.monotonic() + interval
                 status = lease_status(self.sp, lease)
                 if status != "held":

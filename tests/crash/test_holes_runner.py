@@ -66,6 +66,9 @@ def test_a_worker_whose_heartbeat_cannot_keep_the_published_term_keeps_its_lease
     """The coordinator publishes 2 s; the worker was told 30 s and a heartbeat of 10 s."""
     trace = tmp_path / "trace"
     kit.coordinator()
+    # The worker reads the published term at each attempt: the claim must come after it is published.
+    wait_until(lambda: float(kit.sp.ledger.meta("lease_seconds") or 0) == kit.lease_seconds, timeout=30,
+               message="the coordinator to publish its term")
     worker = kit.worker("slow-beats", "--lease-seconds", "30", "--heartbeat-seconds", "10")
     job_id = kit.sp.submit("trace", {"path": str(trace), "seconds": 3 * kit.lease_seconds})
     status = kit.wait_state(job_id, "done", timeout=60)
