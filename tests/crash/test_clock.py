@@ -19,6 +19,9 @@ from datetime import datetime
 import pytest
 from support import wait_until
 
+from spool.errors import NotFound
+from spool.layout import State
+
 HOUR = 3600.0
 
 
@@ -88,9 +91,12 @@ def test_a_worker_an_hour_ahead_changes_no_backoff_and_no_pickup_order(kit, wron
     kit.worker("ahead", *backoff, env=wrong_clock)
 
     def backed_off() -> float | None:
-        status = kit.sp.status(flaky)
-        if status["state"] == "pending" and status["attempts"]:
-            return kit.sp.job(flaky)[1].backoff_seconds
+        try:  # one read: the job may be claimed between two
+            state, job_file = kit.sp.job(flaky)
+        except (FileNotFoundError, NotFound):
+            return None  # between two folders this instant
+        if state is State.PENDING and job_file.attempts:
+            return job_file.backoff_seconds
         return None
 
     waited = wait_until(backed_off, timeout=30, interval=0.01, message="the failed try's backoff")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from support import run_spool, wait_until
 
+from spool.errors import InvalidJob, NotFound
+
 
 def test_the_coordinator_killed_and_restarted_under_load_loses_nothing(kit, tmp_path: Path) -> None:
     plain = kit.submit_many(60, "sleep", {"seconds": 0.03})
@@ -105,7 +107,11 @@ def test_watchdog_wakes_an_idle_worker_and_the_coordinator_long_before_the_poll(
 
     def ingested() -> str | None:
         for other in kit.folders():
-            if other not in (warm, job_id) and kit.sp.status(other)["dropped_as"] == "late.yaml":
+            try:
+                view = kit.sp.status(other)
+            except (InvalidJob, FileNotFoundError, NotFound):
+                continue  # mid-ingest (renamed, not yet rewritten) or mid-move: look again
+            if other not in (warm, job_id) and view["dropped_as"] == "late.yaml":
                 return other
         return None
 
