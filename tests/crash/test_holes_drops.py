@@ -59,7 +59,11 @@ def ingested_from(root: Path, name: str) -> str | None:
     """The id of the job whose file says it was dropped as ``name``, if there is one yet."""
     for state in State:
         for path in (root / state.value).glob("*.yaml"):
-            if f"dropped_as: {name}" in path.read_text(errors="replace"):
+            try:
+                text = path.read_text(errors="replace")
+            except FileNotFoundError:  # moved on (renamed by the ingest, claimed) since the listing
+                continue
+            if f"dropped_as: {name}" in text:
                 return path.stem
     return None
 
