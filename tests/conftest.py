@@ -41,6 +41,23 @@ def restore_file_mode() -> Iterator[None]:
 
 
 @pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for the test (root only), always unmounted; skipped, saying why, where
+    mount fails. ``support.fill_disk`` fills it."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        reason = f"cannot mount a size-capped tmpfs (needs root): {mounted.stderr.strip() or mounted.returncode}"
+        print(reason)
+        pytest.skip(reason)
+    yield mount_point
+    if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+@pytest.fixture
 def spool_dir(tmp_path: Path) -> Path:
     root = tmp_path / "spool"
     Spool.init(root, environ={}).close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -62,3 +63,14 @@ class Procs:
 
     def output(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))
+
+
+def fill_disk(path: Path) -> None:
+    """Append to ``path`` until its filesystem is full (ENOSPC); any other error fails the test."""
+    with open(path, "ab", buffering=0) as filler:
+        while True:
+            try:
+                filler.write(b"\0" * 4096)
+            except OSError as err:
+                assert err.errno == errno.ENOSPC, err
+                return

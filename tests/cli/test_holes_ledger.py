@@ -12,14 +12,12 @@ ledger is an index for real.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ from spool.layout import State
 from spool.recovery import list_folders
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete
-from support import ROOT, SPOOL_CMD, Procs, run_spool, wait_until
+from support import ROOT, SPOOL_CMD, Procs, fill_disk, run_spool, wait_until
 
 FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2")
 
@@ -71,27 +69,7 @@ def _umount(path: Path) -> None:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs mounted for the test (root only); skipped, saying why, where mount fails."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    _mount(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount_point)])
-    yield mount_point
-    _umount(mount_point)
-
-
 # -- 3: a submit never says it failed after writing its job --------------------------------------
-
-
-def _fill(path: Path) -> None:
-    with open(path, "ab", buffering=0) as filler:
-        while True:
-            try:
-                filler.write(b"\0" * 4096)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC, err
-                return
 
 
 def test_a_submit_on_a_full_disk_is_refused_with_75_and_nothing_or_accepted_and_indexed_later(
@@ -109,7 +87,7 @@ def test_a_submit_on_a_full_disk_is_refused_with_75_and_nothing_or_accepted_and_
     accepted, outcomes = {first.stdout.strip()}, []
     try:
         for free_pages in range(13):
-            _fill(filler)
+            fill_disk(filler)
             os.truncate(filler, max(filler.stat().st_size - free_pages * 4096, 0))
             before = set(_jobs(root))
             done = _spool(root, "submit", "echo", "-a", f"n={free_pages}")

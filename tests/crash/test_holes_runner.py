@@ -13,7 +13,6 @@ disk, and jobs that no live worker handles.
 
 from __future__ import annotations
 
-import errno
 import json
 import signal
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, SPOOL_CMD, run_spool, wait_until
+from support import ROOT, SPOOL_CMD, fill_disk, run_spool, wait_until
 
 from spool import Spool
 
@@ -234,30 +233,6 @@ def test_the_supervisor_logs_its_give_up_as_an_error(spool_dir: Path) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Any:
-    """A 2 MiB tmpfs mounted for the test (root only), always unmounted; skipped where mount fails."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a size-capped tmpfs (needs root): {mounted.stderr.strip()}")
-    yield mount_point
-    if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
-
-
-def _fill(path: Path) -> None:
-    with open(path, "wb", buffering=0) as filler:
-        while True:
-            try:
-                filler.write(b"\0" * 4096)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC, err
-                return
-
-
-@pytest.fixture
 def disk_kit(small_disk: Path, kit) -> Any:
     """The kit's processes, on a spool on the small disk."""
     root = small_disk / "spool"
@@ -274,7 +249,7 @@ def test_a_worker_on_a_full_disk_pauses_claiming_and_spends_no_try(disk_kit) -> 
     kit = disk_kit
     job_id = kit.sp.submit("echo", {"n": 1})
     kit.sp.ledger.counts()  # like any running process, we hold the ledger open (its WAL index)
-    _fill(kit.disk / "filler")
+    fill_disk(kit.disk / "filler")
     worker = kit.worker("w1")
     kit.wait_logged(worker, "disk is full")
     wait_until(lambda: "claiming paused" in kit.log(worker), timeout=20, message="the worker to pause claiming")
@@ -294,7 +269,7 @@ def test_a_finished_attempt_keeps_its_lease_until_the_full_disk_has_room(disk_ki
     worker = kit.worker("w1")
     job_id = kit.sp.submit("trace", {"path": str(trace), "seconds": 1.0})
     wait_until(lambda: kit.run_of(trace, 1), timeout=30, message="attempt 1 to start")
-    _fill(kit.disk / "filler")
+    fill_disk(kit.disk / "filler")
     kit.wait_logged(worker, "disk is full")
     beat = kit.spool_dir / "leased" / f".{job_id}.1.hb"
 

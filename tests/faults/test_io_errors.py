@@ -34,11 +34,11 @@ from spool import Spool
 from spool.errors import DiskFull, DurabilityError, SpoolError
 from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.layout import State, key_name, result_name
+from spool.layout import State
 from spool.locks import acquire, worker_lock_name
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete, fail
-from support import ROOT, SPOOL_CMD, wait_until
+from support import ROOT, SPOOL_CMD, fill_disk, wait_until
 
 Ctx = dict[str, Any]
 ERRORS = {"ENOSPC": errno.ENOSPC, "EIO": errno.EIO}
@@ -249,34 +249,6 @@ def test_cli_submit_says_why_it_failed(spec: str, exit_code: int, words: str, co
 # -- a real full disk -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Any:
-    """A 2 MiB tmpfs mounted for the test (root only); skipped, saying why, where mount fails."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        reason = f"cannot mount a size-capped tmpfs (needs root): {mounted.stderr.strip() or mounted.returncode}"
-        print(reason)
-        pytest.skip(reason)
-    yield mount_point
-    if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
-
-
-def _fill(path: Path) -> None:
-    """Write until the filesystem says ENOSPC."""
-    chunk = b"\0" * 4096
-    with open(path, "wb", buffering=0) as filler:
-        while True:
-            try:
-                filler.write(chunk)
-            except OSError as err:
-                assert err.errno == errno.ENOSPC, err
-                return
-
-
 def _spool(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SPOOL_CMD, "--spool", str(root), *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=60)
@@ -294,7 +266,7 @@ def test_real_full_disk_refuses_submit_with_75_and_stays_clean(small_disk: Path,
     holder = Spool(root, environ={})
     if ledger_open:
         holder.ledger.counts()
-    _fill(small_disk / "filler")
+    fill_disk(small_disk / "filler")
     full = _spool("submit", "echo", "-a", "n=2", "--key", "on-a-full-disk", root=root)
     holder.close()
     assert full.returncode == 75, full.stderr
