@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from types import FrameType
 
 from spool import crash
 from spool.chains import advance_waiting, make_ready
-from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
+from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable, SpoolError
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
@@ -110,10 +109,14 @@ class Coordinator:
 
     def _publish_start(self) -> None:
         try:
-            self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
-                                    coordinator_started=format_time(time.time()))
+            self._publish_meta()
         except LedgerUnusable as err:
             self._rebuild_ledger(err)
+
+    def _publish_meta(self) -> None:
+        """Our term and who we are, for workers (their heartbeat) and for `spool stats`."""
+        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
+                                coordinator_started=format_time(time.time()))
 
     def _rebuild_ledger(self, err: LedgerUnusable) -> None:
         """A ledger that is not a database: move it aside and let the next pass's reconcile fill
@@ -123,8 +126,7 @@ class Coordinator:
         self.last_reconcile = self.last_published = -1e18
         self.leases.clear()
         self.timers.clear()
-        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
-                                coordinator_started=format_time(time.time()))
+        self._publish_meta()
 
     def _next_wait(self) -> float:
         wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)
@@ -265,7 +267,7 @@ class Coordinator:
         they handle yet); again only after a worker for it has come and gone."""
         try:
             unhandled = unhandled_ready(self.sp)
-        except (OSError, sqlite3.Error) as err:
+        except (OSError, SpoolError) as err:  # the ledger's errors are typed (LedgerError, DiskFull)
             log.debug("could not list the live workers' tasks: %s", err)
             return
         for task in list(self.unhandled_since):

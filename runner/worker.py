@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import socket
-import sqlite3
 import time
 from collections.abc import Sequence
 from types import FrameType
@@ -39,13 +38,6 @@ log = logging.getLogger("spool.worker")
 DUPLICATE_WAIT_SECONDS = 0.5
 DISK_FULL_MAX_BACKOFF_SECONDS = 5.0
 KEEP_ALIVE_BEATS = 1_000_000_000  # heartbeat counters while an ended attempt waits for disk space
-
-
-def _is_disk_full(err: BaseException) -> bool:
-    """ENOSPC from the files (DiskFull) or from SQLite (the ledger is on the same disk)."""
-    if isinstance(err, DiskFull):
-        return True
-    return isinstance(err, sqlite3.OperationalError) and "full" in str(err)
 
 
 def worker_name() -> str:
@@ -135,10 +127,8 @@ class Worker:
             self.sp.ledger.worker_seen(self.name, os.getpid(), socket.gethostname(), started, now)
         except LedgerError as err:
             self._ledger_trouble(err)
-        except Exception as err:
-            if not _is_disk_full(err):
-                raise
-            # `stats` shows us as seen a little earlier; the lock says we live.
+        except DiskFull:  # ENOSPC from the files or the ledger (both typed DiskFull)
+            pass  # `stats` shows us as seen a little earlier; the lock says we live.
 
     def _ledger_trouble(self, err: LedgerError) -> None:
         """An unusable ledger is rebuilt by the coordinator (or fsck --repair): wait for it, say so once.
@@ -153,9 +143,7 @@ class Worker:
         disk. A claim that met the full disk took nothing (``claim`` puts the job back)."""
         try:
             job_file = claim(self.sp, self.name, self.tasks)
-        except Exception as err:
-            if not _is_disk_full(err):
-                raise
+        except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
         if self._disk_full_since is not None:
@@ -273,9 +261,8 @@ class Worker:
             except LeaseLost as err:
                 log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, err)
                 break
-            except Exception as err:
-                if not _is_disk_full(err):
-                    raise
+            except DiskFull:  # ENOSPC from the files or the ledger (both typed DiskFull): wait for room
+                pass
             if self._must_stop_now():
                 log.warning("attempt %d of %s: stopping before its outcome could be saved (disk full); "
                             "its lease will expire", lease.attempt, lease.job_id)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import random
-import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -106,7 +105,7 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
         for job_id in busy:
             try:
                 sp.ledger.unreserve(job_id)
-            except (sqlite3.Error, SpoolError):
+            except SpoolError:
                 pass  # a full disk: the coordinator's reconcile puts the row back to match the file
 
 
@@ -115,9 +114,7 @@ def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
     the ledger is an index that the coordinator's reconcile brings back to the files."""
     try:
         sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
-    except (sqlite3.OperationalError, DiskFull) as err:
-        if not isinstance(err, DiskFull) and "full" not in str(err):
-            raise
+    except DiskFull as err:  # the ledger types SQLite's "disk is full" as DiskFull too
         log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
