@@ -88,6 +88,7 @@ class Copies:
     stale: list[State] = field(default_factory=list)  # the runner's older copies a crash left: remove
     drops: list[State] = field(default_factory=list)  # a user's file in pending/: ingest it (new id)
     planted: list[State] = field(default_factory=list)  # a user's copy elsewhere: to dead/ as invalid
+    files: dict[State, JobFile | None] = field(default_factory=dict)  # as read; None: not a whole job file
 
 
 def copies_of(sp: Spool, job_id: str, folders: list[State] | None = None) -> Copies:
@@ -127,7 +128,7 @@ def copies_of(sp: Spool, job_id: str, folders: list[State] | None = None) -> Cop
             found[state] = (info, None)
         except FileNotFoundError:
             continue
-    copies = Copies()
+    copies = Copies(files={state: job_file for state, (_info, job_file) in found.items()})
     if len(found) == 1:
         ((state, (_info, job_file)),) = found.items()
         user_text = job_file is None and state is not State.DEAD and not has_ingest_evidence(sp, state, job_id)
@@ -183,13 +184,10 @@ def resync(sp: Spool, job_id: str) -> State | None:
         sp.ledger.forget([job_id])
         return None
     state = copies.keep[0]
-    try:
-        job_file = read_job(sp, state, job_id)
-    except InvalidJob:
+    job_file = copies.files[state]  # read once, by copies_of (we hold the lock: it is still so)
+    if job_file is None:
         finish_ingest(sp, state, job_id)
         return state
-    except FileNotFoundError:
-        return None
     state, job_file = settle(sp, state, job_file)
     ready = state is State.PENDING and is_ready(job_file, time.time())
     sp.ledger.record(job_file, state, ready=ready, event="resync")
