@@ -222,8 +222,7 @@ def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Re
         else:
             from spool.stats import ledger_trouble
 
-            report.in_progress.append(ledger_trouble(sp, err).replace("showing what the files say",
-                                                                      "the files were checked without it"))
+            report.in_progress.append(ledger_trouble(sp, err, then="the files were checked without it"))
         return
     lagging = [job_id for job_id, (state, _f) in files.items() if known.get(job_id) != state.value]
     lagging += [job_id for job_id in known if job_id not in files]

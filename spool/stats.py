@@ -34,13 +34,14 @@ def coordinator_state(sp: Spool) -> str:
     return f"no coordinator since {seen}" if seen else "no coordinator has run yet"
 
 
-def ledger_trouble(sp: Spool, err: LedgerError) -> str:
-    """What to tell a person reading without the ledger: it is being rebuilt, or how to fix it."""
+def ledger_trouble(sp: Spool, err: LedgerError, then: str = "showing what the files say") -> str:
+    """What to tell a person reading without the ledger: it is being rebuilt, or how to fix it;
+    ``then`` says what was done instead."""
     if is_held(sp.layout.fd("locks"), "coordinator.lock"):
-        return f"the ledger is being rebuilt by the coordinator ({err}); showing what the files say"
+        return f"the ledger is being rebuilt by the coordinator ({err}); {then}"
     if sp.read_only:
-        return f"the ledger can't be read on this read-only spool ({err}); showing what the files say"
-    return f"{err}; showing what the files say"
+        return f"the ledger can't be read on this read-only spool ({err}); {then}"
+    return f"{err}; {then}"
 
 
 def collect(sp: Spool) -> dict[str, Any]:

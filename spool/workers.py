@@ -59,11 +59,8 @@ def live_workers(sp: Spool) -> list[LiveWorker]:
     for entry in sorted(fs.list_dir(locks_fd)):
         if not (entry.startswith(_PREFIX) and entry.endswith(_SUFFIX)):
             continue
-        try:
-            if is_held(locks_fd, entry) is not True:
-                continue
-        except OSError:
-            continue  # not a lock at all (a planted directory): nobody lives there
+        if is_held(locks_fd, entry) is not True:  # free, or not a lock at all (a planted directory)
+            continue
         try:
             advert = json.loads(fs.read_file(locks_fd, entry, _ADVERT_MAX_BYTES) or b"null")
         except (OSError, InvalidJob, ValueError):
