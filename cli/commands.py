@@ -289,7 +289,7 @@ def ls_command(app: App, state_name: str | None, reason: str | None, limit: int 
         click.echo(f"spool: {ledger_trouble(sp, err)}", err=True)
         ids = ids_from_files(sp, state_name)
     for job_id in ids:
-        if limit and len(views) >= limit:
+        if limit is not None and len(views) >= limit:  # the files' listing has no LIMIT of its own
             break
         try:
             view = sp.status(job_id)
@@ -335,7 +335,7 @@ def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, time
     sp = app.spool()
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
-    timeout_seconds = parse_duration(timeout_text) if timeout_text else None
+    timeout_seconds = _duration("--timeout", timeout_text)
     ids = admin.requeue_all_dead(sp, task) if all_dead else [job_id] if sp.requeue(
         job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
     if app.json_output:
@@ -360,7 +360,7 @@ def cancel(app: App, job_id: str, timeout_text: str | None, spool_dir: str | Non
     """Pending/waiting -> dead (cancelled); a leased job's worker kills it at its next heartbeat."""
     merge_common(app, spool_dir, json_output)
     crash.arm("admin", os.environ)
-    timeout_seconds = parse_duration(timeout_text) if timeout_text else None
+    timeout_seconds = _duration("--timeout", timeout_text)
     outcome = app.spool().cancel(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
     if app.json_output:
         echo_json({"id": job_id, "cancel": outcome})

@@ -254,6 +254,19 @@ def test_ls_limit_0_lists_nothing_and_a_negative_limit_is_refused(spool_cli: Run
     assert negative.returncode == 2 and "--limit" in one_clear_line(negative), negative
 
 
+def test_ls_limit_0_lists_nothing_from_the_files_too(spool_cli: Run, spool_dir: Path) -> None:
+    """Without a usable ledger `ls` lists the folders: the limit must hold there as well."""
+    with Spool(spool_dir, environ={}) as own:
+        for _ in range(3):
+            own.submit("echo")
+    for name in ("ledger.sqlite3", "ledger.sqlite3-wal", "ledger.sqlite3-shm"):
+        (spool_dir / name).unlink(missing_ok=True)
+    (spool_dir / "ledger.sqlite3").write_bytes(b"not a database" * 512)
+    zero = spool_cli("ls", "--limit", "0", "--json")
+    assert zero.returncode == 0 and json.loads(zero.stdout) == [], zero
+    assert len(json.loads(spool_cli("ls", "--limit", "2", "--json").stdout)) == 2
+
+
 def test_status_shows_priority_not_before_and_depends_on(spool_cli: Run, sp: Spool) -> None:
     parent = sp.submit("echo")
     child = sp.submit("echo", priority=5, delay_seconds=3600, depends_on=[parent])
