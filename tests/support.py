@@ -52,6 +52,18 @@ class Procs:
         self.started.append(proc)
         return proc
 
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM, so nothing is cut mid-move by the test itself; SIGKILL only past the deadline."""
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.started:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill_all()
+
     def kill_all(self) -> None:
         for proc in self.started:
             if proc.poll() is None:

@@ -242,9 +242,8 @@ def test_logs_of_an_attempt_that_does_not_exist_exits_3_and_json_is_one_document
     assert document == {"id": job_id, "attempt": 2, "log": "failing on purpose\n"}
 
 
-def test_logs_follow_on_a_pending_job_waits_for_its_first_attempt_then_follows_it_to_the_end(kit, tasks_env) -> None:
-    kit.coordinator()
-    job_id = kit.sp.submit("holes.say", {"text": "line", "lines": 5, "pause": 0.1})
+def follow_then_start_worker(kit, tasks_env, job_id: str, timeout: float) -> tuple[int, str, str]:
+    """`spool logs ID --follow` on a job no worker has started, then a worker: (exit, stdout, stderr)."""
     follower = subprocess.Popen([*SPOOL_CMD, "--spool", str(kit.spool_dir), "logs", job_id, "--follow"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
@@ -253,11 +252,18 @@ def test_logs_follow_on_a_pending_job_waits_for_its_first_attempt_then_follows_i
         wait_until(lambda: follower.poll() is not None or pending in open_paths(follower.pid), timeout=60,
                    message="the follower to look at the job")
         start_worker(kit, tasks_env)
-        out, err = follower.communicate(timeout=60)
+        out, err = follower.communicate(timeout=timeout)
     finally:
         follower.kill()
         follower.wait()
-    assert (follower.returncode, err) == (0, "")
+    return follower.returncode, out, err
+
+
+def test_logs_follow_on_a_pending_job_waits_for_its_first_attempt_then_follows_it_to_the_end(kit, tasks_env) -> None:
+    kit.coordinator()
+    job_id = kit.sp.submit("holes.say", {"text": "line", "lines": 5, "pause": 0.1})
+    returncode, out, err = follow_then_start_worker(kit, tasks_env, job_id, timeout=60)
+    assert (returncode, err) == (0, "")
     assert out == "".join(f"line {n}\n" for n in range(5))
     assert kit.state(job_id) == "done"
 
@@ -265,18 +271,8 @@ def test_logs_follow_on_a_pending_job_waits_for_its_first_attempt_then_follows_i
 def test_logs_follow_goes_on_to_each_retry_until_the_job_is_done(kit, tasks_env) -> None:
     kit.coordinator()
     job_id = kit.sp.submit("holes.flaky", {"until": 3}, max_tries=3)
-    follower = subprocess.Popen([*SPOOL_CMD, "--spool", str(kit.spool_dir), "logs", job_id, "--follow"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        pending = os.path.realpath(kit.spool_dir / "pending")
-        wait_until(lambda: follower.poll() is not None or pending in open_paths(follower.pid), timeout=60,
-                   message="the follower to look at the job")
-        start_worker(kit, tasks_env)
-        out, err = follower.communicate(timeout=90)
-    finally:
-        follower.kill()
-        follower.wait()
-    assert follower.returncode == 0, err
+    returncode, out, err = follow_then_start_worker(kit, tasks_env, job_id, timeout=90)
+    assert returncode == 0, err
     assert out == "attempt 1\nattempt 2\nattempt 3\n", err
     assert err == f"spool: attempt 2 of {job_id}\nspool: attempt 3 of {job_id}\n"
     assert kit.state(job_id) == "done"

@@ -79,19 +79,6 @@ def fsck_ok(spool_cli: Cli) -> subprocess.CompletedProcess[str]:
     return checked
 
 
-def stop(procs: Procs) -> None:
-    """SIGTERM, so nothing is cut mid-move by the test itself; SIGKILL only past the deadline."""
-    for proc in procs.started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs.started:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.kill_all()
-
-
 # -- finding 2: a drop named like a job ---------------------------------------------------------
 
 
@@ -194,7 +181,7 @@ def test_a_dead_job_moved_back_by_hand_is_requeued_with_fresh_tries(fast: Path, 
     status = read(fast, job_id)
     assert status["state"] == "done", status  # attempts 3 and 4 are its fresh two tries
     assert status["tries"] == 2 and status["attempt"] == 4
-    stop(procs)
+    procs.stop()
     fsck_ok(spool_cli)
 
 
@@ -220,7 +207,7 @@ def test_a_dead_workers_staging_files_are_swept_by_the_coordinator(fast: Path, s
     procs.start("worker", "--import", "examples.tasks", name="worker")
     wait_until(lambda: (fast / "done" / f"{job_id}.yaml").exists() and not (fast / "leased" / f"{job_id}.yaml")
                .exists(), timeout=60, message="the job to finish")
-    stop(procs)  # at once: the coordinator sweeps when the worker's lock frees, and when it stops
+    procs.stop()  # at once: the coordinator sweeps when the worker's lock frees, and when it stops
     assert sorted(os.listdir(fast / "tmp")) == []
     checked = fsck_ok(spool_cli)
     assert "garbage" not in checked.stdout and "VIOLATION" not in checked.stdout

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -442,21 +441,8 @@ def _run_until_terminal(procs: Any, root: Path, job_id: str) -> dict[str, Any]:
     procs.start("coordinator", name="coordinator")
     procs.start("worker", "--import", "examples.tasks", name="worker")
     wait_until(lambda: _finished(root, job_id), timeout=60, message=f"{job_id} to finish")
-    _stop(procs)
+    procs.stop()
     return _status(root, job_id)
-
-
-def _stop(procs: Any) -> None:
-    """SIGTERM, so nothing is cut mid-move by the test itself; SIGKILL only past the deadline."""
-    for proc in procs.started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs.started:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.kill_all()
 
 
 def _assert_fsck_clean(spool_cli: Callable[..., Any]) -> None:
@@ -514,7 +500,7 @@ def test_cli_supervisor_restarts_a_worker_killed_mid_complete(fast_spool: Path, 
     wait_until(lambda: _finished(fast_spool, job_id), timeout=60, message=f"{job_id} to finish")
     # The crashed worker's staged result stays in tmp/ until the coordinator's next sweep.
     wait_until(lambda: not any((fast_spool / "tmp").iterdir()), timeout=30, message="the tmp/ sweep")
-    _stop(procs)
+    procs.stop()
     status = _status(fast_spool, job_id)
     assert status["attempt"] == 2 and [a["outcome"] for a in status["attempts"]] == ["expired", "done"]
     _assert_fsck_clean(spool_cli)

@@ -299,18 +299,6 @@ def _finished(root: Path, job_id: str) -> bool:
     return any((root / state / f"{job_id}.yaml").exists() for state in ("done", "dead"))
 
 
-def _stop(procs: Any) -> None:
-    for proc in procs.started:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs.started:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    procs.kill_all()
-
-
 def _restart_and_finish(procs: Any, root: Path, job_id: str | None = None) -> None:
     procs.start("coordinator", name="coordinator")
     procs.start("worker", "--import", "examples.tasks", name="worker")
@@ -318,7 +306,7 @@ def _restart_and_finish(procs: Any, root: Path, job_id: str | None = None) -> No
         wait_until(lambda: any((root / "done").glob("*.yaml")), timeout=60, message="the drop done")
     else:
         wait_until(lambda: _finished(root, job_id), timeout=60, message=f"{job_id} to finish")
-    _stop(procs)
+    procs.stop()
 
 
 def _one_error_line(output: str, role: str, pid: int) -> None:
