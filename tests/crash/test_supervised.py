@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from support import ROOT, SPOOL_CMD, run_spool
+from support import ROOT, SPOOL_CMD, run_spool, wait_until
 
 
 def test_the_same_key_through_the_cli_makes_one_job(kit) -> None:
@@ -58,7 +58,10 @@ def test_jobs_that_crash_their_worker_or_their_attempt_die_after_max_tries(kit) 
     assert "SIGKILL" in status["error"]
 
     kit.wait_state(fine, "done")
-    assert kit.log(supervisor).count("restart worker-") >= 3, "the supervisor restarted each killed worker"
+    # The coordinator may expire the third lease (the freed lock) before the supervisor's next look
+    # logs that worker's restart: wait for the log, don't read it once.
+    wait_until(lambda: kit.log(supervisor).count("restart worker-") >= 3, timeout=30,
+               message="the supervisor to restart each killed worker")
     assert kit.stop(supervisor) == 0
     kit.fsck_ok()
 
