@@ -21,7 +21,7 @@ from spool.spool import Spool, build_spec, resolve_root
 from spool.workers import handlers_of, live_workers, unhandled_warning
 from spool.stats import ids_from_files, ledger_trouble
 from spool.yamlsafe import load_yaml
-from spool.cli.main import App, cli, common, merge_common, pass_app, register_crash_points
+from spool.cli.main import App, cli, common, merge_common, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 
 
@@ -461,6 +461,5 @@ def _show(value: object) -> str:
 @pass_app
 def crash_points(app: App, json_output: bool) -> None:
     """Every SPOOL_CRASH_AT name."""
-    register_crash_points()
     points = crash.all_points()
     echo_json(points) if app.json_output or json_output else click.echo("\n".join(points))

@@ -100,21 +100,13 @@ def cli(ctx: click.Context, spool_dir: str | None, json_output: bool, **flags: o
     ctx.call_on_close(ctx.obj.close)
 
 
-def register_crash_points() -> None:
-    """Import every module that declares crash points, so ``crash.all_points()`` is complete."""
-    import spool.runner.coordinator  # noqa: F401
-    import spool.runner.worker  # noqa: F401
-    from spool import admin, chains, recovery, submission  # noqa: F401
-
-
 def warn_about_environment(environ: Mapping[str, str]) -> None:
     """Say once, on stderr, what in the environment looks like a typo (spool/ returns the words)."""
     if environ.get("SPOOL_PARENT_PID"):
         return  # a supervised child: the supervisor's own process has said it already
     lines = environment_warnings(environ)
     target = environ.get("SPOOL_CRASH_AT")
-    if target:  # unset, this costs nothing: the imports happen only for a test's crash run
-        register_crash_points()
+    if target:
         unknown = crash.unknown_target(target)
         lines += [unknown] if unknown else []
     for line in lines:
