@@ -19,7 +19,6 @@ from spool.cli.app import App, command, pass_app
 from spool.cli.render import render_table
 from spool.errors import SpoolError, UsageError
 from spool.layout import State
-from spool.runner.coordinator import run_coordinator
 from spool.runner.lifeline import die_with_parent
 from spool.runner.logs import setup_logging
 from spool.runner.supervisor import ChildSpec, Supervisor
@@ -44,6 +43,8 @@ def _daemonise_stdio() -> None:
 @pass_app
 def coordinator(app: App) -> None:
     """Run the coordinator: drops, leases, delays, retries, chains, reconcile."""
+    from spool.runner.coordinator import run_coordinator  # start-up: ~5 ms that no other command needs
+
     sp = app.spool()
     _daemonise_stdio()
     setup_logging(sp.settings.log_level, sp.settings.log_format, "coordinator")

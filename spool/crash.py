@@ -16,7 +16,7 @@ import os
 import signal
 from collections.abc import Mapping
 
-# role -> the steps that role's process can reach, in the order a transition reaches them.
+# role -> the steps that role's process can reach, in the order `spool crash-points` lists them.
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "worker": ("claim-after-rename", "after-claim", "complete-after-stage", "after-result", "complete-after-move",
                "fail-after-rename", "after-fail", "bury-after-rename", "release-after-rename"),
@@ -28,7 +28,6 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
 }
 
 _target: str | None = None
-_role: str | None = None
 
 
 def all_points() -> list[str]:
@@ -37,9 +36,8 @@ def all_points() -> list[str]:
 
 
 def arm(role: str, environ: Mapping[str, str]) -> None:
-    """Set this process's role and read ``SPOOL_CRASH_AT`` once."""
-    global _target, _role
-    _role = role
+    """Set this process's role and read ``SPOOL_CRASH_AT`` once: only a point of this role fires."""
+    global _target
     target = environ.get("SPOOL_CRASH_AT") or None
     _target = target.split(":", 1)[1] if target and target.split(":", 1)[0] == role else None
 
