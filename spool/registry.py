@@ -70,13 +70,12 @@ class Current:
     deadline: float
     # The same instant on the monotonic clock (host-wide on Linux, so the worker's number is ours).
     monotonic_deadline: float | None = field(default=None, repr=False)
-    clock: Clock = field(default=SYSTEM, repr=False, compare=False)
 
-    def seconds_left(self) -> float:
+    def seconds_left(self, clock: Clock = SYSTEM) -> float:
         """Seconds until the attempt's timeout (never below 0), immune to wall-clock steps."""
         if self.monotonic_deadline is None:
-            return max(0.0, self.deadline - self.clock.wall())
-        return max(0.0, self.monotonic_deadline - self.clock.monotonic())
+            return max(0.0, self.deadline - clock.wall())
+        return max(0.0, self.monotonic_deadline - clock.monotonic())
 
 
 def _definition(fn: Callable[..., Any]) -> tuple[str, str] | None:
