@@ -40,9 +40,13 @@ def attempt_to_show(sp: Spool, job_id: str, attempt: int | None, follow: bool) -
     return attempt
 
 
+def _reader(sp: Spool, job_id: str, attempt: int) -> LogReader:
+    return LogReader(sp.layout.fd("logs"), log_name(job_id, attempt))
+
+
 def print_log(sp: Spool, job_id: str, attempt: int, out: BinaryIO | None = None) -> None:
     out = out or sys.stdout.buffer
-    reader = LogReader(sp.layout.fd("logs"), log_name(job_id, attempt))
+    reader = _reader(sp, job_id, attempt)
     try:
         for chunk in reader.chunks():
             out.write(chunk)
@@ -56,7 +60,7 @@ def print_log_json(sp: Spool, job_id: str, attempt: int, out: BinaryIO | None = 
     out = out or sys.stdout.buffer
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     out.write(f'{{"id": {json.dumps(job_id)}, "attempt": {attempt}, "log": "'.encode())
-    reader = LogReader(sp.layout.fd("logs"), log_name(job_id, attempt))
+    reader = _reader(sp, job_id, attempt)
     try:
         for chunk in reader.chunks():
             out.write(json.dumps(decoder.decode(chunk))[1:-1].encode())
@@ -73,7 +77,7 @@ def follow_log(sp: Spool, job_id: str, attempt: int, *, only_this: bool) -> None
     number = attempt
     while True:
         state, job_file = _wait_for_news(sp, job_id, number, None)
-        reader = LogReader(sp.layout.fd("logs"), log_name(job_id, number))
+        reader = _reader(sp, job_id, number)
         try:
             while True:
                 for chunk in reader.chunks():

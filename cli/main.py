@@ -1,7 +1,7 @@
-"""The ``spool`` command: the group, its shared options, and the one place errors become exit codes.
+"""The ``spool`` command: the group, the commands it holds, and the one place errors become exit codes.
 
-Every command takes ``--spool DIR`` (or $SPOOL_DIR) and every command that prints data takes
-``--json``, before or after the subcommand. Each setting also has a flag on the group
+Every command that works on a spool takes ``--spool DIR`` (or $SPOOL_DIR) and ``--json``, before
+or after the subcommand (``spool.cli.app``). Each setting also has a flag on the group
 (``spool --lease-seconds 10 coordinator``), which beats the environment and config.yaml.
 Errors are one line on stderr with the exit code of their class (spool.errors), never a
 traceback.
@@ -15,64 +15,17 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
 
 from spool import crash
+from spool.cli import inspecting, managing, processes, submitting
+from spool.cli.app import App
 from spool.errors import SpoolError, UsageError
 from spool.settings import environment_warnings, setting_names
-from spool.spool import Spool
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass
-class App:
-    """What the group callback learned, handed to every command through ``ctx.obj``."""
-
-    spool_dir: str | None
-    json_output: bool
-    flags: dict[str, object] = field(default_factory=dict)
-    _spool: Spool | None = None
-
-    def spool(self) -> Spool:
-        if self._spool is None:
-            self._spool = Spool(self.spool_dir, flags=self.flags)
-        return self._spool
-
-    def close(self) -> None:
-        """At the end of a command: the ledger's last user empties its WAL as it closes."""
-        if self._spool is not None:
-            self._spool.close()
-            self._spool = None
-
-    def flag_argv(self) -> list[str]:
-        """The group options again, for processes a command starts (``spool run``, the demo)."""
-        argv = ["--spool", str(self.spool().root)]
-        for name, value in self.flags.items():
-            if value is not None:
-                argv += [f"--{name.replace('_', '-')}", str(value)]
-        return argv
-
-
-pass_app = click.make_pass_decorator(App)
-
-
-def common(fn: F) -> F:
-    """``--spool`` and ``--json`` after the subcommand too."""
-    fn = click.option("--json", "json_output", is_flag=True, default=False, help="Print one JSON document.")(fn)
-    fn = click.option("--spool", "spool_dir", metavar="DIR", default=None, help="The spool folder.")(fn)
-    return fn
-
-
-def merge_common(app: App, spool_dir: str | None, json_output: bool) -> App:
-    if spool_dir:
-        app.spool_dir = spool_dir
-        app._spool = None
-    app.json_output = app.json_output or json_output
-    return app
 
 
 def _setting_options(fn: F) -> F:
@@ -84,7 +37,16 @@ def _setting_options(fn: F) -> F:
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Every command the group holds, named here rather than registered by importing its module.
+COMMANDS: list[click.Command] = [
+    managing.init, submitting.submit, inspecting.status, inspecting.result, inspecting.wait,
+    inspecting.ls_command, inspecting.stats, managing.requeue, managing.cancel, managing.fsck, managing.purge,
+    inspecting.logs, inspecting.config, managing.crash_points,
+    processes.coordinator, processes.worker, processes.run, processes.demo,
+]
+
+
+@click.group(commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--spool", "spool_dir", metavar="DIR", envvar="SPOOL_DIR", default=None,
               help="The spool folder (default $SPOOL_DIR, else ./spool).")
 @click.option("--json", "json_output", is_flag=True, default=False, help="Print one JSON document.")
@@ -100,21 +62,13 @@ def cli(ctx: click.Context, spool_dir: str | None, json_output: bool, **flags: o
     ctx.call_on_close(ctx.obj.close)
 
 
-def register_crash_points() -> None:
-    """Import every module that declares crash points, so ``crash.all_points()`` is complete."""
-    import spool.runner.coordinator  # noqa: F401
-    import spool.runner.worker  # noqa: F401
-    from spool import admin, chains, recovery, submission  # noqa: F401
-
-
 def warn_about_environment(environ: Mapping[str, str]) -> None:
     """Say once, on stderr, what in the environment looks like a typo (spool/ returns the words)."""
     if environ.get("SPOOL_PARENT_PID"):
         return  # a supervised child: the supervisor's own process has said it already
     lines = environment_warnings(environ)
     target = environ.get("SPOOL_CRASH_AT")
-    if target:  # unset, this costs nothing: the imports happen only for a test's crash run
-        register_crash_points()
+    if target:
         unknown = crash.unknown_target(target)
         lines += [unknown] if unknown else []
     for line in lines:
@@ -126,8 +80,6 @@ def main(argv: list[str] | None = None) -> None:
 
     With ``--json`` anywhere before a ``--``, the line is one JSON object, ``{"error", "exit"}``.
     """
-    from spool.cli import commands, processes  # noqa: F401  (registers the commands)
-
     args = sys.argv[1:] if argv is None else argv
     words = args[:args.index("--")] if "--" in args else args
     fail = functools.partial(_fail_with, as_json="--json" in words)

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.admin")
-crash.register("admin", "requeue-after-rename", "purge-after-rename")
 
 
 def _lock(sp: Spool, job_id: str, timeout_seconds: float | None = None,  # type: ignore[no-untyped-def]

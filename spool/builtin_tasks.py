@@ -1,17 +1,18 @@
 """The handlers every worker has without ``--import``: ``wordcount``, the seed's test job.
 
-Imported by ``spool.registry`` at its own import, so these are registered whenever it is.
+``BUILTIN`` is what ``spool.registry`` starts its table with; this module imports nothing of
+spool's, so the registry can import it at its top.
 """
 
 from __future__ import annotations
 
-from spool.registry import task
+from collections.abc import Callable
+from typing import Any
 
 # Read in pieces so a large file costs a bounded amount of memory.
 _CHUNK_CHARS = 1 << 20
 
 
-@task("wordcount")
 def wordcount(path: str) -> dict[str, int]:
     """``{"words": N}``: whitespace-separated words in the file at ``path``, read as UTF-8.
 
@@ -30,3 +31,7 @@ def wordcount(path: str) -> dict[str, int]:
                 words -= 1
             in_word = not piece[-1].isspace()
     return {"words": words}
+
+
+# task name -> handler, registered before any user module is imported.
+BUILTIN: dict[str, Callable[..., Any]] = {"wordcount": wordcount}

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.chains")
-crash.register("coordinator", "promote-after-rename", "ready-after-rewrite")
 
 
 def _try_lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]

@@ -3,9 +3,10 @@
 Every step of every transition calls ``point(step)``; the process declares its role once at start
 (``arm(role, environ)``): ``submit``, ``worker``, ``coordinator``, ``serve``, and ``admin`` for the
 commands a person runs to cancel, requeue or purge. Unarmed, a point is one comparison against
-``None``. ``CRASH_POINTS`` is the
-list ``spool crash-points`` prints; a test checks every ``point()`` call in the source is listed,
-and the crash matrix runs every listed point.
+``None``. ``CRASH_POINTS`` is the whole table, written here rather than gathered from the modules
+at import, so it is complete without importing anything; ``spool crash-points`` prints it,
+tests/unit/test_crash_table.py checks it against every ``point()`` in the source, and the crash
+matrix runs every listed point.
 """
 
 from __future__ import annotations
@@ -15,36 +16,34 @@ import os
 import signal
 from collections.abc import Mapping
 
-# role -> the steps that role's process can reach, in the order a transition reaches them.
-CRASH_POINTS: dict[str, tuple[str, ...]] = {}
+# role -> the steps that role's process can reach, in the order `spool crash-points` lists them.
+CRASH_POINTS: dict[str, tuple[str, ...]] = {
+    "worker": ("claim-after-rename", "after-claim", "complete-after-stage", "after-result", "complete-after-move",
+               "fail-after-rename", "after-fail", "bury-after-rename", "release-after-rename"),
+    "coordinator": ("expire-after-rename", "after-expire", "bury-after-rename", "ingest-after-rename",
+                    "after-ingest", "requeue-by-hand-after-rename", "promote-after-rename", "ready-after-rewrite"),
+    "admin": ("bury-after-rename",  # `spool cancel` of a pending or waiting job
+              "requeue-after-rename", "purge-after-rename"),
+    "submit": ("after-key-check", "after-key", "after-commit", "after-submit"),
+}
 
 _target: str | None = None
-_role: str | None = None
-
-
-def register(role: str, *steps: str) -> None:
-    """Declare steps a role can reach (called at import by the module that owns the steps)."""
-    CRASH_POINTS[role] = tuple(dict.fromkeys(CRASH_POINTS.get(role, ()) + steps))
 
 
 def all_points() -> list[str]:
+    """Every ``role:step`` a ``SPOOL_CRASH_AT`` can name, in the table's order."""
     return [f"{role}:{step}" for role, steps in CRASH_POINTS.items() for step in steps]
 
 
 def arm(role: str, environ: Mapping[str, str]) -> None:
-    """Set this process's role and read ``SPOOL_CRASH_AT`` once."""
-    global _target, _role
-    _role = role
+    """Set this process's role and read ``SPOOL_CRASH_AT`` once: only a point of this role fires."""
+    global _target
     target = environ.get("SPOOL_CRASH_AT") or None
     _target = target.split(":", 1)[1] if target and target.split(":", 1)[0] == role else None
 
 
 def unknown_target(value: str) -> str | None:
-    """A warning if ``value`` (a SPOOL_CRASH_AT) names no listed point, else None.
-
-    Only meaningful once every module that registers points is imported (the CLI does that,
-    and only when SPOOL_CRASH_AT is set, so an unset variable still costs nothing).
-    """
+    """A warning if ``value`` (a SPOOL_CRASH_AT) names no listed point, else None."""
     points = all_points()
     if value in points:
         return None
@@ -53,11 +52,6 @@ def unknown_target(value: str) -> str | None:
     hint = f"; did you mean {close[0]}?" if close else (
         f"; {role} has {', '.join(CRASH_POINTS[role])}" if CRASH_POINTS.get(role) else "")
     return f"SPOOL_CRASH_AT={value} is not a crash point{hint} (see `spool crash-points`)"
-
-
-def disarm() -> None:
-    global _target
-    _target = None
 
 
 def point(step: str) -> None:

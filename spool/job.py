@@ -18,7 +18,7 @@ from typing import Any
 
 from spool.errors import InvalidJob
 from spool.ids import is_valid_id
-from spool.registry_names import is_valid_task_name
+from spool.registry import is_valid_task_name
 from spool.yamlsafe import dump_yaml, load_yaml
 
 SPOOL_FORMAT = 1

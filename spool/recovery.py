@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.recovery")
-crash.register("coordinator", "requeue-by-hand-after-rename")
 
 
 @dataclass

@@ -8,19 +8,22 @@ handler: it is reserved, and the attempt child runs it itself when the worker al
 must see it too (a new thread does not inherit the caller's context). The attempt child runs one
 attempt at a time, sets it before the call with ``set_current`` and clears it after.
 
-This module imports ``spool.builtin_tasks`` at the end, so ``wordcount`` is always registered.
+The registry starts with the built-in handlers (``spool.builtin_tasks.BUILTIN``: ``wordcount``),
+so every worker has them without ``--import``. It also owns the rule for task names, which the
+job schema (``spool.job``) checks too.
 """
 
 from __future__ import annotations
 
 import importlib
-import time
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from spool.builtin_tasks import BUILTIN
+from spool.clock import SYSTEM, Clock
 from spool.errors import UsageError
-from spool.registry_names import TASK_NAME, is_valid_task_name
 
 __all__ = [
     "Current",
@@ -28,17 +31,23 @@ __all__ = [
     "current",
     "handler_for",
     "import_task_modules",
+    "is_valid_task_name",
     "registered",
     "set_current",
     "task",
 ]
 
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RESERVED = frozenset({"shell"})
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_handlers: dict[str, Callable[..., Any]] = {}
+_handlers: dict[str, Callable[..., Any]] = dict(BUILTIN)
 _current: Current | None = None
+
+
+def is_valid_task_name(name: object) -> bool:
+    return isinstance(name, str) and TASK_NAME.fullmatch(name) is not None
 
 
 class Reject(Exception):
@@ -49,24 +58,24 @@ class Reject(Exception):
 class Current:
     """The attempt a handler is running in, so it can make its own side effects idempotent.
 
-    ``deadline`` is a wall-clock time, seconds since the epoch (the ``time.time()`` scale), at
+    ``deadline`` is a wall-clock time, seconds since the epoch (the ``clock.wall()`` scale), at
     which the worker kills the attempt for its timeout, as of the attempt's start. The worker
     decides on its monotonic clock: if the wall clock steps during the attempt, ``deadline`` no
-    longer says when the kill comes and ``seconds_left()`` (on ``time.monotonic()``) still does.
+    longer says when the kill comes and ``seconds_left()`` (on ``clock.monotonic()``) still does.
     """
 
     job_id: str
     attempt: int
     tries_left: int
     deadline: float
-    # The same instant on time.monotonic() (host-wide on Linux, so the worker's number is ours).
+    # The same instant on the monotonic clock (host-wide on Linux, so the worker's number is ours).
     monotonic_deadline: float | None = field(default=None, repr=False)
 
-    def seconds_left(self) -> float:
+    def seconds_left(self, clock: Clock = SYSTEM) -> float:
         """Seconds until the attempt's timeout (never below 0), immune to wall-clock steps."""
         if self.monotonic_deadline is None:
-            return max(0.0, self.deadline - time.time())
-        return max(0.0, self.monotonic_deadline - time.monotonic())
+            return max(0.0, self.deadline - clock.wall())
+        return max(0.0, self.monotonic_deadline - clock.monotonic())
 
 
 def _definition(fn: Callable[..., Any]) -> tuple[str, str] | None:
@@ -148,5 +157,3 @@ def set_current(value: Current | None) -> None:
     global _current  # noqa: PLW0603 - one value for all threads; see the module docstring
     _current = value
 
-
-import spool.builtin_tasks  # noqa: E402, F401  - registers wordcount; needs task() defined above

@@ -144,9 +144,10 @@ class Spool:
         _check_id(job_id)  # `spool wait ../done/X` must not look outside the state folders
         return store.state_of(self, job_id)
 
-    def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05
-             ) -> dict[str, State]:
-        """Block until every job is done or dead (or the timeout runs out); returns their states."""
+    def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05,
+             *, on_poll: Callable[[Mapping[str, State]], None] | None = None) -> dict[str, State]:
+        """Block until every job is done or dead (or the timeout runs out); returns their states.
+        ``on_poll`` is called with the states after every poll, before the ended/timeout check."""
         ids = list(job_ids)
         for job_id in ids:
             _check_id(job_id)
@@ -156,6 +157,8 @@ class Spool:
             for job_id, state in states.items():
                 if state is None:
                     raise NotFound(f"no job {job_id}")
+            if on_poll is not None:
+                on_poll(states)  # type: ignore[arg-type]
             if all(state.terminal for state in states.values() if state) or (
                     deadline is not None and time.monotonic() >= deadline):
                 return states  # type: ignore[return-value]
@@ -172,6 +175,38 @@ class Spool:
                 on_wait: Callable[[str], None] | None = None) -> State:
         _check_id(job_id)
         return admin.requeue(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
+
+    # -- for tools that must answer without the ledger ----------------------------------------
+
+    def ids(self, state: str | None = None, *, reason: str | None = None, limit: int | None = None,
+            on_trouble: Callable[[str], None] | None = None) -> list[str]:
+        """Job ids, newest first: from the ledger, filtered by ``state``, ``reason`` and ``limit``.
+
+        When the ledger can't answer, ``on_trouble`` gets one line saying why and what is done
+        instead, and the ids come from the folders: those in ``state`` (every job without it),
+        with neither ``reason`` nor ``limit`` applied, so the caller filters what it reads.
+        """
+        from spool.errors import LedgerError
+        from spool.stats import ids_from_files, ledger_trouble
+
+        try:
+            return self.ledger.ids(state=state, reason=reason, limit=limit)
+        except LedgerError as err:
+            if on_trouble is not None:
+                on_trouble(ledger_trouble(self, err))
+            return ids_from_files(self, state)
+
+    def ledger_trouble(self) -> str | None:
+        """One line saying why the ledger can't be used now (views then come from the files),
+        or None when it can."""
+        from spool.errors import LedgerError
+        from spool.stats import ledger_trouble
+
+        try:
+            self.ledger.meta("coordinator_seen")
+        except LedgerError as err:
+            return ledger_trouble(self, err)
+        return None
 
 
 def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,

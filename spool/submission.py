@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.submission")
-crash.register("submit", "after-key-check", "after-key", "after-commit", "after-submit")
-crash.register("coordinator", "ingest-after-rename", "after-ingest")
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,6 @@ if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.transitions")
-crash.register("worker", "claim-after-rename", "after-claim", "complete-after-stage", "after-result",
-               "complete-after-move", "fail-after-rename", "after-fail")
-crash.register("coordinator", "expire-after-rename", "after-expire")
-crash.register("worker", "bury-after-rename", "release-after-rename")
-crash.register("coordinator", "bury-after-rename")
-crash.register("admin", "bury-after-rename")  # `spool cancel` of a pending or waiting job
 
 
 @dataclass(frozen=True)

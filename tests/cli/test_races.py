@@ -196,8 +196,6 @@ IN_PROCESS_ONLY = ["worker:bury-after-rename", "worker:release-after-rename"]
 
 
 def test_the_matrix_covers_every_point_of_submit_and_the_worker() -> None:
-    import spool.runner.worker  # noqa: F401  (registers the worker's points, like `spool crash-points`)
-
     listed = [p for p in crash.all_points() if p.split(":", 1)[0] in ("submit", "worker")]
     assert sorted(listed) == sorted(SUBMIT_POINTS + list(WORKER_POINTS) + IN_PROCESS_ONLY), \
         "a new crash point needs a test here"

@@ -35,13 +35,6 @@ from typing import Any
 
 import pytest
 
-import spool.admin  # noqa: F401  (each module registers the crash points of its transitions)
-import spool.chains  # noqa: F401
-import spool.recovery  # noqa: F401
-import spool.runner.coordinator  # noqa: F401
-import spool.runner.worker  # noqa: F401
-import spool.submission  # noqa: F401
-import spool.transitions  # noqa: F401
 from spool import Spool, crash
 from spool.layout import State, result_name
 from spool.locks import acquire, worker_lock_name

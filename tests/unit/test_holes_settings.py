@@ -52,8 +52,6 @@ def test_unknown_spool_names_are_returned_as_warnings_never_printed(capsys: pyte
 
 
 def test_an_unknown_crash_point_gets_a_suggestion() -> None:
-    import spool.submission  # noqa: F401  (registers the submit points)
-
     assert crash.unknown_target("submit:after-commit") is None
     assert "did you mean submit:after-commit?" in (crash.unknown_target("submit:after-comit") or "")
     assert "submit has after-key-check" in (crash.unknown_target("submit:nope") or "")

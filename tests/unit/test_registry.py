@@ -15,8 +15,9 @@ import pytest
 
 import spool
 from spool import builtin_tasks, registry
+from spool.clock import FakeClock
 from spool.errors import UsageError
-from spool.registry import Current, Reject, current, handler_for, registered, set_current, task
+from spool.registry import Current, Reject, current, handler_for, is_valid_task_name, registered, set_current, task
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +124,18 @@ def test_current_is_one_frozen_value_seen_by_every_thread() -> None:
         current()
 
 
+def test_seconds_left_reads_the_clock_it_is_given() -> None:
+    clock = FakeClock(wall=1000.0)
+    on_the_wall = Current("j", 1, 0, deadline=1030.0)
+    both = Current("j", 1, 0, deadline=0.0, monotonic_deadline=clock.monotonic() + 20)
+    assert (on_the_wall.seconds_left(clock), both.seconds_left(clock)) == (30.0, 20.0)
+    clock.set_wall(5000.0)  # a wall-clock step: the monotonic deadline does not move
+    clock.advance(5)
+    assert (on_the_wall.seconds_left(clock), both.seconds_left(clock)) == (0.0, 15.0)
+    assert [f.name for f in dataclasses.fields(Current)] == [  # what a handler's asdict(current()) holds
+        "job_id", "attempt", "tries_left", "deadline", "monotonic_deadline"]
+
+
 def test_import_task_modules_runs_their_decorators(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,6 +171,18 @@ def test_a_failing_import_is_one_usage_line_naming_the_module(
     assert message.startswith("cannot import task module 'bad_tasks_mod': ")
     assert expected in message and "\n" not in message
     assert caught.value.exit_code == 2
+
+
+def test_the_builtin_handlers_are_registered_from_the_start() -> None:
+    assert builtin_tasks.BUILTIN == {"wordcount": builtin_tasks.wordcount}
+    for name, handler in builtin_tasks.BUILTIN.items():
+        assert is_valid_task_name(name) and name not in registry.RESERVED
+        assert handler_for(name) is handler
+
+
+def test_task_names_follow_one_rule() -> None:
+    assert all(is_valid_task_name(name) for name in ("a", "wordcount", "my.task-2_x", "A" * 64))
+    assert not any(is_valid_task_name(name) for name in ("", ".a", "-a", "a b", "a/b", "A" * 65, 7, None))
 
 
 def test_wordcount_is_always_registered(tmp_path: Path) -> None:

@@ -1,0 +1,219 @@
+"""Commands that look without changing anything: status, result, wait, ls, stats, logs, config."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from spool.cli import logview
+from spool.cli.app import App, command, pass_app
+from spool.cli.render import echo_json, render_stats, render_status, render_table
+from spool.errors import InvalidJob, NotFound, UsageError
+from spool.layout import State
+from spool.settings import parse_duration
+from spool.spool import Spool
+from spool.stats import collect, coordinator_state
+from spool.workers import handlers_of, live_workers, unhandled_warning
+
+WAIT_POLL_SECONDS = 0.1
+PROGRESS_WIDTH = 30
+
+
+@command()
+@click.argument("job_id")
+@pass_app
+def status(app: App, job_id: str) -> None:
+    """A job's state, tries, attempts, lease, error and result path."""
+    sp = app.spool()
+    view = sp.status(job_id)
+    view["coordinator"] = coordinator_state(sp)  # "no coordinator since T" while none runs
+    if view["state"] in (State.PENDING.value, State.WAITING.value):
+        handlers = handlers_of(live_workers(sp), view["task"])
+        if handlers is not None:
+            view["handled_by"] = handlers
+            if not handlers:
+                view["warning"] = unhandled_warning(view["task"])
+    trouble = sp.ledger_trouble()
+    if trouble is not None:  # the status came from the files; say why the index was not used
+        click.echo(f"spool: {trouble}", err=True)
+    if app.json_output:
+        echo_json(view)
+    else:
+        render_status(view, {dep: _state_word(sp, dep) for dep in view["depends_on"]})
+
+
+def _state_word(sp: Spool, job_id: str) -> str:
+    state = sp.state(job_id)
+    return state.value if state else "purged"
+
+
+@command()
+@click.argument("job_id")
+@pass_app
+def result(app: App, job_id: str) -> None:
+    """Print a job's result JSON (exit 1 for a dead job, 3 before there is one)."""
+    echo_json(app.spool().result(job_id))
+
+
+class UnhandledWatch:
+    """For `spool wait`: one warning per task when a job it waits for is pending and no live
+    worker handles its task, after a grace (a worker starting up has not advertised yet)."""
+
+    GRACE_SECONDS = 3.0
+    EVERY_SECONDS = 1.0
+
+    def __init__(self, sp: Spool) -> None:
+        self.sp = sp
+        self.started = time.monotonic()
+        self.last = -1e18
+        self.tasks: dict[str, str] = {}  # job id -> task, read once
+        self.warned: set[str] = set()
+
+    def check(self, states: Mapping[str, State | None]) -> list[str]:
+        now = time.monotonic()
+        if now - self.started < self.GRACE_SECONDS or now - self.last < self.EVERY_SECONDS:
+            return []
+        self.last = now
+        pending = [job_id for job_id, state in states.items() if state is State.PENDING]
+        if not pending:
+            return []
+        workers, lines = live_workers(self.sp), []
+        for job_id in pending:
+            if job_id not in self.tasks:
+                try:
+                    self.tasks[job_id] = self.sp.job(job_id)[1].job.task
+                except (NotFound, InvalidJob, OSError):
+                    continue  # moved on since we looked
+            task = self.tasks[job_id]
+            if task not in self.warned and handlers_of(workers, task) == []:
+                self.warned.add(task)
+                lines.append(f"job {job_id}: {unhandled_warning(task)}; still waiting")
+        return lines
+
+
+class WaitReport:
+    """What `spool wait` says on stderr after each poll: unhandled-task warnings, and on a
+    terminal a progress bar redrawn in place."""
+
+    def __init__(self, sp: Spool, *, show_progress: bool) -> None:
+        self.unhandled = UnhandledWatch(sp)
+        self.show_progress = show_progress
+
+    def __call__(self, states: Mapping[str, State]) -> None:
+        for line in self.unhandled.check(states):
+            click.echo(("\n" if self.show_progress else "") + f"spool: warning: {line}", err=True)
+        if self.show_progress:
+            ended = sum(1 for state in states.values() if state.terminal)
+            done = sum(1 for state in states.values() if state is State.DONE)
+            filled = PROGRESS_WIDTH * ended // len(states)
+            click.echo(f"\r[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {ended}/{len(states)} ended, "
+                       f"{done} done", err=True, nl=False)
+
+    def finish(self) -> None:
+        if self.show_progress:
+            click.echo("", err=True)
+
+
+@command()
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--timeout", "timeout_text", metavar="S", help="Give up after this long (exit 124).")
+@pass_app
+def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
+    """Block until every job is done or dead; exit 1 if any is dead, 124 on timeout."""
+    sp = app.spool()
+    timeout_seconds = parse_duration(timeout_text) if timeout_text else None
+    report = WaitReport(sp, show_progress=sys.stderr.isatty() and not app.json_output)
+    states = sp.wait(job_ids, timeout_seconds=timeout_seconds, poll_seconds=WAIT_POLL_SECONDS, on_poll=report)
+    report.finish()
+    view = {job_id: state.value for job_id, state in states.items()}
+    if app.json_output:
+        echo_json(view)
+    else:
+        for job_id, state_name in view.items():
+            click.echo(f"{job_id} {state_name}")
+    if not all(state.terminal for state in states.values()):
+        sys.exit(124)
+    if any(state is State.DEAD for state in states.values()):
+        sys.exit(1)
+
+
+@command(name="ls")
+@click.option("--state", "state_name", type=click.Choice([s.value for s in State]), help="Only this state.")
+@click.option("--reason", type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]))
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
+@pass_app
+def ls_command(app: App, state_name: str | None, reason: str | None, limit: int | None) -> None:
+    """Jobs, newest first."""
+    sp = app.spool()
+    views: list[dict[str, Any]] = []
+    for job_id in sp.ids(state_name, reason=reason, limit=limit, on_trouble=_say_trouble):
+        if limit is not None and len(views) >= limit:  # the files' listing has no LIMIT of its own
+            break
+        try:
+            view = sp.status(job_id)
+        except (NotFound, InvalidJob, FileNotFoundError):
+            continue  # moved or purged since the ledger listed it
+        if reason is None or view["reason"] == reason:
+            views.append(view)
+    if app.json_output:
+        echo_json(views)
+    else:
+        render_table(["id", "state", "task", "tries", "reason", "submitted"],
+                     [[v["id"], v["state"], v["task"], f"{v['tries']}/{v['max_tries']}", v["reason"] or "",
+                       v["submitted_at"]] for v in views])
+
+
+def _say_trouble(line: str) -> None:
+    click.echo(f"spool: {line}", err=True)
+
+
+@command()
+@pass_app
+def stats(app: App) -> None:
+    """Counts per state, throughput, oldest ready age, coordinator and workers seen."""
+    view = collect(app.spool())
+    if view["ledger"] != "ok":
+        click.echo(f"spool: {view['ledger']}", err=True)
+    echo_json(view) if app.json_output else render_stats(view)
+
+
+@command()
+@click.argument("job_id")
+@click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default the latest).")
+@click.option("--follow", is_flag=True,
+              help="Keep printing as the job runs (waiting for its first attempt), until it is done or dead.")
+@pass_app
+def logs(app: App, job_id: str, attempt: int | None, follow: bool) -> None:
+    """An attempt's stdout and stderr (its last max_log_bytes)."""
+    if follow and app.json_output:
+        raise UsageError("--json prints one document; it does not go with --follow")
+    sp = app.spool()
+    number = logview.attempt_to_show(sp, job_id, attempt, follow)
+    if app.json_output:
+        logview.print_log_json(sp, job_id, number)
+    elif follow:
+        logview.follow_log(sp, job_id, number, only_this=attempt is not None)
+    else:
+        logview.print_log(sp, job_id, number)
+
+
+@command()
+@pass_app
+def config(app: App) -> None:
+    """The settings in force and where each came from."""
+    rows = app.spool().settings.describe()
+    if app.json_output:
+        echo_json({name: {"value": list(value) if isinstance(value, tuple) else value, "source": source}
+                   for name, value, source in rows})
+    else:
+        render_table(["setting", "value", "from"], [[name, _show(value), source] for name, value, source in rows])
+
+
+def _show(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return "" if value is None else str(value)
