@@ -7,8 +7,8 @@ the product's own error handling (cleanup of a half-written tmp file, DiskFull f
 DurabilityError for a failed fsync) is what the test exercises.
 
     kind     the call                                           a fault does
-    write    os.write in write_new                              a short write of half the bytes,
-                                                                then the error on the next write
+    write    os.write in write_new, or in append (an attempt    a short write of half the bytes,
+             log's output)                                      then the error on the next write
     fsync    os.fsync of a file (write_new) or a folder         the error, no fsync
              (fsync_dir)
     rename   renameat2 / os.rename (rename_noreplace,           the error, nothing moved
@@ -61,7 +61,7 @@ class Op:
     name: str
 
     def __str__(self) -> str:
-        return f"#{self.index} {self.kind} in {self.method}({self.name or 'fd %d' % self.fd})"
+        return f"#{self.index} {self.kind} in {self.method}({self.name or f'fd {self.fd}'})"
 
 
 class FaultFS(RealFS):
@@ -131,6 +131,10 @@ class FaultFS(RealFS):
     def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         with self._in("link", dst):
             super().link(src_fd, src, dst_fd, dst)
+
+    def append(self, fd: int, data: bytes) -> None:
+        with self._in("append", ""):
+            super().append(fd, data)
 
     # -- the system-call level ---------------------------------------------------------------
 
