@@ -28,10 +28,11 @@ Use:
         ...                                               # faults.failed: the Op that failed
     faults.fsyncs_after_failure()                         # fsyncs of the failed fd after it
 
-``installed()`` puts the FaultFS in place of ``spool.fsio.fs`` in every loaded ``spool`` module
-(they import ``fs`` by name) and restores the original on exit; ``install()`` does the same for
-a whole process (tests/faults/inject_faults.py). Counting starts at install. Not thread-safe:
-while a FaultFS method runs, ``spool.fsio.os`` is a proxy for the whole process.
+``installed()`` puts the FaultFS behind the seam every spool module calls (``spool.fsio.use``
+swaps what ``spool.fsio.fs`` delegates to) and puts the original back on exit; ``install()``
+does the same until its returned function is called (tests/faults/inject_faults.py, for a whole
+process). Counting starts at install. Not thread-safe: while a FaultFS method runs,
+``spool.fsio.os`` is a proxy for the whole process.
 """
 
 from __future__ import annotations
