@@ -1,7 +1,7 @@
 """The attempt child's own side: ``python -m spool.runner.child CONFIG`` runs ``main`` here.
 
-The worker's side, and the protocol the two speak, are in ``runner.child``. What the child's
-file descriptors are, and why:
+The worker's side is ``runner.child``; the protocol the two speak is ``runner.pipes``. What
+the child's file descriptors are, and why:
 
 - 0 is /dev/null; 2 is the output pipe, whose read end the worker owns (it writes the attempt
   log, capped); during an attempt 1 is that pipe too, between attempts /dev/null.
@@ -32,6 +32,7 @@ from typing import Any
 from spool.errors import UsageError
 from spool.registry import Current, Reject, handler_for, import_task_modules, set_current
 from spool.runner.lifeline import die_with_parent
+from spool.runner.pipes import write_all
 
 ERROR_BYTES = 4096
 _HIGH_FDS = 4096  # the channel goes just below min(this, RLIMIT_NOFILE)
@@ -74,12 +75,6 @@ def _flush_std() -> None:
             stream.flush()
         except Exception:  # noqa: BLE001 - a handler may have closed them; the attempt still ends
             pass
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _hide(fd: int) -> int:
@@ -216,7 +211,7 @@ def _tee(proc: subprocess.Popen[bytes], out_r: int) -> bytes:
                 if data == b"":
                     return tail  # EOF: nothing holds the pipe any more
                 if data:
-                    _write_all(1, data)
+                    write_all(1, data)
                     tail = (tail + data)[-ERROR_BYTES:]
                     left -= len(data) if exited else 0
                     continue
@@ -242,14 +237,10 @@ def main(argv: Sequence[str]) -> int:
     """The child's life: tie it to the worker, import the task modules, serve until EOF."""
     config = json.loads(argv[0])
     die_with_parent(int(config["parent_pid"]))
-    if config["pythonpath"] is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = config["pythonpath"]
     # pass_fds made them inheritable and low; no process a handler starts may hold them (or the
     # child's death would not be EOF to the worker), and no handler may write to them by accident.
     request_fd, reply_fd = _hide(int(config["request_fd"])), _hide(int(config["reply_fd"]))
-    sys.path[:0] = config["sys_path"]
+    sys.path[:0] = config["sys_path"]  # where the worker found its task modules (--import from its cwd)
     faulthandler.enable()  # a crash's Python stack goes to fd 2: the output pipe, so the log
     import_error = None
     try:
@@ -258,12 +249,12 @@ def main(argv: Sequence[str]) -> int:
         import_error = str(exc)
     attempts = _Attempts(config, import_error)
     try:
-        _write_all(reply_fd, b'{"hello":true}\n')
+        write_all(reply_fd, b'{"hello":true}\n')
         with open(request_fd, "rb") as requests:
             for line in requests:
                 request = json.loads(line)
                 reply = attempts.run(request)  # a JSON object: the seq goes in front
-                _write_all(reply_fd, b'{"seq":%d,' % int(request["seq"]) + reply[1:])
+                write_all(reply_fd, b'{"seq":%d,' % int(request["seq"]) + reply[1:])
     except BrokenPipeError:
         # RACE: the worker was killed; the kernel closes its end of the pipe before
         # PR_SET_PDEATHSIG reaches us. Nobody is left to answer: end quietly, no traceback.

@@ -4,17 +4,9 @@ RQ's work horse, kept between jobs: the worker holds the lease and heartbeats be
 ``Child.poll``, then writes the result and moves the job; the child imports the task modules and
 calls handlers, so a handler that crashes, hangs or leaks costs only the child. ``Child`` is the
 worker's side; the child runs ``runner.attempt.main`` (``python -m spool.runner.child CONFIG``).
-They speak JSON lines over two dedicated pipes (``pass_fds``, which the child moves out of a
-handler's way), so nothing a handler prints can corrupt them:
-
-    child  -> worker  {"hello": true}      once, after the task modules are imported
-    worker -> child   {"seq", "job_id", "attempt", "task", "args", "tries_left", "deadline"}
-    child  -> worker  {"seq", "ok", "value", "error", "reject"}   one reply per request
-    EOF on the request pipe asks an idle child to exit.
-
-A line that is not the reply to the request in flight (not JSON, not a reply, another ``seq``:
-a handler wrote to the channel after all) fails the attempt as "garbled", and the child is
-killed and replaced; it never raises in the worker.
+They speak JSON lines over dedicated pipes (``runner.pipes``: the protocol, and why a line that
+is not the reply in flight fails the attempt as "garbled" and replaces the child, never raising
+in the worker).
 
 The child's stdout and stderr are a third pipe, read here while ``poll`` waits: during an attempt
 what comes out goes to the request's ``log`` (the worker's capped ``AttemptLog``), drained up to
@@ -42,7 +34,6 @@ import math
 import os
 import select
 import signal
-import site
 import subprocess
 import sys
 import threading
@@ -50,29 +41,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from subprocess import DEVNULL
-from typing import Any, Protocol
+from typing import Any
 
-import spool
-from spool.runner.attempt import ERROR_BYTES, describe_exit
+from spool.runner.attempt import ERROR_BYTES, describe_exit, main
+from spool.runner.pipes import HELLO, Garbled, LogSink, Output, Replies, is_reply, preview, request_line, write_all
 
 __all__ = ["ERROR_BYTES", "AttemptRequest", "Child", "LogSink", "Outcome"]
 
 MAX_ATTEMPTS_PER_CHILD = 1000
-_REPLY_SLACK = 1 << 16  # a reply may be this much longer than max_result_bytes
 _DRAIN_BYTES = 16 << 20  # most output taken after a reply or a death (a grandchild may spew on)
-
-# The folder holding the worker's own spool package. An uninstalled checkout's folder must be on
-# the child's path for `-m` to find spool from any cwd; a site-packages folder already is, and
-# putting it ahead of the standard library would let a stray backport shadow a stdlib module.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(spool.__file__ or "")))
-_SITES = {os.path.realpath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
-_EXTRA_PATH = "" if os.path.realpath(_ROOT) in _SITES else _ROOT
-
-
-class LogSink(Protocol):
-    """Where an attempt's stdout and stderr go (``spool.attemptlog.AttemptLog``); never raises."""
-
-    def write(self, data: bytes) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -101,26 +78,6 @@ def _failed(error: str) -> Outcome:
 def _seconds(value: float) -> str:
     """``5``, ``0.5``, ``86400``: no exponent, no trailing zeros."""
     return f"{value:.3f}".rstrip("0").rstrip(".")
-
-
-class _Garbled(Exception):
-    """The channel carried something that is not the protocol: the attempt fails, the child goes."""
-
-
-def _preview(data: bytes) -> str:
-    text = data[:80].decode("utf-8", errors="replace")
-    return repr(text) + ("..." if len(data) > 80 else "")
-
-
-def _is_reply(message: object, seq: int) -> bool:
-    return (
-        isinstance(message, dict)
-        and set(message) == {"seq", "ok", "value", "error", "reject"}
-        and message["seq"] == seq
-        and isinstance(message["ok"], bool)
-        and isinstance(message["reject"], bool)
-        and (message["error"] is None or isinstance(message["error"], str))
-    )
 
 
 def _has_exited(pid: int) -> bool:
@@ -173,10 +130,11 @@ class Child:
         self._start_timeout_seconds = start_timeout_seconds
         self._max_attempts_per_child = max_attempts_per_child
         self._proc: subprocess.Popen[bytes] | None = None
-        self._to_child = self._from_child = self._output = self._pidfd = -1
+        self._to_child = self._pidfd = -1
+        self._replies: Replies | None = None
+        self._output: Output | None = None
         self._poller = select.poll()
-        self._buffer = bytearray()
-        self._hello = self._exited = self._eof = False
+        self._hello = self._exited = False
         self._spawned_at = 0.0
         self._served = 0
         self._seq = 0  # numbers the requests; a reply names the one it answers
@@ -196,11 +154,7 @@ class Child:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         output_r, output_w = os.pipe()
-        pythonpath = os.environ.get("PYTHONPATH")
-        config = dict(self._config, parent_pid=os.getpid(), pythonpath=pythonpath)
-        config.update(request_fd=request_r, reply_fd=reply_w)
-        # The child puts PYTHONPATH back before any handler can see it.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_EXTRA_PATH, pythonpath])))
+        config = dict(self._config, parent_pid=os.getpid(), request_fd=request_r, reply_fd=reply_w)
         try:
             argv = [sys.executable, "-m", "spool.runner.child", json.dumps(config)]
             self._proc = subprocess.Popen(
@@ -209,7 +163,6 @@ class Child:
                 stdout=DEVNULL,
                 stderr=output_w,
                 pass_fds=(request_r, reply_w),
-                env=env,
                 start_new_session=True,
             )
         except BaseException:
@@ -223,12 +176,14 @@ class Child:
             os.close(reply_w)
             os.close(output_w)
         self._spawned_at = time.monotonic()
-        self._to_child, self._from_child, self._output = request_w, reply_r, output_r
+        self._to_child = request_w
         os.set_blocking(reply_r, False)
         os.set_blocking(output_r, False)
         self._poller = select.poll()
         self._poller.register(reply_r, select.POLLIN)
         self._poller.register(output_r, select.POLLIN)
+        self._replies = Replies(reply_r, self._poller, self._config["max_result_bytes"])
+        self._output = Output(output_r, self._poller)
         try:
             self._pidfd = os.pidfd_open(self._proc.pid)
             self._poller.register(self._pidfd, select.POLLIN)
@@ -270,10 +225,10 @@ class Child:
                 elif (outcome := self._take_reply()) is not None:
                     return outcome
                 if self._exited or (self._pidfd < 0 and _has_exited(self._proc.pid)):
-                    self._read_available()  # a reply written just before the exit still counts
+                    self._replies_available()  # a reply written just before the exit still counts
                     outcome = self._take_reply() if self._hello else None
                     return outcome or _failed(f"child {describe_exit(self._kill_and_reap())}")
-            except _Garbled as err:
+            except Garbled as err:
                 self.kill()
                 return _failed(str(err))
             now = time.monotonic()
@@ -297,10 +252,10 @@ class Child:
             for fd, _ in self._poller.poll(wait_ms if self._pidfd >= 0 else min(wait_ms, 50)):
                 if fd == self._pidfd:
                     self._exited = True
-                elif fd == self._output:
+                elif self._output is not None and fd == self._output.fd:
                     self._read_output(1 << 20)
                 else:
-                    self._read_available()
+                    self._replies_available()
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group and reap it; a running attempt is dropped."""
@@ -324,48 +279,22 @@ class Child:
         self._deadline = time.monotonic() + request.timeout_seconds
         self._seq += 1
         # begin() encoded the rest; the deadline, known only now, is spliced in at the front.
-        view = memoryview(f'{{"seq":{self._seq},"deadline":{self._deadline!r},{self._encoded[1:]}\n'.encode())
         try:
-            while view:
-                view = view[os.write(self._to_child, view) :]
+            write_all(self._to_child, request_line(self._seq, self._deadline, self._encoded))
         except BrokenPipeError:
             return False
         return True
 
-    def _read_available(self) -> None:
-        while not self._eof:
-            try:
-                data = os.read(self._from_child, 1 << 20)
-            except BlockingIOError:
-                return
-            if not data:
-                # EOF before the exit is seen: a handler closed our pipe. Wait for the exit.
-                self._poller.unregister(self._from_child)
-                self._eof = True
-            self._buffer += data
+    def _replies_available(self) -> None:
+        assert self._replies is not None
+        self._replies.read_available()
 
     def _read_output(self, limit: int) -> None:
         """Move up to ``limit`` bytes the child has written to fds 1 and 2 to where they belong."""
-        while limit > 0 and self._output >= 0:
-            try:
-                data = os.read(self._output, min(limit, 1 << 20))
-            except BlockingIOError:
-                return
-            if not data:
-                self._poller.unregister(self._output)  # every writer is gone; the fd stays ours
-                os.close(self._output)
-                self._output = -1
-                return
-            limit -= len(data)
-            # The request is sent only after the hello, so what is read before it was printed at
-            # import time: like what comes between attempts, it is the worker's, not the log's.
-            if self._log is not None and self._hello:
-                self._log.write(data)
-            else:
-                try:
-                    os.write(2, data)  # the worker's own log
-                except OSError:
-                    pass
+        # The request is sent only after the hello, so what is read before it was printed at
+        # import time: like what comes between attempts, it is the worker's, not the log's.
+        if self._output is not None:
+            self._output.read(limit, self._log if self._hello else None)
 
     def _drain_output(self) -> None:
         """Take what the child wrote so far (everything, when it has replied or died)."""
@@ -373,19 +302,8 @@ class Child:
         self._log = None
 
     def _next_line(self) -> Any:
-        end = self._buffer.find(b"\n")
-        if end < 0:
-            if len(self._buffer) > self._config["max_result_bytes"] + _REPLY_SLACK:
-                raise _Garbled(f"{self._awaited()} was garbled: {_preview(bytes(self._buffer))} ran on with no "
-                               "end (something in the child wrote to its channel to the worker)")
-            return None
-        line = bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
-        try:
-            return json.loads(line)
-        except ValueError:
-            raise _Garbled(f"{self._awaited()} was garbled: {_preview(line)} is not JSON (something in the "
-                           "child wrote to its channel to the worker)") from None
+        assert self._replies is not None
+        return self._replies.next_line(self._awaited())
 
     def _awaited(self) -> str:
         return "the attempt's reply" if self._hello else "the child's hello"
@@ -394,9 +312,9 @@ class Child:
         message = self._next_line()
         if message is None:
             return
-        if message != {"hello": True}:
-            raise _Garbled(f"the child's hello was garbled: {_preview(json.dumps(message).encode())} is not a "
-                           "hello (something in the child wrote to its channel to the worker)")
+        if message != HELLO:
+            raise Garbled(f"the child's hello was garbled: {preview(json.dumps(message).encode())} is not a "
+                          "hello (something in the child wrote to its channel to the worker)")
         self._read_output(_DRAIN_BYTES)  # the import's output, all written before the hello
         self._hello = True
         if not self._send():
@@ -406,9 +324,9 @@ class Child:
         message = self._next_line()
         if message is None:
             return None
-        if not _is_reply(message, self._seq):
-            raise _Garbled(f"the attempt's reply was garbled: {_preview(json.dumps(message).encode())} is not a "
-                           "reply (something in the child wrote to its channel to the worker)")
+        if not is_reply(message, self._seq):
+            raise Garbled(f"the attempt's reply was garbled: {preview(json.dumps(message).encode())} is not a "
+                          "reply (something in the child wrote to its channel to the worker)")
         self._drain_output()  # the child flushed its output before it replied
         self._request = None
         if self._served >= self._max_attempts_per_child:
@@ -424,13 +342,12 @@ class Child:
         assert proc is not None
         self._drain_output()
         os.close(self._to_child)
-        os.close(self._from_child)
-        if self._output >= 0:
-            os.close(self._output)
-        self._proc, self._to_child, self._from_child, self._pidfd = None, -1, -1, -1
-        self._output = -1
-        self._buffer.clear()
-        self._hello = self._exited = self._eof = False
+        assert self._replies is not None and self._output is not None
+        self._replies.close()
+        self._output.close()
+        self._proc, self._to_child, self._pidfd = None, -1, -1
+        self._replies = self._output = None
+        self._hello = self._exited = False
         self._served = 0
         self._deadline = None
         return proc, pidfd
@@ -445,7 +362,5 @@ class Child:
         return proc.wait()
 
 
-if __name__ == "__main__":
-    from spool.runner.attempt import main
-
+if __name__ == "__main__":  # the attempt child's own program: ``python -m spool.runner.child CONFIG``
     sys.exit(main(sys.argv[1:]))

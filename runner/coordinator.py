@@ -6,7 +6,7 @@ the ledger against folder listings and sweeps tmp/; it sweeps tmp/ at once too w
 lock frees (a dead worker's staging files), and when it stops. One coordinator per spool: a second one
 waits on ``locks/coordinator.lock`` and takes over when the first dies.
 
-Leases (SPEC promise 4): for each leased job it notes, on ``time.monotonic()``, when it last saw
+Leases (docs/reliability.md, "4. Leases"): for each leased job it notes, on ``time.monotonic()``, when it last saw
 the job's heartbeat counter change, and expires a lease whose counter has not changed across a
 full ``lease_seconds`` of its own observation. A lease it sees first (after a start, or a pause
 of its own) gets a fresh full term. It never reads a worker's timestamp or a file's mtime. A
@@ -89,7 +89,7 @@ class Coordinator:
                 landed = waker.wait(self._next_wait())
             sweep_tmp(self.sp)  # what a worker that died since our last sweep staged is garbage
         except (DurabilityError, DiskFull, OSError) as err:
-            # The disk failed under a move; a failed fsync is final (RELIABILITY.md). Exit for the
+            # The disk failed under a move; a failed fsync is final, never retried. Exit for the
             # supervisor to restart us: a move left half made is settled by the next reconcile.
             log.error("coordinator stops, the spool's storage failed: %s", err)
             return 1

@@ -3,7 +3,7 @@
 Generic on purpose (stdlib only, nothing from ``spool``): ``spool run`` builds one ``ChildSpec``
 for the coordinator and one per worker and hands them to ``Supervisor``.
 
-Rules (SPEC.md, Processes, ``spool run``):
+Rules (the contract of ``spool run``):
 
 - Every child starts in its own session, so a terminal's Ctrl-C reaches only the supervisor,
   which forwards the stop deliberately. Each child gets ``SPOOL_PARENT_PID`` and is expected to

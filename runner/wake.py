@@ -9,6 +9,22 @@ FIFO per folder, so every later event of that folder waits behind it: each claim
 of pending/) used to delay the next submit's wake-up by up to 0.5 s (benchmarks/throughput.py,
 idle pickup). A Waker needs only what landed, which an unpaired IN_MOVED_TO still reports (as a
 created file), so ``_no_move_pairing_delay`` turns the hold off.
+
+The watchdog internals this relies on (tests/unit/test_override_shapes.py fails if their shape
+changes; verified with watchdog 7.1.0):
+
+- ``watchdog.observers.inotify_move_event_grouper.InotifyMoveEventGrouper``: a class attribute
+  ``delay`` (seconds, 0.5) that ``__init__`` passes to its ``DelayedQueue``. We set it to 0 on
+  the class before the Observer starts, so every grouper an inotify emitter makes afterwards
+  holds nothing; the setting is process-wide, and only Wakers run watchdog in spool. (The
+  fallback, ``watchdog.observers.inotify_buffer.InotifyBuffer.delay``, is watchdog 4's name for
+  the same hold; no watchdog 4 was at hand to verify it.)
+- ``watchdog.utils.delayed_queue.DelayedQueue(delay)``: holds an element put with
+  ``delay=True`` for ``self.delay`` seconds, and none when that is 0.
+
+Beside those, only public API: ``Observer.schedule(handler, path, recursive=..,
+event_filter=[...])`` and the events' ``event_type``, ``is_directory``, ``src_path`` and
+``dest_path``.
 """
 
 from __future__ import annotations
@@ -34,7 +50,6 @@ class Waker(FileSystemEventHandler):
         self._event = threading.Event()
         self._mutex = threading.Lock()
         self._seen: list[tuple[str, str]] = []
-        self._overflow = False
         _no_move_pairing_delay()
         self._observer = Observer()
         for folder in folders:
@@ -47,10 +62,8 @@ class Waker(FileSystemEventHandler):
             return
         path = Path(event.dest_path or event.src_path)  # a move's new name is what landed
         with self._mutex:
-            if len(self._seen) < _MAX_REMEMBERED:
+            if len(self._seen) < _MAX_REMEMBERED:  # past that, the next reconcile's listing finds it
                 self._seen.append((path.parent.name, path.name))
-            else:
-                self._overflow = True
         self._event.set()
 
     def wait(self, timeout_seconds: float) -> list[tuple[str, str]]:
@@ -59,7 +72,6 @@ class Waker(FileSystemEventHandler):
         with self._mutex:
             self._event.clear()
             seen, self._seen = self._seen, []
-            self._overflow = False
         return seen
 
     def poke(self) -> None:

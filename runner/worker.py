@@ -100,7 +100,8 @@ class Worker:
                     last_seen = time.monotonic()
                     self._seen(started, time.time())
         except (DurabilityError, DiskFull, OSError) as err:
-            # The disk failed under a transition; a failed fsync is final, never retried (RELIABILITY.md).
+            # The disk failed under a transition; a failed fsync is final, never retried (the kernel may
+            # already have dropped the pages: docs/reliability.md, "The recipe every move follows").
             # Exit for the supervisor to restart us: our lock is freed, so the coordinator expires our
             # lease at once and settles a move we left half made.
             log.error("worker %s stops, the spool's storage failed: %s", self.name, err)

@@ -67,7 +67,7 @@ class AttemptLog:
             if self._size - self._header + len(data) > 2 * self.max_bytes:
                 self._trim(data)
             else:
-                _write_all(self._fd, data)
+                fs.append(self._fd, data)
                 self._size += len(data)
         except OSError as err:
             self.error = err
@@ -106,12 +106,6 @@ class AttemptLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 class LogReader:

@@ -160,6 +160,13 @@ class RealFS:
             raise
         return _regular_or_close(fd, name)
 
+    def append(self, fd: int, data: bytes) -> None:
+        """Write all of ``data`` to a file opened by ``open_log`` (O_APPEND). No fsync: a log is
+        diagnostics. A failure is the plain OSError (ENOSPC too): its caller stops that log."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
     def open_for_reading(self, dir_fd: int, name: str) -> int:
         """Open a regular file to read in chunks (never following a symlink); OSError otherwise."""
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)

@@ -1,4 +1,4 @@
-"""The command line's contract (SPEC "The command line"): words, JSON, exit codes, refusals.
+"""The command line's contract (README.md, "Commands" and "EXIT STATUS"): words, JSON, exit codes, refusals.
 
 Most calls run the real entry point in this process (``spool_in``, see conftest.py); a few run
 ``python -m spool.cli`` as a real process to show the same codes reach the shell.

@@ -182,9 +182,9 @@ def test_eight_processes_claim_each_of_a_thousand_jobs_exactly_once(fast_spool: 
         assert report.ok and not report.in_progress, report.violations
 
 
-# -- a SIGKILL at every crash point of submit and of the worker's claim, complete and fail ------------
+# -- a SIGKILL at every crash point of the worker's claim, complete and fail ----------------------------
+# (submit's points are crashed through the command line in tests/faults/test_crash_matrix.py)
 
-SUBMIT_POINTS = ["submit:after-key-check", "submit:after-key", "submit:after-commit", "submit:after-submit"]
 WORKER_POINTS = {  # point -> the task whose run reaches it
     "worker:claim-after-rename": "echo", "worker:after-claim": "echo", "worker:complete-after-stage": "echo",
     "worker:after-result": "echo", "worker:complete-after-move": "echo",
@@ -195,10 +195,9 @@ WORKER_POINTS = {  # point -> the task whose run reaches it
 IN_PROCESS_ONLY = ["worker:bury-after-rename", "worker:release-after-rename"]
 
 
-def test_the_matrix_covers_every_point_of_submit_and_the_worker() -> None:
-    listed = [p for p in crash.all_points() if p.split(":", 1)[0] in ("submit", "worker")]
-    assert sorted(listed) == sorted(SUBMIT_POINTS + list(WORKER_POINTS) + IN_PROCESS_ONLY), \
-        "a new crash point needs a test here"
+def test_the_matrix_covers_every_point_of_the_worker() -> None:
+    listed = [p for p in crash.all_points() if p.split(":", 1)[0] == "worker"]
+    assert sorted(listed) == sorted(list(WORKER_POINTS) + IN_PROCESS_ONLY), "a new crash point needs a test here"
 
 
 @dataclass
@@ -252,70 +251,43 @@ def ready_or_done(sp: Spool, job_id: str) -> Callable[[], bool]:
 def crash_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario]:
     home = tmp_path_factory.mktemp("crash-matrix")
     scenarios = {}
-    for n, point in enumerate([*SUBMIT_POINTS, *WORKER_POINTS]):
+    for n, point in enumerate(WORKER_POINTS):
         root = home / f"s{n}"
         Spool.init(root, environ={}).close()
         scenarios[point] = Scenario(point, root)
-        if point in WORKER_POINTS:
-            with Spool(root, environ={}) as sp:
-                args = {"attempt": 2} if WORKER_POINTS[point] == "fail_until" else {"n": n}
-                scenarios[point].job_id = sp.submit(WORKER_POINTS[point], args, key=f"job-{n}")
+        with Spool(root, environ={}) as sp:
+            args = {"attempt": 2} if WORKER_POINTS[point] == "fail_until" else {"n": n}
+            scenarios[point].job_id = sp.submit(WORKER_POINTS[point], args, key=f"job-{n}")
 
     # 1. every process that must die, at once
     started = []
     for point, scenario in scenarios.items():
         env = clean_env(SPOOL_CRASH_AT=point)
-        if point in SUBMIT_POINTS:
-            argv = [*SPOOL_CMD, "--spool", str(scenario.root), "submit", "echo", "--key", "K", "-a", "n=1"]
-        else:
-            argv = [*SPOOL_CMD, "--spool", str(scenario.root), *FLAG_ARGV, "worker", "--burst", "--import",
-                    "examples.tasks"]
+        argv = [*SPOOL_CMD, "--spool", str(scenario.root), *FLAG_ARGV, "worker", "--burst", "--import",
+                "examples.tasks"]
         started.append(_start(argv, env, scenario.root.parent / f"{scenario.root.name}-crash.log"))
     for scenario, rc in zip(scenarios.values(), _finish(started)):
         scenario.crash_rc = rc
         scenario.crash_out = (scenario.root.parent / f"{scenario.root.name}-crash.log").read_text(errors="replace")
         scenario.after_crash = job_names(scenario.root)
 
-    # 2. recovery: fsck --repair, then for the worker's points a coordinator
-    for point, scenario in scenarios.items():
+    # 2. recovery: fsck --repair, then a coordinator
+    for scenario in scenarios.values():
         with Spool(scenario.root, environ={}, flags=FLAGS) as sp:
             scenario.notes["repair"] = fsck(sp, repair=True)
-            if scenario.job_id is not None:
-                coordinate(sp, ready_or_done(sp, scenario.job_id))
+            assert scenario.job_id is not None
+            coordinate(sp, ready_or_done(sp, scenario.job_id))
 
-    # 3. the process that finishes the story, at once: a resubmit of the key, or a worker
+    # 3. the process that finishes the story, at once: a worker
     started = []
-    for point, scenario in scenarios.items():
-        if point in SUBMIT_POINTS:
-            argv = [*SPOOL_CMD, "--spool", str(scenario.root), "submit", "echo", "--key", "K", "-a", "n=1"]
-        else:
-            argv = [*SPOOL_CMD, "--spool", str(scenario.root), *FLAG_ARGV, "worker", "--burst", "--import",
-                    "examples.tasks"]
+    for scenario in scenarios.values():
+        argv = [*SPOOL_CMD, "--spool", str(scenario.root), *FLAG_ARGV, "worker", "--burst", "--import",
+                "examples.tasks"]
         started.append(_start(argv, clean_env(), scenario.root.parent / f"{scenario.root.name}-final.log"))
     for scenario, rc in zip(scenarios.values(), _finish(started)):
         scenario.final_rc = rc
         scenario.final_out = (scenario.root.parent / f"{scenario.root.name}-final.log").read_text(errors="replace")
     return scenarios
-
-
-@pytest.mark.parametrize("point", SUBMIT_POINTS)
-def test_a_submit_killed_at_each_point_leaves_zero_or_one_job_and_one_after_a_resubmit(
-        crash_matrix: dict[str, Scenario], point: str) -> None:
-    scenario = crash_matrix[point]
-    assert scenario.crash_rc == -signal.SIGKILL, scenario.crash_out
-    assert scenario.crash_out == ""  # killed before it printed an id
-    assert len(scenario.after_crash) == (1 if point in ("submit:after-commit", "submit:after-submit") else 0)
-    assert scenario.notes["repair"].ok, scenario.notes["repair"].violations
-    assert scenario.final_rc == 0, scenario.final_out
-    job_id = scenario.final_out.strip()
-    assert job_names(scenario.root) == [job_name(job_id)]
-    if scenario.after_crash:
-        assert scenario.after_crash == [job_name(job_id)]  # the survivor is the one the key finds
-    with Spool(scenario.root, environ={}) as sp:
-        assert sp.submit("echo", key="K") == job_id
-        assert os.listdir(scenario.root / "keys") == [key_name("K")]
-        report = fsck(sp)
-        assert report.ok and not report.in_progress, report.violations + report.in_progress
 
 
 @pytest.mark.parametrize("point", list(WORKER_POINTS))

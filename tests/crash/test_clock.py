@@ -1,6 +1,6 @@
 """A worker whose wall clock is an hour ahead (libfaketime) beside a coordinator with the right one.
 
-Only the coordinator's monotonic clock decides leases, retries and readiness (SPEC promise 4),
+Only the coordinator's monotonic clock decides leases, retries and readiness (docs/reliability.md, "4. Leases"),
 so the wrong clock can neither keep nor lose a lease, nor change a backoff or the pickup order:
 only the timestamps the worker writes are off. libfaketime leaves the monotonic clock alone
 here (FAKETIME_DONT_FAKE_MONOTONIC=1), as a host with a wrong wall clock would.
@@ -34,7 +34,8 @@ def wrong_clock() -> dict[str, str]:
     """The environment that puts a process's wall clock an hour ahead; skips without libfaketime."""
     found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
     if not found:
-        reason = "libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime); wrong-clock tests skipped"
+        reason = ("libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime); "
+                  "wrong-clock tests skipped")
         print(f"\nSKIP: {reason}")
         pytest.skip(reason)
     env = {"LD_PRELOAD": found[0], "FAKETIME": "+1h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}

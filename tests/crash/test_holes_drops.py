@@ -38,7 +38,7 @@ def fast(spool_dir: Path) -> Path:
 
 
 def drop_as(root: Path, name: str, text: str) -> None:
-    """Write a drop the way SPEC says a user should: under a dot name, then rename it in."""
+    """Write a drop the way the README tells a user to: under a dot name, then rename it in."""
     staging = root / "pending" / ".drop.partial"
     staging.write_text(text)
     os.rename(staging, root / "pending" / name)

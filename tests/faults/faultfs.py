@@ -7,8 +7,8 @@ the product's own error handling (cleanup of a half-written tmp file, DiskFull f
 DurabilityError for a failed fsync) is what the test exercises.
 
     kind     the call                                           a fault does
-    write    os.write in write_new                              a short write of half the bytes,
-                                                                then the error on the next write
+    write    os.write in write_new, or in append (an attempt    a short write of half the bytes,
+             log's output)                                      then the error on the next write
     fsync    os.fsync of a file (write_new) or a folder         the error, no fsync
              (fsync_dir)
     rename   renameat2 / os.rename (rename_noreplace,           the error, nothing moved
@@ -28,10 +28,11 @@ Use:
         ...                                               # faults.failed: the Op that failed
     faults.fsyncs_after_failure()                         # fsyncs of the failed fd after it
 
-``installed()`` puts the FaultFS in place of ``spool.fsio.fs`` in every loaded ``spool`` module
-(they import ``fs`` by name) and restores the original on exit; ``install()`` does the same for
-a whole process (tests/faults/inject_faults.py). Counting starts at install. Not thread-safe:
-while a FaultFS method runs, ``spool.fsio.os`` is a proxy for the whole process.
+``installed()`` puts the FaultFS behind the seam every spool module calls (``spool.fsio.use``
+swaps what ``spool.fsio.fs`` delegates to) and puts the original back on exit; ``install()``
+does the same until its returned function is called (tests/faults/inject_faults.py, for a whole
+process). Counting starts at install. Not thread-safe: while a FaultFS method runs,
+``spool.fsio.os`` is a proxy for the whole process.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Op:
     name: str
 
     def __str__(self) -> str:
-        return f"#{self.index} {self.kind} in {self.method}({self.name or 'fd %d' % self.fd})"
+        return f"#{self.index} {self.kind} in {self.method}({self.name or f'fd {self.fd}'})"
 
 
 class FaultFS(RealFS):
@@ -131,6 +132,10 @@ class FaultFS(RealFS):
     def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         with self._in("link", dst):
             super().link(src_fd, src, dst_fd, dst)
+
+    def append(self, fd: int, data: bytes) -> None:
+        with self._in("append", ""):
+            super().append(fd, data)
 
     # -- the system-call level ---------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Chaos with a history: clients record what they were told, a nemesis breaks processes, a checker judges.
 
-The method is Jepsen's (RELIABILITY.md, "How the best test it"): every client appends to its own
+The method is Jepsen's (docs/reliability.md, "6. Crash recovery"): every client appends to its own
 history file, one JSON line per event, *what it was told* (``invoke`` before a submit, then ``ok``
 with the id, or ``fail`` with the error or the exit status it got). A nemesis in the test process
 SIGKILLs, SIGSTOPs/SIGCONTs and restarts the real ``spool coordinator`` and ``spool worker``
@@ -12,7 +12,7 @@ holds every acknowledged submit against the final state of the files:
 - each key maps to one job: all clients were told one id, and exactly one job file has that key;
 - tries <= max_tries and attempt >= tries; no job in two folders;
 - the ledger equals the folders; no tmp/ leftovers after a sweep; ``spool fsck`` exits 0;
-- no attempt child outlived its worker (SPEC: a worker that dies takes its running child with it).
+- no attempt child outlived its worker (a worker that dies takes its running child with it).
 
 Run as a script (``python history.py client ...``) it is one client process.
 """
@@ -233,7 +233,8 @@ def check(spool_root: Path, history: History) -> Verdict:
             if told_key is None and job.key != job_id:
                 verdict.fail(f"{job_id}: submitted without a key, file has key {job.key!r}")
             if told_key is not None and (job.task, dict(job.args), job.max_tries) not in specs[told_key]:
-                verdict.fail(f"{job_id}: its spec {job.task} {dict(job.args)} was never submitted with key {told_key!r}")
+                verdict.fail(f"{job_id}: its spec {job.task} {dict(job.args)} was never submitted with key "
+                             f"{told_key!r}")
 
         # The ledger is an index of the files.
         on_disk = {job_id: state.value for job_id, (state, _f) in files.items()}

@@ -7,8 +7,12 @@
 ``FAULTFS_FAIL=<kind>:<n>:<errno name>`` makes the n-th call of that kind (write, fsync, rename,
 link; see faultfs.py) fail with that error, counted from the import. Without the variable the
 import does nothing. The variable is removed from the environment once read, so processes this
-one starts (a worker's attempt child) run without faults. The product has no hook for this: the
-module swaps ``spool.fsio.fs`` in the loaded spool modules, as the in-process tests do.
+one starts (a worker's attempt child) run without faults.
+
+The product has no hook for this, and needs none: every filesystem call spool makes on a spool
+goes through the one seam ``spool.fsio.fs``, and ``FaultFS.install()`` puts a FaultFS behind it
+with ``spool.fsio.use``, for the whole process, as the in-process tests do with ``installed()``.
+Modules imported before or after this one see the same seam.
 """
 
 from __future__ import annotations
@@ -28,9 +32,6 @@ def _install_from_environment() -> FaultFS | None:
     kind, count, name = spec.split(":")
     if kind not in KINDS or not hasattr(errno, name):
         raise SystemExit(f"{VARIABLE}={spec}: expected <{'|'.join(KINDS)}>:<n>:<errno name>")
-    import spool.runner.coordinator  # noqa: F401  (load every module that binds fs before swapping it)
-    import spool.runner.worker  # noqa: F401
-
     faults = FaultFS(fail_at=int(count), error=getattr(errno, name), kinds={kind})
     faults.install()
     return faults

@@ -21,8 +21,8 @@ How it works, in four steps:
    (the name then exists in both folders, the state the link+unlink fallback leaves). Losing
    only its target half (the file vanishes from both folders) is generated only when the
    source half was made durable first, or with ``strict_renames=True``: journalling
-   filesystems commit a rename as one transaction, and RELIABILITY.md orders the target's
-   fsync before the source's.
+   filesystems commit a rename as one transaction, and a move into done/ or dead/ fsyncs its
+   target folder before it removes the source (``store.publish_job``).
    Dot-files the runner writes without fsync by design (heartbeat counters, ``.wake``) are kept
    as written: losing them is not a durability question.
 3. **Replay.** Many choices give the same files; each distinct state (names, contents, hard
@@ -267,9 +267,10 @@ class History:
         for index, op in enumerate(self.ops):
             mine: list[int] = []
 
+            # add() is called only in this iteration, so its late-bound ``mine`` and ``index`` are this op's.
             def add(directory: str, name: str, inode: int | None) -> None:
-                mine.append(len(self.effects))
-                self.effects.append(NameEffect(index, directory, name, inode))
+                mine.append(len(self.effects))  # noqa: B023
+                self.effects.append(NameEffect(index, directory, name, inode))  # noqa: B023
                 if inode is None:
                     names[directory].pop(name, None)
                 else:
@@ -368,7 +369,7 @@ class History:
 def signature(files: dict[tuple[str, str], tuple[int, bytes]]) -> tuple[Any, ...]:
     """Two crash states with the same names, contents and hard links are the same state.
 
-    A file in tmp/ with no other name is left out: tmp/ is staging that is never read (SPEC),
+    A file in tmp/ with no other name is left out: tmp/ is staging that is never read,
     and the sweep removes whatever a dead writer left there, so such leftovers cannot change
     what recovery does. A tmp/ name that is a second link of a job or result does count (it
     makes that file's link count 2).

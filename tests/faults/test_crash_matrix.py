@@ -8,8 +8,9 @@ a point without one fails the suite, so a new crash point needs a scenario here.
 2. ``act`` in a forked child armed with ``SPOOL_CRASH_AT=<point>``: the transitions that reach
    the point (a submit, a worker's claim/complete/fail, a coordinator pass). The child must die
    of SIGKILL there; a child that returns never reached the point, and the test fails;
-3. ``retry`` (in the test process): what the crashed process's client does, e.g. submit the same
-   key again, since it was told nothing;
+3. ``after_crash`` then ``retry`` (in the test process): a look at (or an fsck --repair of) what
+   the crash left, then what the crashed process's client does, e.g. submit the same key again,
+   since it was told nothing;
 4. recovery as a supervisor would restart it (the ``recover`` fixture: a coordinator and a
    worker, in-process, on short lease and backoff terms) until every job is done or dead;
 5. the end state: the jobs' outcomes are the ones ``expect`` names, each job in one folder, done
@@ -18,7 +19,8 @@ a point without one fails the suite, so a new crash point needs a scenario here.
 The child opens its own ``Spool`` after the fork and the test process opens one only after the
 child is gone: an SQLite connection must never cross a fork.
 
-The last tests crash real ``spool`` processes through the command line (``SPOOL_CRASH_AT=...``).
+The last tests crash real ``spool`` processes through the command line (``SPOOL_CRASH_AT=...``),
+among them every point of submit (``SUBMIT_POINTS``): this file is the one harness for those.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from typing import Any
 import pytest
 
 from spool import Spool, crash
-from spool.layout import State, result_name
+from spool.fsck import fsck
+from spool.layout import State, job_name, key_name, result_name
 from spool.locks import acquire, worker_lock_name
 from spool.runner.coordinator import Coordinator
 from spool.admin import purge
@@ -58,6 +61,7 @@ class Scenario:
     act: Callable[[Spool, Ctx], None]
     setup: Callable[[Spool, Ctx], None] = _nothing
     retry: Callable[[Spool, Ctx], None] = _nothing
+    after_crash: Callable[[Spool, Ctx], None] = _nothing  # a look (or a repair) before the retry
     expect: tuple[str, ...] = ("done",)  # sorted outcomes of the jobs besides the bystanders
     check: Callable[[Spool, Ctx, dict[str, Any]], None] | None = None
 
@@ -157,6 +161,54 @@ def result_by(worker: str) -> Callable[[Spool, Ctx, dict[str, Any]], None]:
     return check
 
 
+def resubmit_told(created: bool) -> Callable[[Spool, Ctx], None]:
+    """The same retry, checking what the submit answers: a new job only where the crash came
+    before the commit (the key's reservation is taken over), else the committed one."""
+
+    def retry(sp: Spool, ctx: Ctx) -> None:
+        again = sp.submit_spec({"task": "echo", "args": {"n": 1}, "key": "k"})
+        assert again.created is created, f"created={again.created}"
+
+    return retry
+
+
+def _ours(sp: Spool, ctx: Ctx) -> list[str]:
+    """Job files of the scenario's own jobs (not the bystanders), in any folder."""
+    bystanders = {job_name(ctx["bystander"]), job_name(ctx["old"])}
+    return sorted(n for state in State for n in fs.list_dir(sp.layout.fd(state))
+                  if not n.startswith(".") and n not in bystanders)
+
+
+def repaired(committed: bool) -> Callable[[Spool, Ctx], None]:
+    """``fsck --repair`` straight after the crash: clean, and one job iff the submit committed."""
+
+    def after_crash(sp: Spool, ctx: Ctx) -> None:
+        fsck(sp, repair=True)
+        _assert_clean(sp)
+        ctx["survivors"] = _ours(sp, ctx)
+        assert len(ctx["survivors"]) == (1 if committed else 0), ctx["survivors"]
+
+    return after_crash
+
+
+def resubmit_after_repair(sp: Spool, ctx: Ctx) -> None:
+    """The key finds the survivor (or makes the one job), again and again; clean before any recovery."""
+    job_id = sp.submit("echo", {"n": 1}, key="k")
+    assert sp.submit("echo", {"n": 1}, key="k") == job_id
+    if ctx["survivors"]:
+        assert ctx["survivors"] == [job_name(job_id)]
+    pending = [n for n in fs.list_dir(sp.layout.fd(State.PENDING))
+               if not n.startswith(".") and n != job_name(ctx["bystander"])]
+    assert pending == [job_name(job_id)]
+    _assert_clean(sp)
+
+
+def _assert_clean(sp: Spool) -> None:
+    report = fsck(sp)
+    assert report.ok, report.violations
+    assert not report.in_progress, report.in_progress
+
+
 def one_job_per_key(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
     keys = [job_file.job.key for _state, job_file in jobs.values()]
     assert keys.count("k") == 1, keys
@@ -243,20 +295,28 @@ INVALID_DROP = "task: echo\nargs: [not, a, mapping]\n"
 
 SCENARIOS: dict[str, list[Scenario]] = {
     "submit:after-key-check": [
-        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyed", submit_keyed, retry=resubmit_told(created=True), check=one_job_per_key),
+        Scenario("repaired", submit_keyed, after_crash=repaired(committed=False), retry=resubmit_after_repair,
+                 check=one_job_per_key),
         Scenario("keyless", submit_keyless, expect=()),  # never committed, never told: no job
     ],
     "submit:after-key": [
-        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyed", submit_keyed, retry=resubmit_told(created=True), check=one_job_per_key),
+        Scenario("repaired", submit_keyed, after_crash=repaired(committed=False), retry=resubmit_after_repair,
+                 check=one_job_per_key),
     ],
     "submit:after-commit": [
-        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyed", submit_keyed, retry=resubmit_told(created=False), check=one_job_per_key),
+        Scenario("repaired", submit_keyed, after_crash=repaired(committed=True), retry=resubmit_after_repair,
+                 check=one_job_per_key),
         Scenario("keyless", submit_keyless),
         Scenario("waiting", submit_keyed, setup=dependency, retry=resubmit_keyed, expect=("done", "done"),
                  check=one_job_per_key),
     ],
     "submit:after-submit": [
-        Scenario("keyed", submit_keyed, retry=resubmit_keyed, check=one_job_per_key),
+        Scenario("keyed", submit_keyed, retry=resubmit_told(created=False), check=one_job_per_key),
+        Scenario("repaired", submit_keyed, after_crash=repaired(committed=True), retry=resubmit_after_repair,
+                 check=one_job_per_key),
         Scenario("keyless", submit_keyless),
     ],
     "worker:claim-after-rename": [
@@ -366,6 +426,7 @@ def test_crash_point(point: str, scenario: Scenario | None, make_spool: Callable
     crash_child(root, point, scenario.act, ctx)
 
     with Spool(root, environ={}) as sp:
+        scenario.after_crash(sp, ctx)
         scenario.retry(sp, ctx)
         recover(sp)
         jobs = check_end_state(sp)
@@ -443,15 +504,46 @@ def _assert_fsck_clean(spool_cli: Callable[..., Any]) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_cli_submit_killed_after_commit_then_resubmitted(fast_spool: Path, spool_cli: Callable[..., Any],
-                                                         procs: Any) -> None:
-    crashed = spool_cli("submit", "echo", "--key", "cli-k", "-a", "n=1", env=_crash_env("submit:after-commit"))
+SUBMIT_POINTS = ["submit:after-key-check", "submit:after-key", "submit:after-commit", "submit:after-submit"]
+COMMITTED = ("submit:after-commit", "submit:after-submit")  # the job file is in pending/ at these
+
+
+def _job_names(root: Path) -> list[str]:
+    return sorted(n for state in State for n in os.listdir(root / state.value) if not n.startswith("."))
+
+
+def test_every_point_of_submit_is_crashed_through_the_command_line() -> None:
+    listed = [p for p in crash.all_points() if p.split(":", 1)[0] == "submit"]
+    assert sorted(listed) == sorted(SUBMIT_POINTS), "a new point of submit needs a place in SUBMIT_POINTS"
+
+
+@pytest.mark.parametrize("point", SUBMIT_POINTS)
+def test_cli_submit_killed_at_each_point_then_resubmitted(point: str, fast_spool: Path,
+                                                          spool_cli: Callable[..., Any], procs: Any) -> None:
+    """A real `spool submit` SIGKILLed at ``point``: no id printed, zero or one job, fsck --repair
+    clean; the resubmit of the key prints the one job's id, which then runs once."""
+    submit = ("submit", "echo", "--key", "cli-k", "-a", "n=1")
+    crashed = spool_cli(*submit, env=_crash_env(point))
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert crashed.stdout == "", "an id was printed before the job was durable"
-    again = spool_cli("submit", "echo", "--key", "cli-k", "-a", "n=1")
+    assert crashed.stderr == "", "killed before it printed anything"
+    after_crash = _job_names(fast_spool)
+    assert len(after_crash) == (1 if point in COMMITTED else 0), after_crash
+    with Spool(fast_spool, environ={}) as sp:
+        repair = fsck(sp, repair=True)
+        assert repair.ok, repair.violations
+    again = spool_cli(*submit)
     assert again.returncode == 0, again.stderr
     job_id = again.stdout.strip()
+    assert _job_names(fast_spool) == [job_name(job_id)]
     assert sorted(p.name for p in (fast_spool / "pending").glob("*.yaml")) == [f"{job_id}.yaml"]
+    if after_crash:
+        assert after_crash == [job_name(job_id)]  # the survivor is the one the key finds
+    with Spool(fast_spool, environ={}) as sp:
+        assert sp.submit("echo", key="cli-k") == job_id
+        assert os.listdir(fast_spool / "keys") == [key_name("cli-k")]
+        report = fsck(sp)
+        assert report.ok and not report.in_progress, report.violations + report.in_progress
     status = _run_until_terminal(procs, fast_spool, job_id)
     assert status["state"] == "done" and status["tries"] == 1
     _assert_fsck_clean(spool_cli)
@@ -486,7 +578,7 @@ def test_cli_coordinator_killed_after_expire(fast_spool: Path, spool_cli: Callab
 
 def test_cli_supervisor_restarts_a_worker_killed_mid_complete(fast_spool: Path, spool_cli: Callable[..., Any],
                                                              procs: Any) -> None:
-    """``spool run`` passes SPOOL_CRASH_AT to its first children only (SPEC: Crash points)."""
+    """``spool run`` passes SPOOL_CRASH_AT to its first children only: a restart recovers."""
     job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
     procs.start("run", "--workers", "1", "--import", "examples.tasks", env=_crash_env("worker:complete-after-stage"),
                 name="run")

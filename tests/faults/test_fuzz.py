@@ -1,8 +1,9 @@
 """Fuzzed input: hostile job files and dropped files never crash a process nor touch another job.
 
-SPEC promise 8: malformed YAML, unknown fields, wrong types, a file over the size limit, an alias
-bomb, deep nesting, a symlink or a path-traversing id give a clear error (a CLI message, or the
-drop moved to dead/ with reason ``invalid``); no process crashes; no other job is touched.
+Promise 8 (docs/reliability.md, "8. Bad input"): malformed YAML, unknown fields, wrong types, a
+file over the size limit, an alias bomb, deep nesting, a symlink or a path-traversing id give a
+clear error (a CLI message, or the drop moved to dead/ with reason ``invalid``); no process
+crashes; no other job is touched.
 
 - hypothesis writes drops (random bytes, deep nesting, huge strings, UTF-16/UTF-32/latin-1/BOMs,
   YAML 1.1 traps, duplicate keys, anchors and aliases, tags, ``id:`` fields with ``../`` or NUL,

@@ -7,19 +7,12 @@ coordinator and three workers, checked by the same checker (tests/faults/history
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from support import Procs
 
-_spec = importlib.util.spec_from_file_location(
-    "chaos_history", Path(__file__).resolve().parent.parent / "faults" / "history.py")
-assert _spec is not None and _spec.loader is not None
-history = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = history  # dataclasses look their module up here
-_spec.loader.exec_module(history)
+from tests.faults import history
 
 # Read at import: the suite's clean_environ fixture removes every SPOOL_* variable before a test runs.
 SEED = history.seed_from_env()

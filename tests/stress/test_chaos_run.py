@@ -1,27 +1,21 @@
 """The long chaos run (``-m stress``): more jobs, more kills, and SIGSTOPs too, under `spool run`.
 
 tests/crash/test_supervised.py runs the short one by default; both use ``Kit.chaos`` from
-tests/crash/conftest.py, loaded here by path (every conftest.py is module ``conftest``).
+tests/crashkit.py.
+
 ``CHAOS_SEED=N`` replays a run's choices of jobs and victims (each run prints its seed).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from crashkit import Kit
 from support import Procs
 
 from spool import Spool
-
-_spec = importlib.util.spec_from_file_location("crash_kit", Path(__file__).resolve().parent.parent / "crash" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-crash_kit = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = crash_kit  # dataclasses look their module up here
-_spec.loader.exec_module(crash_kit)
 
 SEED = int(os.environ.get("CHAOS_SEED", "0")) or None
 
@@ -30,9 +24,10 @@ SEED = int(os.environ.get("CHAOS_SEED", "0")) or None
 @pytest.mark.parametrize("stop_too", [False, True], ids=["sigkill", "sigkill+sigstop"])
 def test_a_long_run_under_random_signals_loses_nothing(spool_dir: Path, sp: Spool, procs: Procs,
                                                        stop_too: bool) -> None:
-    kit = crash_kit.Kit(spool_dir, sp, procs)
+    kit = Kit(spool_dir, sp, procs)
     report = kit.chaos(jobs=2000, kill_seconds=60.0, every_seconds=0.2, stop_too=stop_too, seed=SEED,
                        naps=(0.0, 0.05, 0.2), drain_timeout=900.0)
     print(f"\nchaos (seed {report.seed}): 2000 jobs, {sum(report.kills.values())} signals {report.kills} over "
-          f"{report.chaos_seconds:.0f}s; submit {report.submit_seconds:.0f}s, drained {report.drain_seconds:.0f}s after")
+          f"{report.chaos_seconds:.0f}s; submit {report.submit_seconds:.0f}s, "
+          f"drained {report.drain_seconds:.0f}s after")
     assert sum(report.kills.values()) >= 30, "the chaos hit something"

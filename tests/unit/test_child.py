@@ -345,7 +345,7 @@ def test_current_inside_a_handler(run: Runner) -> None:
     value = outcome.value
     assert isinstance(value, dict)
     assert (value["job_id"], value["attempt"], value["tries_left"]) == ("job-7", 4, 2)
-    # A wall-clock time (SPEC): the attempt's timeout from when it was sent, on time.time().
+    # A wall-clock time (what current().deadline promises): the attempt's timeout from when it was sent, on time.time().
     assert before + 30.0 - 1 <= value["deadline"] <= after + 30.0 + 1
 
 

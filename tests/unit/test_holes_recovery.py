@@ -112,8 +112,8 @@ def test_a_copy_of_a_done_job_dropped_in_pending_is_a_new_job_with_the_same_spec
     complete(sp, Lease(job_id, "w1", claimed.attempt), b'"r"')
     shutil.copy(path_of(sp, State.DONE, job_id), path_of(sp, State.PENDING, job_id))
     resync_locked(sp, job_id)
-    # Its key is the old job's own (user-chosen, still kept): SPEC, "a drop whose key already
-    # exists is removed and logged"; the done job is untouched.
+    # Its key is the old job's own (user-chosen, still kept), and a drop whose key already
+    # exists is removed and logged; the done job is untouched.
     assert folders_of(sp, job_id) == [State.DONE] and sp.result(job_id) == "r"
     assert dropped(sp, job_name(job_id)) == []
     unkeyed = sp.submit("echo", {"n": 6}, priority=2)

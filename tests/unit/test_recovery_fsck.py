@@ -241,25 +241,6 @@ def test_an_ingest_killed_after_it_finished_leaves_nothing_to_do(sp: Spool) -> N
     assert_clean(sp)
 
 
-# -- the submitter's points -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("step", ["after-key-check", "after-key", "after-commit", "after-submit"])
-def test_a_submit_killed_before_it_answered_leaves_zero_or_one_job_and_the_key_finds_it(sp: Spool,
-                                                                                         step: str) -> None:
-    crash_at(sp, f"submit:{step}", lambda c: c.submit("echo", key="k"))
-    fsck(sp, repair=True)
-    assert_clean(sp)
-    jobs = [n for state in State for n in os.listdir(sp.root / state.value) if not n.startswith(".")]
-    assert len(jobs) == (1 if step in ("after-commit", "after-submit") else 0)
-    job_id = sp.submit("echo", key="k")
-    assert sp.submit("echo", key="k") == job_id
-    if jobs:
-        assert jobs == [job_name(job_id)]
-    assert len([n for n in os.listdir(sp.root / "pending") if not n.startswith(".")]) == 1
-    assert_clean(sp)
-
-
 # -- by hand: the first half of a move that has no crash point between its halves ------------------
 
 
