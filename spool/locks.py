@@ -102,14 +102,3 @@ def is_held(locks_fd: int, name: str) -> bool | None:
         os.close(fd)
     return False
 
-
-def job_lock_name(job_id: str) -> str:
-    return f"{job_id}.lock"
-
-
-def key_lock_name(key_hash: str) -> str:
-    return f"key-{key_hash}.lock"
-
-
-def worker_lock_name(worker: str) -> str:
-    return f"worker-{worker}.lock"

@@ -43,8 +43,8 @@ import spool.runner.worker  # noqa: F401
 import spool.submission  # noqa: F401
 import spool.transitions  # noqa: F401
 from spool import Spool, crash
-from spool.layout import State, result_name
-from spool.locks import acquire, worker_lock_name
+from spool.layout import State, result_name, worker_lock_name
+from spool.locks import acquire
 from spool.runner.coordinator import Coordinator
 from spool.admin import purge
 from spool.fsio import fs
