@@ -302,7 +302,7 @@ class Layout:
         except NotADirectoryError:
             raise NotASpool(f"{self.root}: not a spool (not a folder); run `spool init`") from None
         if not fs.exists(self.root_fd, MARKER):
-            os.close(self.root_fd)
+            fs.close(self.root_fd)
             raise NotASpool(f"{self.root}: not a spool; run `spool init`")
 
     def fd(self, folder: str | State) -> int:
@@ -333,9 +333,9 @@ class Layout:
 
     def close(self) -> None:
         for dir_fd in self._fds.values():
-            os.close(dir_fd)
+            fs.close(dir_fd)
         self._fds.clear()
-        os.close(self.root_fd)
+        fs.close(self.root_fd)
 
 
 def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> Path:
@@ -344,12 +344,9 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
     # setgid on group-shared folders, so every file keeps the spool's group.
     mode = 0o2770 if group_shared else 0o700
     try:
-        os.mkdir(path, mode)
+        fs.make_dir(str(path), mode)
     except FileExistsError:
-        if not path.is_dir() or path.is_symlink():
-            raise SpoolError(f"{path}: exists and is not a folder") from None
-        if not (path / MARKER).exists() and any(path.iterdir()):
-            raise SpoolError(f"{path}: folder is not empty and is not a spool; refusing to init here") from None
+        _refuse_occupied(path)
     refuse_network_filesystem(path)
     root_fd = fs.open_dir(str(path))
     try:
@@ -360,17 +357,33 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
                 continue
             if group_shared:  # the umask (0o077 in the CLI) narrowed what mkdir made
                 folder_fd = fs.open_dir(folder, dir_fd=root_fd)
-                os.chmod(folder_fd, mode)
-                os.close(folder_fd)
+                fs.set_mode(folder_fd, mode)
+                fs.close(folder_fd)
         if group_shared:
-            os.chmod(root_fd, mode)
+            fs.set_mode(root_fd, mode)
         if not fs.exists(root_fd, MARKER):
             # The marker goes last and durably: a spool with a marker has all its folders.
             fs.write_new(root_fd, MARKER, f"spool_format: {FORMAT}\n".encode(), sync=True)
         fs.fsync_dir(root_fd)
     finally:
-        os.close(root_fd)
+        fs.close(root_fd)
     return Path(os.path.realpath(path))
+
+
+def _refuse_occupied(path: Path) -> None:
+    """``init`` found something at ``path``: go on only with a folder (never a symlink to one)
+    that is a spool already or is empty."""
+    try:
+        dir_fd = fs.open_dir(str(path))
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SpoolError(f"{path}: exists and is not a folder") from None
+        raise
+    try:
+        if not fs.exists(dir_fd, MARKER) and fs.list_dir(dir_fd):
+            raise SpoolError(f"{path}: folder is not empty and is not a spool; refusing to init here")
+    finally:
+        fs.close(dir_fd)
 
 
 def is_group_shared(root: Path) -> bool:

@@ -46,8 +46,9 @@ def test_heartbeat_name_and_content_round_trip() -> None:
 
 
 def test_dot_files_are_the_runners_and_never_jobs() -> None:
+    set_aside = layout.set_aside_name(layout.cancel_name(JOB), "ab")
     for name in (layout.heartbeat_name(JOB, 1), layout.cancel_name(JOB), layout.drop_note_name(JOB),
-                 layout.invalid_folder_name(JOB), layout.WAKE_NAME, layout.set_aside_name(layout.cancel_name(JOB), "ab")):
+                 layout.invalid_folder_name(JOB), layout.WAKE_NAME, set_aside):
         assert layout.is_dot_name(name) and layout.is_ignored_name(name), name
     assert not layout.is_ignored_name(layout.job_name(JOB))
     assert layout.is_ignored_name("invoice.yaml.tmp")  # a user's write in progress
