@@ -199,9 +199,9 @@ class Coordinator:
         current: set[str] = set()
         newest_beat: dict[str, int] = {}  # job id -> the newest attempt with a heartbeat file
         for name in fs.list_dir(leased_fd):
-            beat = parse_heartbeat_name(name)
-            if beat is not None:
-                newest_beat[beat[0]] = max(newest_beat.get(beat[0], 0), beat[1])
+            beat_of = parse_heartbeat_name(name)
+            if beat_of is not None:
+                newest_beat[beat_of[0]] = max(newest_beat.get(beat_of[0], 0), beat_of[1])
             elif job_id_of(name) and not is_ignored_name(name):
                 current.add(job_id_of(name))
         for job_id in list(self.leases):
