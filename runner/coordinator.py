@@ -30,8 +30,9 @@ from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.job import format_time, parse_time
-from spool.layout import JOB_SUFFIX, State, heartbeat_name, is_ignored_name
-from spool.locks import Lock, acquire, is_held, worker_lock_name
+from spool.layout import (WAKE_NAME, State, coordinator_lock_name, heartbeat_name, is_ignored_name, job_id_of,
+                          parse_heartbeat, parse_heartbeat_name, worker_lock_name)
+from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
 from spool.spool import Spool
 from spool.store import read_job
@@ -42,7 +43,6 @@ from spool.workers import unhandled_ready, unhandled_warning
 log = logging.getLogger("spool.coordinator")
 
 RECONCILE_SECONDS = 5.0
-COORDINATOR_LOCK = "coordinator.lock"
 UNHANDLED_GRACE_SECONDS = 3.0
 
 
@@ -175,9 +175,9 @@ class Coordinator:
             if is_ignored_name(name):
                 # pending/.wake follows a ledger commit: a retry's or a delayed job's row may
                 # only now say "not ready" (its move's own event can beat the commit).
-                woken = woken or (folder == State.PENDING.value and name == ".wake")
+                woken = woken or (folder == State.PENDING.value and name == WAKE_NAME)
                 continue
-            job_id = name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
+            job_id = job_id_of(name)
             if folder == State.PENDING.value and not is_generated_id(job_id):
                 drops.append(name)
             elif is_valid_id(job_id):
@@ -199,12 +199,11 @@ class Coordinator:
         current: set[str] = set()
         newest_beat: dict[str, int] = {}  # job id -> the newest attempt with a heartbeat file
         for name in fs.list_dir(leased_fd):
-            if name.endswith(JOB_SUFFIX) and not is_ignored_name(name):
-                current.add(name[: -len(JOB_SUFFIX)])
-            elif name.startswith(".") and name.endswith(".hb"):
-                job_id, _, attempt = name[1:-3].rpartition(".")
-                if attempt.isdigit():
-                    newest_beat[job_id] = max(newest_beat.get(job_id, 0), int(attempt))
+            beat_of = parse_heartbeat_name(name)
+            if beat_of is not None:
+                newest_beat[beat_of[0]] = max(newest_beat.get(beat_of[0], 0), beat_of[1])
+            elif job_id_of(name) and not is_ignored_name(name):
+                current.add(job_id_of(name))
         for job_id in list(self.leases):
             if job_id not in current:
                 del self.leases[job_id]
@@ -234,13 +233,12 @@ class Coordinator:
 
     def _watch_heartbeat(self, leased_fd: int, job_id: str, attempt: int, now: float) -> LeaseWatch | None:
         counter = _read_counter(leased_fd, heartbeat_name(job_id, attempt))
-        parts = (counter or b"").split()
-        if len(parts) != 2 or not parts[0].isdigit():
+        beat = parse_heartbeat(counter)
+        if beat is None:
             # Not a counter a worker wrote (a planted directory, a beat being rewritten): the job
             # file says which attempt holds; a lease we already watch keeps its term.
             return self.leases.get(job_id) or self._first_look(job_id, now)
-        worker = parts[1].decode("utf-8", "replace") if len(parts) > 1 else None
-        watch = LeaseWatch(attempt, worker, counter, now)
+        watch = LeaseWatch(attempt, beat[1], counter, now)
         self.leases[job_id] = watch
         return watch
 
@@ -329,10 +327,10 @@ def _coordinator_lock(sp: Spool) -> Lock:
     """Take ``locks/coordinator.lock`` through the locks/ folder's fd (a renamed spool keeps
     working), waiting while another coordinator holds it; the kernel frees it when we die."""
     locks_fd = sp.layout.fd("locks")
-    lock = acquire(locks_fd, COORDINATOR_LOCK, blocking=False)
+    lock = acquire(locks_fd, coordinator_lock_name(), blocking=False)
     if lock is None:
         log.info("another coordinator runs; waiting for its lock")
-        lock = acquire(locks_fd, COORDINATOR_LOCK, blocking=True)
+        lock = acquire(locks_fd, coordinator_lock_name(), blocking=True)
     assert lock is not None  # a blocking acquire returns only once it holds the lock
     return lock
 

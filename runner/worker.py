@@ -25,8 +25,8 @@ from spool import crash, registry
 from spool.attemptlog import AttemptLog
 from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
 from spool.job import JobFile
-from spool.layout import State, log_name
-from spool.locks import Lock, acquire_within, worker_lock_name
+from spool.layout import State, log_name, worker_lock_name
+from spool.locks import Lock, acquire_within
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.wake import Waker
 from spool.spool import Spool

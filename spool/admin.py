@@ -6,7 +6,6 @@ Each blocks on the job's lock (a person can wait a moment; the coordinator never
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
@@ -15,8 +14,9 @@ from spool import crash
 from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError, TryLater
 from spool.fsio import fs
 from spool.job import now_text, parse_time
-from spool.layout import State, cancel_name, job_name, key_name, log_name, result_name
-from spool.locks import acquire_within, job_lock_name
+from spool.layout import (State, cancel_name, is_log_of, job_lock_name, job_name, key_name, log_name, purge_marker_name,
+                          result_name)
+from spool.locks import acquire_within
 from spool.store import folders_of, has_result, move_job, read_job, rewrite_job, state_of, wake, write_dot_file
 from spool.transitions import bury
 
@@ -160,21 +160,12 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
     return purged
 
 
-def purge_marker_name(job_id: str) -> str:
-    """Where a purge puts the job file (its commit point): a tmp name that says whose results go.
-
-    If the purger dies, the tmp sweep finishes the purge (``finish_purge``) before removing it,
-    so a result left without its job is never mistaken for an acknowledged one that lost its file.
-    """
-    return f"{os.getpid()}-purge-{job_id}.tmp"
-
-
 def finish_purge(sp: Spool, job_id: str) -> None:
     """Remove what an interrupted purge left: the result and the logs (repeatable)."""
     fs.unlink(sp.layout.fd("results"), result_name(job_id), missing_ok=True)
     logs_fd = sp.layout.fd("logs")
     for name in fs.list_dir(logs_fd):
-        if name.startswith(job_id + "."):
+        if is_log_of(name, job_id):
             fs.unlink(logs_fd, name, missing_ok=True)
 
 

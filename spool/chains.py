@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from spool import crash
 from spool.errors import InvalidJob
 from spool.job import now_text
-from spool.layout import State
-from spool.locks import acquire, job_lock_name
+from spool.layout import State, job_lock_name
+from spool.locks import acquire
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import has_result, move_job, only_in, read_job, rewrite_job, state_of, wake
 from spool.transitions import bury

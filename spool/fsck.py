@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,8 +21,10 @@ from spool.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import JobFile
-from spool.layout import State, job_name, key_name, result_name
-from spool.locks import acquire, is_held, job_lock_name, key_lock_name
+from spool.layout import (WAKE_NAME, State, cancel_name, coordinator_lock_name, heartbeat_name, is_dot_name,
+                          job_lock_name, job_name, key_lock_name, key_name, parse_drop_note_name,
+                          parse_purge_marker, result_id_of, result_name, tmp_writer_pid, worker_of_lock_name)
+from spool.locks import acquire, is_held
 from spool.recovery import copies_of, is_ready, list_folders, moved_back_by_hand, resync
 from spool.submission import reservation, reserve_key
 from spool.store import read_job
@@ -62,7 +63,7 @@ def _busy(sp: Spool, job_id: str) -> bool:
 
 def _processes_alive(sp: Spool) -> bool:
     locks_fd = sp.layout.fd("locks")
-    names = [n for n in fs.list_dir(locks_fd) if n.startswith("worker-") or n == "coordinator.lock"]
+    names = [n for n in fs.list_dir(locks_fd) if worker_of_lock_name(n) is not None or n == coordinator_lock_name()]
     return any(is_held(locks_fd, name) for name in names)
 
 
@@ -165,7 +166,7 @@ def _flag(sp: Spool, report: Report, job_id: str, message: str) -> None:
 def _check_results(sp: Spool, jobs: dict[str, list[State]], report: Report) -> None:
     results_fd = sp.layout.fd("results")
     for name in fs.list_dir(results_fd):
-        job_id = name[:-5] if name.endswith(".json") else ""
+        job_id = result_id_of(name)
         if not is_valid_id(job_id):
             report.violations.append(f"results/{name}: not a result name")
             continue
@@ -206,7 +207,7 @@ def _check_tmp(sp: Spool, report: Report) -> None:
     for name in fs.list_dir(sp.layout.fd("tmp")):
         if writer_alive(name):
             report.in_progress.append(f"tmp/{name}: being written")
-        elif _PURGE_MARKER.fullmatch(name):
+        elif parse_purge_marker(name) is not None:
             report.garbage.append(f"tmp/{name}: left by a purge that was interrupted (--repair finishes it)")
         else:
             report.garbage.append(f"tmp/{name}: left over by a process that is gone")
@@ -237,19 +238,16 @@ def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Re
 
 def writer_alive(tmp_name: str) -> bool:
     """tmp names start with their writer's pid (layout.tmp_name)."""
-    pid_text = tmp_name.split("-", 1)[0]
-    if not pid_text.isdigit():
+    pid = tmp_writer_pid(tmp_name)
+    if pid is None:
         return False
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
-
-
-_PURGE_MARKER = re.compile(r"[0-9]+-purge-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.tmp")
 
 
 def sweep_tmp(sp: Spool) -> list[str]:
@@ -260,9 +258,9 @@ def sweep_tmp(sp: Spool) -> list[str]:
     tmp_fd = sp.layout.fd("tmp")
     swept = [name for name in fs.list_dir(tmp_fd) if not writer_alive(name)]
     for name in swept:
-        purged = _PURGE_MARKER.fullmatch(name)
-        if purged:
-            finish_purge(sp, purged.group(1))
+        purged = parse_purge_marker(name)
+        if purged is not None:
+            finish_purge(sp, purged)
         fs.unlink(tmp_fd, name, missing_ok=True)
     return swept
 
@@ -333,18 +331,15 @@ def _clear_stray_drop_notes(sp: Spool) -> None:
         folder_fd = sp.layout.fd(state)
         names = set(fs.list_dir(folder_fd))
         for name in names:
-            if name.startswith(".") and name.endswith(".drop") and job_name(name[1:-5]) not in names:
+            noted = parse_drop_note_name(name)
+            if noted is not None and job_name(noted) not in names:
                 fs.unlink(folder_fd, name, missing_ok=True)
 
 
 def _clear_stray_lease_files(sp: Spool, leased: dict[str, JobFile]) -> None:
     leased_fd = sp.layout.fd(State.LEASED)
+    keep = {WAKE_NAME} | {cancel_name(job_id) for job_id in leased}
+    keep |= {heartbeat_name(job_id, job_file.attempt) for job_id, job_file in leased.items()}
     for name in fs.list_dir(leased_fd):
-        if not name.startswith(".") or name == ".wake":
-            continue
-        parts = name[1:].split(".")
-        job_file = leased.get(parts[0])
-        current_beat = len(parts) == 3 and job_file is not None and parts[1] == str(job_file.attempt)
-        keep = job_file is not None and (parts[-1] == "cancel" or current_beat)
-        if not keep:
+        if is_dot_name(name) and name not in keep:
             fs.unlink(leased_fd, name, missing_ok=True)

@@ -1,6 +1,7 @@
 """Every filesystem call spool makes on a spool, in one narrow seam.
 
-The durable-write recipe (RELIABILITY.md) lives here and nowhere else:
+The durable-write recipe (docs/reliability.md, "The recipe every move follows") lives here and
+nowhere else:
 
 - a new file is created in ``tmp/`` (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), written whole, fsync'd,
   then moved into place with a rename that never replaces (renameat2 RENAME_NOREPLACE), or
@@ -13,7 +14,8 @@ The durable-write recipe (RELIABILITY.md) lives here and nowhere else:
 All calls work on directory file descriptors opened once with O_NOFOLLOW, so no symlink inside
 the spool is ever followed. Tests swap ``fs`` for a subclass that records or injects faults over
 the real calls (the power-loss model and the I/O-error tests) with ``use``; nothing else may
-call ``os`` on spool files directly.
+call ``os`` on spool files directly: locks, ``init`` and the config read come through here too.
+(The ledger's own files are SQLite's to read and write; ``spool.ledger_file`` says why.)
 """
 
 from __future__ import annotations
@@ -172,6 +174,26 @@ class RealFS:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
         return _regular_or_close(fd, name)
 
+    def read_small(self, path: str, max_bytes: int) -> bytes | None:
+        """Read at most ``max_bytes`` of the file at ``path`` (a spool's config.yaml), never
+        following a symlink nor blocking on a FIFO; None when it is not a regular file. OSError
+        when it can't be opened or read (FileNotFoundError when there is none)."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks: list[bytes] = []
+            remaining = max_bytes
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 1 << 16))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
     def lstat(self, dir_fd: int, name: str) -> os.stat_result | None:
         try:
             return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -187,8 +209,8 @@ class RealFS:
         """Move a name; raise FileExistsError rather than replace, FileNotFoundError if gone.
 
         The fallback (link, then unlink) can leave the inode under both names if we die
-        between the two; recovery keeps the more advanced state (SPEC: done > dead > leased >
-        pending > waiting).
+        between the two; recovery keeps the more advanced state (done > dead > leased > pending >
+        waiting: ``layout.ADVANCEMENT``).
         """
         if self._renameat2 is not None:
             if self._renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
@@ -227,6 +249,47 @@ class RealFS:
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+    # -- locks and descriptors ---------------------------------------------------------------
+
+    def open_lock(self, dir_fd: int, name: str) -> int:
+        """Open (create) a lock file to take its flock on, never following a symlink."""
+        return os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode, dir_fd=dir_fd)
+
+    def open_lock_to_probe(self, dir_fd: int, name: str) -> int:
+        """Open an existing lock file read-only, to ask whether it is held (flock needs no write
+        access, so this works on a read-only spool too). OSError when there is none, or what is
+        there is no file a lock could be taken on (a planted directory opens read-only too)."""
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not regular:
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a lock file", name)
+        return fd
+
+    def flock(self, fd: int, *, blocking: bool) -> bool:
+        """Take the exclusive flock on ``fd``; False when not ``blocking`` and another holds it."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        return True
+
+    def overwrite_held(self, fd: int, data: bytes) -> None:
+        """Replace the content of a file we hold open (a worker's lock: its advertisement)."""
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+
+    def set_mode(self, fd: int, mode: int) -> None:
+        os.chmod(fd, mode)
+
+    def close(self, fd: int) -> None:
+        """Close a descriptor; for a lock's, this drops the flock."""
+        os.close(fd)
 
 
 def _regular_or_close(fd: int, name: str) -> int:

@@ -1,24 +1,59 @@
-"""The spool on disk: every folder, every name, and the only code that builds them.
+"""The spool on disk: every folder and every name in it, and the only code that builds or parses one.
 
-    SPOOL/.spool                 marker: "spool_format: 1"; a folder without it is not a spool
-    SPOOL/config.yaml            settings (optional)
-    pending/<id>.yaml            accepted, ready or delayed; also user drops (any other name)
-    waiting/<id>.yaml            depends_on not all done yet
-    leased/<id>.yaml             a worker holds it; .<id>.<attempt>.hb is its heartbeat counter,
-                                 .<id>.cancel a cancel request (dot-files are never jobs)
-    done/<id>.yaml               completed: results/<id>.json exists
-    dead/<id>.yaml               ended without a result; ``reason:`` says why
-    results/<id>.json            the one result, published by link(2), never replaced
-    schedules/<name>.yaml        recurring entries
-    keys/<sha256(key)>           idempotency reservation: holds the job id
-    locks/<id>.lock              per-job flock; key-<sha>.lock, worker-<name>.lock, coordinator.lock
-    logs/<id>.<attempt>.log      an attempt's stdout and stderr
-    tls/                         certificate and token hashes
-    tmp/<pid>-<random>.tmp       staging for atomic writes; swept when the writer pid is gone
-    ledger.sqlite3               the index (rebuildable from the files)
+Every other module asks this one for a name (``job_name(id)``, ``heartbeat_name(id, attempt)``)
+or for what a name means (``job_id_of(name)``, ``parse_heartbeat_name(name)``); none spells a
+suffix or a prefix itself. Who writes each entry and who reads it:
+
+    name                                 written by                         read by
+    -----------------------------------  ---------------------------------  ---------------------------------
+    .spool                               init_spool, last and fsync'd:      Layout(): a folder without it is
+                                         "spool_format: 1"                  not a spool; ``spool init``
+    config.yaml                          a person (optional)                settings.load_settings
+    ledger.sqlite3, -wal, -shm           ledger_file.create (under          every process (the index; rebuilt
+                                         locks/ledger.lock), then SQLite    from the files when unusable)
+    ledger.sqlite3.corrupt-<time>[.<n>]  ledger_file.set_aside (fsck        a person; nothing else
+      [-wal|-shm]                        --repair, the coordinator)
+    pending/<id>.yaml                    submit, a retry, release, requeue, claim (worker), the coordinator
+                                         make_ready, the ingest of a drop
+    pending/<any other name>             a person: a drop                   the coordinator: ingest
+    pending/*.tmp                        a person's write in progress       nobody (never a job)
+    waiting/<id>.yaml                    submit or ingest (depends_on)      the coordinator: promote, skip
+    {pending,waiting}/.<id>.drop         ingest, before its rename: the     recovery (finish_ingest,
+                                         dropped file's name                has_ingest_evidence); fsck --repair
+    {state}/.<id>.invalid-folder         ingest of a dropped folder:        nobody (hidden for good)
+                                         hidden, never ingested again
+    {state}/.wake                        store.wake, after a ledger commit  the coordinator's and workers'
+                                                                            inotify watch
+    leased/<id>.yaml                     claim (the lease is in the file)   the worker, the coordinator
+    leased/.<id>.<attempt>.hb            the worker's heartbeat:            the coordinator (counter changes
+                                         "<counter> <worker>\n", no fsync   on its clock; the worker's lock)
+    leased/.<id>.cancel                  ``spool cancel`` of a leased job   the worker (lease_status), expire
+    {state}/<name>.planted-<hex>         store.set_aside: a planted entry   nobody
+                                         moved out of the runner's names
+    done/<id>.yaml                       finish_done (complete, settle)     everyone; results/<id>.json exists
+    dead/<id>.yaml                       bury, expire, cancel, an invalid   everyone; ``reason:`` says why
+                                         drop's record
+    results/<id>.json                    complete: link(2), never replaced  Spool.result, ``spool result``
+    schedules/<name>.yaml                reserved (recurring entries)       nothing in this version
+    keys/<sha256(key)>                   submit or ingest of a keyed job:   submit (the key is taken), fsck
+                                         the job's id
+    locks/<id>.lock                      every move of the job (flock)      fsck (is a move in flight?)
+    locks/key-<sha256(key)>.lock         a keyed submit or ingest, fsck     fsck
+    locks/worker-<name>.lock             a worker, held while it lives;     the coordinator (dead worker?),
+                                         holds its advertisement (JSON)     stats, spool.workers
+    locks/coordinator.lock               the coordinator, while it runs     stats, fsck, a second coordinator
+    locks/ledger.lock                    ledger_file (create, set aside)    ledger_file
+    logs/<id>.<attempt>.log              the worker (the attempt's          ``spool logs``; purge removes them
+                                         stdout and stderr, capped)
+    tls/                                 reserved (certificate, tokens)     nothing in this version
+    tmp/<pid>-<random>.tmp               every atomic write, staged         the tmp sweep (fsck): swept once
+                                                                            the writer pid is gone
+    tmp/<pid>-purge-<id>.tmp             purge: the job file it removes     the tmp sweep finishes that purge
 
 A job's state is the folder its file is in. If a crash ever leaves one job in two folders, the
-more advanced copy wins: done > dead > leased > pending > waiting (``ADVANCEMENT``).
+more advanced copy wins: done > dead > leased > pending > waiting (``ADVANCEMENT``). Names
+starting with ``.`` are the runner's own and never jobs; in pending/, only a name ``new_id``
+could have made is a job (any other is a drop).
 """
 
 from __future__ import annotations
@@ -27,7 +62,9 @@ import enum
 import errno
 import hashlib
 import os
+import re
 import secrets
+import time
 from pathlib import Path
 
 from spool.errors import NotASpool, SpoolError
@@ -35,7 +72,19 @@ from spool.fsio import fs
 
 MARKER = ".spool"
 FORMAT = 1
+CONFIG_NAME = "config.yaml"
+LEDGER_NAME = "ledger.sqlite3"
 JOB_SUFFIX = ".yaml"
+WAKE_NAME = ".wake"
+
+_RESULT_SUFFIX = ".json"
+_LEDGER_SIDE_FILES = ("-wal", "-shm")  # SQLite finds them by name beside the ledger
+_LOCK_SUFFIX = ".lock"
+_WORKER_LOCK_PREFIX = "worker-"
+_HEARTBEAT_SUFFIX = ".hb"
+_DROP_NOTE_SUFFIX = ".drop"
+_SET_ASIDE = ".planted-"
+_PURGE_MARKER = re.compile(r"[0-9]+-purge-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.tmp")
 
 
 class State(str, enum.Enum):
@@ -57,12 +106,26 @@ FOLDERS = tuple(s.value for s in State) + OTHER_FOLDERS
 _NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "ceph", "glusterfs", "lustre"}
 
 
+# -- job files and results ---------------------------------------------------------------------
+
+
 def job_name(job_id: str) -> str:
     return job_id + JOB_SUFFIX
 
 
+def job_id_of(name: str) -> str:
+    """The id part of ``<id>.yaml``; '' for any other name. Whether it is an id (and, in
+    pending/, one ``new_id`` could have made) is the caller's check (``spool.ids``)."""
+    return name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
+
+
 def result_name(job_id: str) -> str:
-    return job_id + ".json"
+    return job_id + _RESULT_SUFFIX
+
+
+def result_id_of(name: str) -> str:
+    """The id part of ``<id>.json`` in results/; '' for any other name."""
+    return name[: -len(_RESULT_SUFFIX)] if name.endswith(_RESULT_SUFFIX) else ""
 
 
 def key_name(key: str) -> str:
@@ -70,16 +133,88 @@ def key_name(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+# -- the runner's dot-files beside the jobs ----------------------------------------------------
+
+
+def is_dot_name(name: str) -> bool:
+    """The runner's own names in a state folder start with a dot: never a job, never a drop."""
+    return name.startswith(".")
+
+
+def is_ignored_name(name: str) -> bool:
+    """Names the runner never reads as jobs: its own dot-files and in-progress user writes."""
+    return is_dot_name(name) or name.endswith(".tmp")
+
+
 def heartbeat_name(job_id: str, attempt: int) -> str:
-    return f".{job_id}.{attempt}.hb"
+    return f".{job_id}.{attempt}{_HEARTBEAT_SUFFIX}"
+
+
+def parse_heartbeat_name(name: str) -> tuple[str, int] | None:
+    """(job id, attempt) of ``.<id>.<attempt>.hb``; None for any other name."""
+    if not (name.startswith(".") and name.endswith(_HEARTBEAT_SUFFIX)):
+        return None
+    job_id, _, attempt = name[1 : -len(_HEARTBEAT_SUFFIX)].rpartition(".")
+    return (job_id, int(attempt)) if attempt.isdigit() else None
+
+
+def heartbeat_content(counter: int, worker: str) -> bytes:
+    """What a heartbeat file holds: the counter the coordinator watches change, and the worker,
+    so the coordinator can check the worker's liveness lock without reading the job file."""
+    return f"{counter} {worker}\n".encode()
+
+
+def parse_heartbeat(content: bytes | None) -> tuple[int, str] | None:
+    """(counter, worker) from a heartbeat file's content; None when it is not one a worker wrote
+    (a planted entry read as nothing, a beat caught while being rewritten)."""
+    parts = (content or b"").split()
+    if len(parts) != 2 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), parts[1].decode("utf-8", "replace")
 
 
 def cancel_name(job_id: str) -> str:
     return f".{job_id}.cancel"
 
 
+def is_lease_file_of(name: str, job_id: str) -> bool:
+    """One of the job's dot-files in leased/ (a heartbeat of any attempt, a cancel request),
+    not counting an entry set aside under such a name."""
+    return name.startswith(f".{job_id}.") and _SET_ASIDE not in name
+
+
+def drop_note_name(job_id: str) -> str:
+    """``.<id>.drop`` beside an ingest in flight: the dropped file's name (a dot-file, never a job)."""
+    return f".{job_id}{_DROP_NOTE_SUFFIX}"
+
+
+def parse_drop_note_name(name: str) -> str | None:
+    """The job id a ``.<id>.drop`` note is for; None for any other name."""
+    if name.startswith(".") and name.endswith(_DROP_NOTE_SUFFIX):
+        return name[1 : -len(_DROP_NOTE_SUFFIX)]
+    return None
+
+
+def invalid_folder_name(job_id: str) -> str:
+    """Where a folder dropped as a job is hidden (a dot-name: never read, so never ingested twice)."""
+    return f".{job_id}.invalid-folder"
+
+
+def set_aside_name(name: str, token: str) -> str:
+    """A dot-name nothing reads, for an entry planted under one of the runner's names."""
+    return f"{name}{_SET_ASIDE}{token}"
+
+
+# -- logs, staging -----------------------------------------------------------------------------
+
+
 def log_name(job_id: str, attempt: int) -> str:
     return f"{job_id}.{attempt}.log"
+
+
+def is_log_of(name: str, job_id: str) -> bool:
+    """A log of one of the job's attempts (a purge removes every one)."""
+    return name.startswith(job_id + ".")
 
 
 def tmp_name() -> str:
@@ -87,9 +222,71 @@ def tmp_name() -> str:
     return f"{os.getpid()}-{secrets.token_hex(6)}.tmp"
 
 
-def is_ignored_name(name: str) -> bool:
-    """Names the runner never reads as jobs: its own dot-files and in-progress user writes."""
-    return name.startswith(".") or name.endswith(".tmp")
+def tmp_writer_pid(name: str) -> int | None:
+    """The pid a tmp/ name starts with (``tmp_name``, ``purge_marker_name``); None without one."""
+    pid_text = name.split("-", 1)[0]
+    return int(pid_text) if pid_text.isdigit() else None
+
+
+def purge_marker_name(job_id: str) -> str:
+    """Where a purge puts the job file (its commit point): a tmp name that says whose results go.
+
+    If the purger dies, the tmp sweep finishes the purge (``finish_purge``) before removing it,
+    so a result left without its job is never mistaken for an acknowledged one that lost its file.
+    """
+    return f"{os.getpid()}-purge-{job_id}.tmp"
+
+
+def parse_purge_marker(name: str) -> str | None:
+    """The job id an interrupted purge's marker in tmp/ names; None for any other name."""
+    purged = _PURGE_MARKER.fullmatch(name)
+    return purged.group(1) if purged else None
+
+
+# -- locks/ ------------------------------------------------------------------------------------
+
+
+def job_lock_name(job_id: str) -> str:
+    return job_id + _LOCK_SUFFIX
+
+
+def key_lock_name(key_hash: str) -> str:
+    return f"key-{key_hash}{_LOCK_SUFFIX}"
+
+
+def worker_lock_name(worker: str) -> str:
+    return f"{_WORKER_LOCK_PREFIX}{worker}{_LOCK_SUFFIX}"
+
+
+def worker_of_lock_name(name: str) -> str | None:
+    """The worker a ``worker-<name>.lock`` belongs to; None for any other lock."""
+    if name.startswith(_WORKER_LOCK_PREFIX) and name.endswith(_LOCK_SUFFIX):
+        return name[len(_WORKER_LOCK_PREFIX) : -len(_LOCK_SUFFIX)]
+    return None
+
+
+def coordinator_lock_name() -> str:
+    return "coordinator" + _LOCK_SUFFIX
+
+
+def ledger_lock_name() -> str:
+    """Held to create the ledger file or move it aside (``spool.ledger_file``)."""
+    return "ledger" + _LOCK_SUFFIX
+
+
+# -- the ledger's file -------------------------------------------------------------------------
+
+
+def ledger_file_names(base: str = LEDGER_NAME) -> tuple[str, str, str]:
+    """The ledger (or one set aside) and the side files SQLite names after it: ``<base>``,
+    ``<base>-wal``, ``<base>-shm``."""
+    return base, base + _LEDGER_SIDE_FILES[0], base + _LEDGER_SIDE_FILES[1]
+
+
+def ledger_aside_name(now: float, n: int = 1) -> str:
+    """``ledger.sqlite3.corrupt-<UTC time>``, then ``.2``, ``.3``... for the n-th at that second."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return f"{LEDGER_NAME}.corrupt-{stamp}" if n == 1 else f"{LEDGER_NAME}.corrupt-{stamp}.{n}"
 
 
 class Layout:
@@ -105,7 +302,7 @@ class Layout:
         except NotADirectoryError:
             raise NotASpool(f"{self.root}: not a spool (not a folder); run `spool init`") from None
         if not fs.exists(self.root_fd, MARKER):
-            os.close(self.root_fd)
+            fs.close(self.root_fd)
             raise NotASpool(f"{self.root}: not a spool; run `spool init`")
 
     def fd(self, folder: str | State) -> int:
@@ -128,17 +325,17 @@ class Layout:
 
     @property
     def ledger_path(self) -> Path:
-        return self.root / "ledger.sqlite3"
+        return self.root / LEDGER_NAME
 
     @property
     def config_path(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / CONFIG_NAME
 
     def close(self) -> None:
         for dir_fd in self._fds.values():
-            os.close(dir_fd)
+            fs.close(dir_fd)
         self._fds.clear()
-        os.close(self.root_fd)
+        fs.close(self.root_fd)
 
 
 def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> Path:
@@ -147,12 +344,9 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
     # setgid on group-shared folders, so every file keeps the spool's group.
     mode = 0o2770 if group_shared else 0o700
     try:
-        os.mkdir(path, mode)
+        fs.make_dir(str(path), mode)
     except FileExistsError:
-        if not path.is_dir() or path.is_symlink():
-            raise SpoolError(f"{path}: exists and is not a folder") from None
-        if not (path / MARKER).exists() and any(path.iterdir()):
-            raise SpoolError(f"{path}: folder is not empty and is not a spool; refusing to init here") from None
+        _refuse_occupied(path)
     refuse_network_filesystem(path)
     root_fd = fs.open_dir(str(path))
     try:
@@ -163,17 +357,33 @@ def init_spool(root: str | os.PathLike[str], *, group_shared: bool = False) -> P
                 continue
             if group_shared:  # the umask (0o077 in the CLI) narrowed what mkdir made
                 folder_fd = fs.open_dir(folder, dir_fd=root_fd)
-                os.chmod(folder_fd, mode)
-                os.close(folder_fd)
+                fs.set_mode(folder_fd, mode)
+                fs.close(folder_fd)
         if group_shared:
-            os.chmod(root_fd, mode)
+            fs.set_mode(root_fd, mode)
         if not fs.exists(root_fd, MARKER):
             # The marker goes last and durably: a spool with a marker has all its folders.
             fs.write_new(root_fd, MARKER, f"spool_format: {FORMAT}\n".encode(), sync=True)
         fs.fsync_dir(root_fd)
     finally:
-        os.close(root_fd)
+        fs.close(root_fd)
     return Path(os.path.realpath(path))
+
+
+def _refuse_occupied(path: Path) -> None:
+    """``init`` found something at ``path``: go on only with a folder (never a symlink to one)
+    that is a spool already or is empty."""
+    try:
+        dir_fd = fs.open_dir(str(path))
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SpoolError(f"{path}: exists and is not a folder") from None
+        raise
+    try:
+        if not fs.exists(dir_fd, MARKER) and fs.list_dir(dir_fd):
+            raise SpoolError(f"{path}: folder is not empty and is not a spool; refusing to init here")
+    finally:
+        fs.close(dir_fd)
 
 
 def is_group_shared(root: Path) -> bool:

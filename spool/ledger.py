@@ -41,7 +41,7 @@ from typing import Any
 from spool import ledger_file as lf
 from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
-from spool.layout import Layout, State
+from spool.layout import LEDGER_NAME, Layout, State
 
 SCHEMA_VERSION = 2
 
@@ -135,7 +135,7 @@ class Ledger:
     def _where(self) -> str:
         # Through the folder fd: it still names the spool after a rename of the spool folder.
         proc = f"/proc/self/fd/{self._layout.root_fd}"
-        return f"{proc}/{lf.NAME}" if os.path.isdir(proc) else str(self.path)
+        return f"{proc}/{LEDGER_NAME}" if os.path.isdir(proc) else str(self.path)
 
     def _current(self) -> sqlite3.Connection:
         """Our connection, reopened first if the name now holds another file (or none). Caller

@@ -21,17 +21,13 @@ import errno
 import logging
 import os
 import sqlite3
-import time
 from pathlib import Path
 
 from spool.errors import DiskFull, LedgerError, LedgerUnusable, SpoolError
 from spool.fsio import fs
-from spool.layout import Layout
+from spool.layout import LEDGER_NAME, Layout, ledger_aside_name, ledger_file_names, ledger_lock_name
 from spool.locks import acquire
 
-NAME = "ledger.sqlite3"
-SIDE_FILES = ("-wal", "-shm")
-LOCK_NAME = "ledger.lock"
 _NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE
 
 log = logging.getLogger("spool.ledger")
@@ -39,27 +35,27 @@ log = logging.getLogger("spool.ledger")
 
 def identity(root_fd: int) -> tuple[int, int] | None:
     """(device, inode) of the file now named ledger.sqlite3, or None when there is none."""
-    info = fs.lstat(root_fd, NAME)
+    info = fs.lstat(root_fd, LEDGER_NAME)
     return None if info is None else (info.st_dev, info.st_ino)
 
 
 def create(layout: Layout) -> None:
     """Create an empty ledger file with the spool's file mode (0660 group-shared), unless one
     appeared meanwhile; SQLite writes its header on first use."""
-    with acquire(layout.fd("locks"), LOCK_NAME, blocking=True):
+    with acquire(layout.fd("locks"), ledger_lock_name(), blocking=True):
         if identity(layout.root_fd) is not None:
             return
-        for side in SIDE_FILES:  # a deleted ledger's: no new database may adopt them
+        for side in ledger_file_names()[1:]:  # a deleted ledger's: no new database may adopt them
             try:
-                os.unlink(NAME + side, dir_fd=layout.root_fd)
+                os.unlink(side, dir_fd=layout.root_fd)
             except FileNotFoundError:
                 pass
         try:
-            fd = os.open(NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, fs.file_mode,
+            fd = os.open(LEDGER_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, fs.file_mode,
                          dir_fd=layout.root_fd)
         except OSError as err:
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"no space left on the spool's filesystem: can't create {NAME}") from err
+                raise DiskFull(f"no space left on the spool's filesystem: can't create {LEDGER_NAME}") from err
             raise LedgerError(f"cannot create {layout.ledger_path} ({err.strerror})") from err
         os.close(fd)
 
@@ -67,17 +63,17 @@ def create(layout: Layout) -> None:
 def set_aside(layout: Layout, now: float) -> str | None:
     """Rename an unusable ledger and its side files to ``ledger.sqlite3.corrupt-<time>[-wal|-shm]``
     beside it; the next use creates a fresh one. Returns the new name (None if there was none)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    with acquire(layout.fd("locks"), LOCK_NAME, blocking=True):
+    with acquire(layout.fd("locks"), ledger_lock_name(), blocking=True):
         if identity(layout.root_fd) is None:
             return None
-        aside, n = f"{NAME}.corrupt-{stamp}", 1
+        n = 1
+        aside = ledger_aside_name(now, n)
         while fs.lstat(layout.root_fd, aside) is not None:
             n += 1
-            aside = f"{NAME}.corrupt-{stamp}.{n}"
-        for side in ("", *SIDE_FILES):
+            aside = ledger_aside_name(now, n)
+        for name, moved in zip(ledger_file_names(), ledger_file_names(aside)):
             try:
-                os.rename(NAME + side, aside + side, src_dir_fd=layout.root_fd, dst_dir_fd=layout.root_fd)
+                os.rename(name, moved, src_dir_fd=layout.root_fd, dst_dir_fd=layout.root_fd)
             except FileNotFoundError:
                 pass
     return aside
@@ -104,7 +100,8 @@ def open_db(where: str, *, read_only: bool) -> sqlite3.Connection:
 
 
 def prepare(db: sqlite3.Connection) -> None:
-    """WAL mode, synchronous=NORMAL (SPEC: ledger commits need not survive a power cut)."""
+    """WAL mode, synchronous=NORMAL: a ledger commit need not survive a power cut (the files are
+    the truth, and the ledger is rebuilt from them; docs/reliability.md)."""
     if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
         raise LedgerError("the ledger needs WAL mode (is the spool on a network filesystem?)")
     db.execute("PRAGMA synchronous = NORMAL")
@@ -113,11 +110,11 @@ def prepare(db: sqlite3.Connection) -> None:
 def fix_mode(root_fd: int) -> None:
     """A ledger made before it was created with the spool's mode (SQLite's own 0644 under the
     umask: 0640 in a group-shared spool) is given it, with its side files, by its owner."""
-    for side in ("", *SIDE_FILES):
-        info = fs.lstat(root_fd, NAME + side)
+    for name in ledger_file_names():
+        info = fs.lstat(root_fd, name)
         if info is not None and info.st_uid == os.geteuid() and info.st_mode & 0o777 != fs.file_mode:
             try:
-                os.chmod(NAME + side, fs.file_mode, dir_fd=root_fd, follow_symlinks=False)
+                os.chmod(name, fs.file_mode, dir_fd=root_fd, follow_symlinks=False)
             except OSError:
                 pass  # not ours to fix after all (or a read-only mount): SQLite says what fails
 

@@ -32,8 +32,8 @@ from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.job import JobFile, now_text
-from spool.layout import ADVANCEMENT, JOB_SUFFIX, State, is_ignored_name, job_name
-from spool.locks import acquire, job_lock_name
+from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_lock_name, job_name
+from spool.locks import acquire
 from spool.store import clear_lease_files, folders_of, has_result, move_job, read_job, rewrite_job
 from spool.transitions import backoff_seconds, bury, finish_done
 
@@ -58,7 +58,7 @@ def list_folders(sp: Spool) -> Listing:
         for name in fs.list_dir(sp.layout.fd(state)):
             if is_ignored_name(name):
                 continue
-            job_id = name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
+            job_id = job_id_of(name)
             if is_generated_id(job_id) if state is State.PENDING else is_valid_id(job_id):
                 listing.jobs.setdefault(job_id, []).append(state)
             elif state is State.PENDING:

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 
 from spool.errors import InvalidJob, UsageError
+from spool.fsio import fs
 from spool.job import MAX_SECONDS, MAX_TRIES  # the job schema's ranges: a default must always make a valid job
 from spool.yamlsafe import load_yaml
 
@@ -226,20 +225,15 @@ _PARSERS: dict[str, Callable[[object], object]] = {
 
 def _read_config(path: Path) -> Mapping[object, object]:
     try:
-        # A symlink inside a spool is refused, never followed (RELIABILITY.md); O_NONBLOCK so
-        # a FIFO planted as config.yaml can't hang the open.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        # A symlink inside a spool is refused, never followed; a FIFO planted as config.yaml
+        # can't hang the open. One byte over the limit is enough to be refused.
+        data = fs.read_small(str(path), CONFIG_MAX_BYTES + 1)
     except FileNotFoundError:
         return {}
     except OSError as err:
         raise UsageError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        with open(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise UsageError(f"{path}: not a regular file")
-            data = file.read(CONFIG_MAX_BYTES + 1)  # one byte over is enough to be refused
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read ({err.strerror})") from None
+    if data is None:
+        raise UsageError(f"{path}: not a regular file")
     try:
         loaded = load_yaml(data, max_bytes=CONFIG_MAX_BYTES, source=str(path))
     except InvalidJob as err:

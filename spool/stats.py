@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from spool.errors import LedgerError
 from spool.fsio import fs
 from spool.job import format_time, parse_time
-from spool.layout import ADVANCEMENT, State
-from spool.locks import is_held, worker_lock_name
+from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_lock_name, worker_of_lock_name
+from spool.locks import is_held
 from spool.workers import unhandled_ready
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def coordinator_state(sp: Spool) -> str:
     """'running (pid N)' or 'no coordinator since T' (SPEC: Processes)."""
-    alive = is_held(sp.layout.fd("locks"), "coordinator.lock")
+    alive = is_held(sp.layout.fd("locks"), coordinator_lock_name())
     try:
         seen = sp.ledger.meta("coordinator_seen")
         pid = sp.ledger.meta("coordinator_pid") if alive else None
@@ -37,7 +37,7 @@ def coordinator_state(sp: Spool) -> str:
 def ledger_trouble(sp: Spool, err: LedgerError, then: str = "showing what the files say") -> str:
     """What to tell a person reading without the ledger: it is being rebuilt, or how to fix it;
     ``then`` says what was done instead."""
-    if is_held(sp.layout.fd("locks"), "coordinator.lock"):
+    if is_held(sp.layout.fd("locks"), coordinator_lock_name()):
         return f"the ledger is being rebuilt by the coordinator ({err}); {then}"
     if sp.read_only:
         return f"the ledger can't be read on this read-only spool ({err}); {then}"
@@ -79,10 +79,10 @@ def _from_files(sp: Spool, why: str) -> dict[str, Any]:
         state = max(folders, key=lambda s: ADVANCEMENT[s]).value
         counts[state] = counts.get(state, 0) + 1
     locks_fd = sp.layout.fd("locks")
-    workers = [{"name": name[len("worker-"):-len(".lock")], "pid": None, "host": None, "started": None,
+    workers = [{"name": worker_of_lock_name(name), "pid": None, "host": None, "started": None,
                 "seen": None, "alive": True}
                for name in sorted(fs.list_dir(locks_fd))
-               if name.startswith("worker-") and name.endswith(".lock") and is_held(locks_fd, name)]
+               if worker_of_lock_name(name) is not None and is_held(locks_fd, name)]
     return {"counts": counts, "ready": None, "oldest_ready_seconds": None, "completed_last_minute": None,
             "coordinator": coordinator_state(sp), "workers": workers, "unhandled_tasks": {}, "ledger": why}
 

@@ -15,15 +15,14 @@ from spool import crash
 from spool import job as jobs
 from spool.fsio import fs
 from spool.job import JobFile
-from spool.layout import ADVANCEMENT, State, cancel_name, heartbeat_name, job_name, result_name, tmp_name
+from spool.layout import (ADVANCEMENT, WAKE_NAME, State, cancel_name, heartbeat_name, is_lease_file_of, job_name,
+                          result_name, set_aside_name, tmp_name)
 from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:
     from spool.spool import Spool
 
 log = logging.getLogger("spool.store")
-
-_PLANTED = ".planted-"  # what a set-aside entry's name carries; never read, never a job
 
 # The runner's own files may carry long errors and an invalid drop's original text.
 _FILE_SLACK_BYTES = 64 * 1024
@@ -135,8 +134,7 @@ def clear_lease_files(sp: Spool, job_id: str, attempt: int | None = None) -> Non
     """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable). A planted
     directory under one of their names can't be unlinked: it is set aside, never fatal."""
     leased = sp.layout.fd(State.LEASED)
-    prefix = f".{job_id}."
-    names = [n for n in fs.list_dir(leased) if n.startswith(prefix) and _PLANTED not in n] if attempt is None else [
+    names = [n for n in fs.list_dir(leased) if is_lease_file_of(n, job_id)] if attempt is None else [
         heartbeat_name(job_id, attempt), cancel_name(job_id)]
     for name in names:
         try:
@@ -161,7 +159,7 @@ def write_dot_file(sp: Spool, state: State, name: str, data: bytes) -> None:
 def set_aside(sp: Spool, state: State, name: str) -> str:
     """Rename a planted entry in the runner's dot-file namespace to a dot-name nothing reads
     (``<name>.planted-<random>``), with one WARNING. Returns the new name."""
-    aside = f"{name}{_PLANTED}{os.urandom(4).hex()}"
+    aside = set_aside_name(name, os.urandom(4).hex())
     try:
         fs.rename_noreplace(sp.layout.fd(state), name, sp.layout.fd(state), aside)
     except FileNotFoundError:
@@ -173,6 +171,6 @@ def set_aside(sp: Spool, state: State, name: str) -> str:
 def wake(sp: Spool, state: State = State.PENDING) -> None:
     """Touch ``<state>/.wake`` after the ledger commit, so inotify watchers look again."""
     try:
-        fs.overwrite_small(sp.layout.fd(state), ".wake", b"")
+        fs.overwrite_small(sp.layout.fd(state), WAKE_NAME, b"")
     except OSError:
         pass  # a lost wake-up only delays a job until the next poll

@@ -20,8 +20,8 @@ from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
 from spool.job import Job, JobFile, decode, encode, encode_measured, now_text, yaml_size_floor
-from spool.layout import State, job_name, key_name
-from spool.locks import Lock, acquire, key_lock_name
+from spool.layout import State, drop_note_name, invalid_folder_name, job_name, key_lock_name, key_name
+from spool.locks import Lock, acquire
 from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
 from spool.store import RUNNER_FILE_MAX_BYTES
 from spool.store import create_job, folders_of, has_result, read_job, rewrite_job, stage, state_of, unstage, wake
@@ -270,7 +270,7 @@ def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State
     # A folder can't be rewritten into a record file: hide it under a dot-name (never read
     # again, so never ingested twice) and write the record as a new file. A crash between the
     # two leaves the folder hidden and no record.
-    hidden, target_fd = (f".{job_id}.invalid-folder", source_fd) if info and stat.S_ISDIR(info.st_mode) else (
+    hidden, target_fd = (invalid_folder_name(job_id), source_fd) if info and stat.S_ISDIR(info.st_mode) else (
         job_name(job_id), sp.layout.fd(State.DEAD))
     try:
         fs.rename_noreplace(source_fd, name, target_fd, hidden)
@@ -288,11 +288,6 @@ def quarantine(sp: Spool, state: State, name: str, error: str) -> str | None:
     """A file a user put under a job's name in ``state``/ -> dead/<new id>.yaml, reason invalid,
     its text kept as ``original``; the job itself is not touched."""
     return _ingest_invalid(sp, name, new_id(), error, source=state)
-
-
-def drop_note_name(job_id: str) -> str:
-    """``.<id>.drop`` beside an ingest in flight: the dropped file's name (a dot-file, never a job)."""
-    return f".{job_id}.drop"
 
 
 def write_drop_note(sp: Spool, state: State, job_id: str, shown: str) -> None:

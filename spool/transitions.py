@@ -26,8 +26,8 @@ from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
-from spool.layout import State, cancel_name, heartbeat_name, result_name
-from spool.locks import acquire, job_lock_name
+from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name, job_lock_name, result_name
+from spool.locks import acquire
 from spool.store import (clear_lease_files, has_result, move_job, only_in, publish_job, read_job, rewrite_job,
                          stage, unstage, wake, write_dot_file)
 
@@ -161,7 +161,7 @@ def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
     also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
     try:
         write_dot_file(sp, State.LEASED, heartbeat_name(lease.job_id, lease.attempt),
-                       f"{counter} {lease.worker}\n".encode())
+                       heartbeat_content(counter, lease.worker))
     except OSError as err:
         # A missed beat (a full disk, say) is not fatal: the next one may land; if none does
         # within the term, the lease expires and the worker learns it at lease_status.

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, UsageError
 from spool.fsio import fs
+from spool.layout import worker_of_lock_name
 from spool.locks import is_held
 
 if TYPE_CHECKING:
     from spool.spool import Spool
 
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_PREFIX, _SUFFIX = "worker-", ".lock"
 _ADVERT_MAX_BYTES = 64 * 1024
 
 
@@ -57,7 +57,8 @@ def live_workers(sp: Spool) -> list[LiveWorker]:
     locks_fd = sp.layout.fd("locks")
     found = []
     for entry in sorted(fs.list_dir(locks_fd)):
-        if not (entry.startswith(_PREFIX) and entry.endswith(_SUFFIX)):
+        name = worker_of_lock_name(entry)
+        if name is None:
             continue
         if is_held(locks_fd, entry) is not True:  # free, or not a lock at all (a planted directory)
             continue
@@ -65,7 +66,6 @@ def live_workers(sp: Spool) -> list[LiveWorker]:
             advert = json.loads(fs.read_file(locks_fd, entry, _ADVERT_MAX_BYTES) or b"null")
         except (OSError, InvalidJob, ValueError):
             advert = None  # a planted non-file, or an advertisement being rewritten
-        name = entry[len(_PREFIX):-len(_SUFFIX)]
         if not isinstance(advert, dict) or not isinstance(advert.get("tasks"), list):
             found.append(LiveWorker(name, None, None, None))
             continue

@@ -31,8 +31,8 @@ from spool.errors import InvalidJob
 from spool.fsck import fsck
 from spool.fsio import fs
 from spool.job import JobFile
-from spool.layout import State, key_name, result_name
-from spool.locks import acquire, worker_lock_name
+from spool.layout import State, key_name, result_name, worker_lock_name
+from spool.locks import acquire
 from spool.recovery import list_folders
 from spool.runner import coordinator as coordinator_module
 from spool.runner.coordinator import Coordinator

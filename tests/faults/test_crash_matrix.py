@@ -39,8 +39,8 @@ import pytest
 
 from spool import Spool, crash
 from spool.fsck import fsck
-from spool.layout import State, job_name, key_name, result_name
-from spool.locks import acquire, worker_lock_name
+from spool.layout import State, job_name, key_name, result_name, worker_lock_name
+from spool.locks import acquire
 from spool.runner.coordinator import Coordinator
 from spool.admin import purge
 from spool.fsio import fs

@@ -34,8 +34,8 @@ from spool import Spool
 from spool.errors import DiskFull, DurabilityError, SpoolError
 from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.layout import State
-from spool.locks import acquire, worker_lock_name
+from spool.layout import State, worker_lock_name
+from spool.locks import acquire
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete, fail
 from support import ROOT, SPOOL_CMD, fill_disk, wait_until

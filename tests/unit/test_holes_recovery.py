@@ -17,11 +17,10 @@ import pytest
 
 from spool.fsck import fsck
 from spool.ids import new_id
-from spool.layout import State, job_name
+from spool.layout import State, drop_note_name, job_name
 from spool.recovery import resync_locked
 from spool.spool import Spool
 from spool.store import folders_of, read_job
-from spool.submission import drop_note_name
 from spool.transitions import Lease, claim, complete
 
 

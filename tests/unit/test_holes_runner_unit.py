@@ -13,8 +13,8 @@ import pytest
 
 from spool import Spool
 from spool.errors import DiskFull, TryLater, UsageError
-from spool.layout import State, cancel_name, heartbeat_name
-from spool.locks import acquire, is_held, job_lock_name, worker_lock_name
+from spool.layout import State, cancel_name, heartbeat_name, job_lock_name, worker_lock_name
+from spool.locks import acquire, is_held
 from spool.settings import load_settings
 from spool.store import clear_lease_files
 from spool.transitions import Lease, claim, heartbeat

@@ -23,8 +23,8 @@ from spool.errors import AlreadyTerminal, LeaseLost, NotFound, SpoolError
 from spool.fsio import RealFS
 from spool.ids import new_id
 from spool.job import JobFile
-from spool.layout import State, cancel_name, heartbeat_name, job_name, key_name, log_name, result_name
-from spool.locks import acquire, job_lock_name
+from spool.layout import State, cancel_name, heartbeat_name, job_lock_name, job_name, key_name, log_name, result_name
+from spool.locks import acquire
 from spool.spool import Spool
 from spool.store import folders_of, read_job
 from spool.submission import lookup_key
