@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from typing import Any
 
+from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob
 from spool.ids import is_valid_id
 from spool.registry_names import is_valid_task_name
@@ -57,7 +57,7 @@ class Job:
 
     @classmethod
     def from_spec(
-        cls, spec: Mapping[str, Any], *, job_id: str, default_max_tries: int, default_timeout: float, where: str
+        cls, spec: object, *, job_id: str, default_max_tries: int, default_timeout: float, where: str
     ) -> Job:
         """Validate a user's spec (CLI, API, dropped file) into a Job with a fresh id."""
         if not isinstance(spec, Mapping):
@@ -310,8 +310,18 @@ def format_time(moment: float | datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def now_text() -> str:
-    return format_time(time.time())
+def now_text(clock: Clock = SYSTEM) -> str:
+    """The clock's wall time as a job file writes it (``format_time``). spool/ passes its own."""
+    return format_time(clock.wall())
+
+
+def is_ready(job_file: JobFile, now_wall: float) -> bool:
+    """Ready to claim: no backoff to wait out and no ``not_before`` in the future."""
+    if job_file.backoff_seconds is not None:
+        return False
+    if job_file.job.not_before is not None:
+        return parse_time(job_file.job.not_before, "not_before").timestamp() <= now_wall
+    return True
 
 
 def parse_time(value: object, where: str) -> datetime:

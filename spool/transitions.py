@@ -17,7 +17,6 @@ its entry in done/ is not: a power cut then loses the job file (the power-loss m
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,12 +26,13 @@ from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
 from spool.layout import State, cancel_name, heartbeat_name, result_name
-from spool.locks import acquire, job_lock_name
-from spool.store import (clear_lease_files, has_result, move_job, only_in, publish_job, read_job, rewrite_job,
-                         stage, unstage, wake, write_dot_file)
+from spool.moves import bury, finish_done, retry_or_bury
+from spool.recovery import moved_back_by_hand, resync
+from spool.store import (clear_lease_files, has_result, job_lock, move_job, only_in, read_job, rewrite_job, stage,
+                         unstage, wake, write_dot_file)
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.transitions")
 crash.register("worker", "claim-after-rename", "after-claim", "complete-after-stage", "after-result",
@@ -52,20 +52,10 @@ class Lease:
     attempt: int
 
 
-def _lock(sp: Spool, job_id: str, *, blocking: bool):  # type: ignore[no-untyped-def]
-    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=blocking)
-
-
-def backoff_seconds(sp: Spool, tries: int) -> float:
-    """Exponential in the tries spent, capped, with jitter so retries don't move in lockstep."""
-    ceiling = min(sp.settings.backoff_max_seconds, sp.settings.backoff_base_seconds * 2 ** max(tries - 1, 0))
-    return round(ceiling * random.uniform(0.5, 1.0), 3)
-
-
 # -- claim ------------------------------------------------------------------------------------
 
 
-def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | None:
+def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | None:
     """PENDING -> LEASED: the best ready job of ``tasks``, or None.
 
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
@@ -81,7 +71,7 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
             job_id = sp.ledger.reserve_next(tasks)
             if job_id is None:
                 return None
-            lock = _lock(sp, job_id, blocking=False)
+            lock = job_lock(sp, job_id, blocking=False)
             if lock is None:
                 # RACE: its holder (a make_ready, a cancel; maybe SIGSTOPped) keeps it. Put it back
                 # only after this claim, or reserve_next hands us the same head job every time.
@@ -109,7 +99,7 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
                 pass  # a full disk: the coordinator's reconcile puts the row back to match the file
 
 
-def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
+def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
     """The ledger after a durable claim. On a full disk the claim stands and its attempt runs:
     the ledger is an index that the coordinator's reconcile brings back to the files."""
     try:
@@ -118,9 +108,7 @@ def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
         log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
-def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
-    from spool.recovery import moved_back_by_hand, resync
-
+def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     try:
         job_file = read_job(sp, State.PENDING, job_id)
     except (FileNotFoundError, InvalidJob):
@@ -140,7 +128,7 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
         return None
     crash.point("claim-after-rename")
     attempt = job_file.attempt + 1
-    now = now_text()
+    now = now_text(sp.clock)
     records = job_file.end_attempt(outcome="lost", ended=now)
     claimed = job_file.replace(
         attempt=attempt, tries=job_file.tries + 1, lease={"worker": worker, "attempt": attempt, "claimed_at": now},
@@ -161,7 +149,7 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
 # -- heartbeat (not a move) -------------------------------------------------------------------
 
 
-def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
+def heartbeat(sp: Handle, lease: Lease, counter: int) -> None:
     """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
     change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
     also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
@@ -174,7 +162,7 @@ def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
         log.warning("heartbeat of %s attempt %d not written: %s", lease.job_id, lease.attempt, err)
 
 
-def lease_status(sp: Spool, lease: Lease) -> str:
+def lease_status(sp: Handle, lease: Lease) -> str:
     """'held', 'lost' (expired, requeued or finished elsewhere) or 'cancel' (a cancel request)."""
     try:
         current = read_job(sp, State.LEASED, lease.job_id)
@@ -187,7 +175,7 @@ def lease_status(sp: Spool, lease: Lease) -> str:
     return "held"
 
 
-def _check_fence(sp: Spool, lease: Lease) -> JobFile:
+def _check_fence(sp: Handle, lease: Lease) -> JobFile:
     try:
         job_file = read_job(sp, State.LEASED, lease.job_id)
     except FileNotFoundError:
@@ -196,8 +184,6 @@ def _check_fence(sp: Spool, lease: Lease) -> JobFile:
     if job_file.attempt != lease.attempt or held.get("attempt") != lease.attempt:
         raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
     if not only_in(sp, lease.job_id, State.LEASED):
-        from spool.recovery import resync
-
         resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won
         if only_in(sp, lease.job_id, State.LEASED):
             return job_file  # the other copy was a user's (a drop named like this job): ours holds
@@ -208,7 +194,7 @@ def _check_fence(sp: Spool, lease: Lease) -> JobFile:
 # -- complete ---------------------------------------------------------------------------------
 
 
-def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
+def complete(sp: Handle, lease: Lease, result_json: bytes) -> None:
     """LEASED -> DONE with ``result_json`` as results/<id>.json.
 
     Commit point: link(tmp/X, results/<id>.json), after the result was written whole and
@@ -221,7 +207,7 @@ def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
     staged = stage(sp, result_json, sync=True)
     crash.point("complete-after-stage")
     try:
-        with _lock(sp, lease.job_id, blocking=True):
+        with job_lock(sp, lease.job_id, blocking=True):
             job_file = _check_fence(sp, lease)
             try:
                 fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
@@ -237,23 +223,11 @@ def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
     wake(sp, State.DONE)
 
 
-def finish_done(sp: Spool, job_file: JobFile, source: State = State.LEASED) -> JobFile:
-    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock.
-
-    ``publish_job``: the done file is whole and durable before the leased copy goes, so no
-    fsync of leased/ by another claim can ever leave the job in neither folder.
-    """
-    done = job_file.replace(lease=None, backoff_seconds=None, reason=None, error=None,
-                            attempts=job_file.end_attempt(outcome="done", ended=now_text()))
-    publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
-    clear_lease_files(sp, job_file.id, job_file.attempt)
-    return done
-
 
 # -- fail -------------------------------------------------------------------------------------
 
 
-def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
+def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False) -> State:
     """LEASED -> PENDING after a backoff, or -> DEAD (failed) when tries are spent or rejected.
 
     Commit point: rename leased/ -> pending/ or dead/. A move to dead is fsync'd; a return to
@@ -263,24 +237,14 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
     a dead one.
     """
     error = tail(error)
-    with _lock(sp, lease.job_id, blocking=True):
+    with job_lock(sp, lease.job_id, blocking=True):
         job_file = _check_fence(sp, lease)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the failure is dropped")
-        ended = now_text()
-        if reject or job_file.tries >= job_file.job.max_tries:
-            state = State.DEAD
-            job_file = bury(sp, job_file, State.LEASED, reason="failed", error=error,
-                            outcome="rejected" if reject else "failed", ended=ended)
-        else:
-            state = State.PENDING
-            move_job(sp, lease.job_id, State.LEASED, State.PENDING)
-            crash.point("fail-after-rename")
-            retry = job_file.replace(lease=None, error=error, backoff_seconds=backoff_seconds(sp, job_file.tries),
-                                     attempts=job_file.end_attempt(outcome="failed", ended=ended, error=error))
-            rewrite_job(sp, State.PENDING, retry, sync=False)
-            job_file = retry
+        state, job_file = retry_or_bury(sp, job_file, error=error, outcome="failed", ended=now_text(sp.clock),
+                                        reason="failed", dead_outcome="rejected" if reject else "failed",
+                                        give_up=reject, crash_step="fail-after-rename")
         clear_lease_files(sp, lease.job_id, lease.attempt)
         sp.ledger.record(job_file, state, ready=False, event="fail", worker=lease.worker,
                          detail=error.splitlines()[-1][:200] if error else None)
@@ -293,24 +257,11 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
     return state
 
 
-def bury(sp: Spool, job_file: JobFile, source: State, *, reason: str, error: str | None, outcome: str, ended: str,
-         skipped_because: str | None = None) -> JobFile:
-    """Move a job to dead/ durably with its reason (caller holds the lock).
-
-    ``publish_job``: the dead record is whole, reason and all, at its commit point; a crash
-    after it leaves the old copy beside it, which the more advanced dead copy beats.
-    """
-    dead = job_file.replace(lease=None, backoff_seconds=None, reason=reason, error=error,
-                            skipped_because=skipped_because,
-                            attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error))
-    publish_job(sp, dead, source, State.DEAD, crash_step="bury-after-rename")
-    return dead
-
 
 # -- expire -----------------------------------------------------------------------------------
 
 
-def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
+def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
     """LEASED -> PENDING after a backoff, or -> DEAD (expired) when tries are spent.
 
     Called by the coordinator only, from its own clock's view of the heartbeats (or a freed
@@ -319,7 +270,7 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
     lease a fresh term and decides again. Crash after: as ``fail``. A job that already has
     a result is finished as done instead, never sent back.
     """
-    lock = _lock(sp, job_id, blocking=False)
+    lock = job_lock(sp, job_id, blocking=False)
     if lock is None:
         return None
     with lock:
@@ -332,8 +283,6 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
         if not only_in(sp, job_id, State.LEASED):
             # A move to done/ or dead/ died between publishing its new copy and removing this one
             # (publish_job): that move happened, and the more advanced copy wins. Settle, don't expire.
-            from spool.recovery import resync
-
             resync(sp, job_id)
             return None
         state, final = _expire_locked(sp, job_file, why)
@@ -345,23 +294,16 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
     return state
 
 
-def _expire_locked(sp: Spool, job_file: JobFile, why: str) -> tuple[State, JobFile]:
-    job_id, ended = job_file.id, now_text()
+def _expire_locked(sp: Handle, job_file: JobFile, why: str) -> tuple[State, JobFile]:
+    job_id, ended = job_file.id, now_text(sp.clock)
     if has_result(sp, job_id):
         return State.DONE, finish_done(sp, job_file)
     if fs.exists(sp.layout.fd(State.LEASED), cancel_name(job_id)):
         state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="cancelled", error=f"cancelled ({why})",
                                         outcome="cancelled", ended=ended)
-    elif job_file.tries >= job_file.job.max_tries:
-        state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="expired", error=why, outcome="expired",
-                                        ended=ended)
     else:
-        state = State.PENDING
-        move_job(sp, job_id, State.LEASED, State.PENDING)
-        crash.point("expire-after-rename")
-        final = job_file.replace(lease=None, error=why, backoff_seconds=backoff_seconds(sp, job_file.tries),
-                                 attempts=job_file.end_attempt(outcome="expired", ended=ended, error=why))
-        rewrite_job(sp, State.PENDING, final, sync=False)
+        state, final = retry_or_bury(sp, job_file, error=why, outcome="expired", ended=ended, reason="expired",
+                                     crash_step="expire-after-rename")
     clear_lease_files(sp, job_id)
     return state, final
 
@@ -369,13 +311,13 @@ def _expire_locked(sp: Spool, job_file: JobFile, why: str) -> tuple[State, JobFi
 # -- release ----------------------------------------------------------------------------------
 
 
-def release(sp: Spool, lease: Lease) -> None:
+def release(sp: Handle, lease: Lease) -> None:
     """LEASED -> PENDING at graceful shutdown, giving back the try it spent; ready at once.
 
     Commit point: the rename. Not fsync'd: lost in a power cut, the lease expires instead
     (which spends the try). Crash after the commit: a claim closes the record as 'lost'.
     """
-    with _lock(sp, lease.job_id, blocking=True):
+    with job_lock(sp, lease.job_id, blocking=True):
         job_file = _check_fence(sp, lease)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
@@ -383,7 +325,7 @@ def release(sp: Spool, lease: Lease) -> None:
         move_job(sp, lease.job_id, State.LEASED, State.PENDING)
         crash.point("release-after-rename")
         released = job_file.replace(lease=None, tries=max(job_file.tries - 1, 0),
-                                    attempts=job_file.end_attempt(outcome="released", ended=now_text()))
+                                    attempts=job_file.end_attempt(outcome="released", ended=now_text(sp.clock)))
         rewrite_job(sp, State.PENDING, released, sync=False)
         clear_lease_files(sp, lease.job_id, lease.attempt)
         sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
@@ -395,19 +337,19 @@ def release(sp: Spool, lease: Lease) -> None:
 # -- cancel of a leased job (by its worker) ---------------------------------------------------
 
 
-def cancel_leased(sp: Spool, lease: Lease) -> None:
+def cancel_leased(sp: Handle, lease: Lease) -> None:
     """LEASED -> DEAD (cancelled): the worker acts on a cancel request after killing the attempt.
 
     Commit point: ``bury``'s rename (durable). Crash before: the request stays, and expiry
     honours it. A job that got a result first stays done: the first result wins.
     """
-    with _lock(sp, lease.job_id, blocking=True):
+    with job_lock(sp, lease.job_id, blocking=True):
         job_file = _check_fence(sp, lease)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the cancel came too late")
         dead = bury(sp, job_file, State.LEASED, reason="cancelled", error="cancelled by request while running",
-                    outcome="cancelled", ended=now_text())
+                    outcome="cancelled", ended=now_text(sp.clock))
         clear_lease_files(sp, lease.job_id)
         sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
     log.info("cancel %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)

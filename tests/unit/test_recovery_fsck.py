@@ -387,7 +387,7 @@ def test_fsck_calls_a_move_under_a_held_lock_in_progress(sp: Spool) -> None:
 
 def test_fsck_repair_puts_a_ledger_behind_the_files_right(sp: Spool) -> None:
     job_id = sp.submit("echo")
-    sp.ledger.set_state(job_id, State.DONE)
+    sp.ledger.record(read_job(sp, State.PENDING, job_id), State.DONE, ready=False, event="test")
     report = fsck(sp)
     assert any("ledger: 1 job(s) disagree" in v for v in report.violations)
     assert fsck(sp, repair=True).ok and row_state(sp, job_id) == "pending"

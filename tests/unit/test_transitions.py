@@ -28,8 +28,8 @@ from spool.locks import acquire, job_lock_name
 from spool.spool import Spool
 from spool.store import folders_of, read_job
 from spool.submission import lookup_key
-from spool.transitions import (Lease, backoff_seconds, cancel_leased, claim, complete, expire, fail, heartbeat,
-                               lease_status, release)
+from spool.moves import backoff_seconds
+from spool.transitions import Lease, cancel_leased, claim, complete, expire, fail, heartbeat, lease_status, release
 
 
 @pytest.fixture
