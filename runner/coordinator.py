@@ -250,11 +250,11 @@ class Coordinator:
         except (FileNotFoundError, InvalidJob):
             resync_locked(self.sp, job_id)
             return None
-        lease = job_file.lease or {}
-        if lease.get("attempt") != job_file.attempt:
+        lease = job_file.lease
+        if lease is None or lease.attempt != job_file.attempt:
             resync_locked(self.sp, job_id)  # a claim that died before recording its lease
             return None
-        watch = LeaseWatch(job_file.attempt, lease.get("worker"), None, now)
+        watch = LeaseWatch(job_file.attempt, lease.worker, None, now)
         watch.counter = _read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
         self.leases[job_id] = watch
         return watch

@@ -184,7 +184,7 @@ def _purge_one(sp: Handle, job_id: str, state: State, cutoff: float,
             job_file = read_job(sp, state, job_id)
         except (FileNotFoundError, InvalidJob):
             return False
-        ended = [record.get("ended") for record in job_file.attempts if record.get("ended")]
+        ended = [record.ended for record in job_file.attempts if record.ended]
         last = ended[-1] if ended else job_file.submitted_at
         try:
             if parse_time(last, "ended").timestamp() > cutoff:

@@ -130,8 +130,7 @@ def _check_job(sp: Handle, job_id: str, folders: list[State], report: Report,
         report.violations.append(f"{where}: tries {job_file.tries} over max_tries {job_file.job.max_tries}")
     if job_file.tries > job_file.attempt:
         report.violations.append(f"{where}: tries {job_file.tries} over attempt {job_file.attempt}")
-    lease = job_file.lease or {}
-    if state is State.LEASED and lease.get("attempt") != job_file.attempt:
+    if state is State.LEASED and (job_file.lease is None or job_file.lease.attempt != job_file.attempt):
         _flag(sp, report, job_id, f"{where}: leased without a lease for attempt {job_file.attempt}")
     if state is State.DEAD and job_file.reason is None:
         _flag(sp, report, job_id, f"{where}: dead without a reason")

@@ -238,8 +238,8 @@ class Ledger:
                 _upsert(db, job_file, state, ready, self._clock.wall())
                 for record in job_file.attempts:
                     db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
-                               (job_file.id, self._clock.wall(), f"attempt:{record.get('outcome') or 'running'}",
-                                record.get("attempt"), record.get("worker"), None))
+                               (job_file.id, self._clock.wall(), f"attempt:{record.outcome or 'running'}",
+                                record.attempt, record.worker, None))
                 count += 1
         return count
 

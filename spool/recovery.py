@@ -33,6 +33,7 @@ from spool.ids import is_generated_id, is_valid_id
 from spool.job import JobFile, is_ready, now_text
 from spool.layout import ADVANCEMENT, JOB_SUFFIX, State, is_ignored_name, job_name
 from spool.moves import finish_done, retry_or_bury
+from spool.records import Attempt
 from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
 from spool.submission import finish_ingest, has_ingest_evidence, ingest, quarantine
 
@@ -146,7 +147,7 @@ def copies_of(sp: Handle, job_id: str, folders: list[State] | None = None) -> Co
 
 def is_terminal_content(job_file: JobFile) -> bool:
     """Content only a finished job has: a reason, or a last attempt that ended done."""
-    return job_file.reason is not None or bool(job_file.attempts) and job_file.attempts[-1].get("outcome") == "done"
+    return job_file.reason is not None or bool(job_file.attempts) and job_file.attempts[-1].outcome == "done"
 
 
 def resync(sp: Handle, job_id: str) -> State | None:
@@ -186,11 +187,11 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
         return State.DONE, finish_done(sp, job_file, source=state)
     if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file):
         return _finish_requeue(sp, state, job_file)
-    lease = job_file.lease or {}
-    if state is State.LEASED and (lease.get("attempt") != job_file.attempt or job_file.attempt == 0 or
-                                  (job_file.attempts and job_file.attempts[-1].get("attempt") != job_file.attempt)):
+    lease_attempt = job_file.lease.attempt if job_file.lease else None
+    if state is State.LEASED and (lease_attempt != job_file.attempt or job_file.attempt == 0 or
+                                  (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)):
         return _count_lost_claim(sp, job_file, now)
-    open_record = bool(job_file.attempts) and job_file.attempts[-1].get("ended") is None
+    open_record = bool(job_file.attempts) and job_file.attempts[-1].is_open
     if state in (State.PENDING, State.WAITING) and (job_file.lease or open_record):
         # Only a release (which spends no try) reaches its rename on a last try: never leave a
         # claimable job with no tries left (a claim would run it past max_tries).
@@ -251,7 +252,7 @@ def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, J
     counted = job_file.replace(
         attempt=attempt, tries=job_file.tries + 1, lease=None,
         attempts=job_file.end_attempt(outcome="lost", ended=now) + (
-            {"attempt": attempt, "worker": None, "started": now, "ended": now, "outcome": "lost", "error": why},))
+            Attempt(attempt, None, started=now, ended=now, outcome="lost", error=why),))
     state, final = retry_or_bury(sp, counted, error=why, outcome="lost", ended=now, reason="expired")
     if state is State.PENDING:
         clear_lease_files(sp, job_file.id)

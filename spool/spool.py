@@ -190,10 +190,8 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "id": job_file.id, "key": job_file.job.key, "task": job_file.job.task, "state": state.value,
         "reason": job_file.reason, "attempt": job_file.attempt, "tries": job_file.tries,
         "max_tries": job_file.job.max_tries,
-        "attempts": [{name: record.get(name) for name in ("attempt", "worker", "started", "ended", "outcome", "error")}
-                     for record in job_file.attempts],
-        "lease": {"worker": lease.get("worker"), "attempt": lease.get("attempt"), "claimed_at": lease.get("claimed_at")}
-        if lease else None,
+        "attempts": [record.to_mapping() for record in job_file.attempts],
+        "lease": lease.to_mapping() if lease else None,
         "error": job_file.error,
         "result": str(sp.layout.path("results", result_name(job_file.id))) if state is State.DONE else None,
         "priority": job_file.job.priority, "submitted_at": job_file.submitted_at,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spool import crash
@@ -27,6 +26,7 @@ from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
 from spool.layout import State, cancel_name, heartbeat_name, result_name
 from spool.moves import bury, finish_done, retry_or_bury
+from spool.records import Attempt, Lease, LeaseStatus
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import (clear_lease_files, has_result, job_lock, move_job, only_in, read_job, rewrite_job, stage,
                          unstage, wake, write_dot_file)
@@ -41,15 +41,6 @@ crash.register("coordinator", "expire-after-rename", "after-expire")
 crash.register("worker", "bury-after-rename", "release-after-rename")
 crash.register("coordinator", "bury-after-rename")
 crash.register("admin", "bury-after-rename")  # `spool cancel` of a pending or waiting job
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One attempt's hold on a job: the fence every later step names."""
-
-    job_id: str
-    worker: str
-    attempt: int
 
 
 # -- claim ------------------------------------------------------------------------------------
@@ -131,10 +122,8 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     now = now_text(sp.clock)
     records = job_file.end_attempt(outcome="lost", ended=now)
     claimed = job_file.replace(
-        attempt=attempt, tries=job_file.tries + 1, lease={"worker": worker, "attempt": attempt, "claimed_at": now},
-        backoff_seconds=None,
-        attempts=records + ({"attempt": attempt, "worker": worker, "started": now, "ended": None,
-                             "outcome": None, "error": None},))
+        attempt=attempt, tries=job_file.tries + 1, lease=Lease(job_id, worker, attempt, claimed_at=now),
+        backoff_seconds=None, attempts=records + (Attempt(attempt, worker, started=now),))
     try:
         rewrite_job(sp, State.LEASED, claimed, sync=True)
     except DiskFull:
@@ -162,17 +151,17 @@ def heartbeat(sp: Handle, lease: Lease, counter: int) -> None:
         log.warning("heartbeat of %s attempt %d not written: %s", lease.job_id, lease.attempt, err)
 
 
-def lease_status(sp: Handle, lease: Lease) -> str:
-    """'held', 'lost' (expired, requeued or finished elsewhere) or 'cancel' (a cancel request)."""
+def lease_status(sp: Handle, lease: Lease) -> LeaseStatus:
+    """HELD, LOST (expired, requeued or finished elsewhere) or CANCEL (a cancel request)."""
     try:
         current = read_job(sp, State.LEASED, lease.job_id)
     except (FileNotFoundError, InvalidJob):
-        return "lost"
+        return LeaseStatus.LOST
     if current.attempt != lease.attempt:
-        return "lost"
+        return LeaseStatus.LOST
     if fs.exists(sp.layout.fd(State.LEASED), cancel_name(lease.job_id)):
-        return "cancel"
-    return "held"
+        return LeaseStatus.CANCEL
+    return LeaseStatus.HELD
 
 
 def _check_fence(sp: Handle, lease: Lease) -> JobFile:
@@ -180,8 +169,8 @@ def _check_fence(sp: Handle, lease: Lease) -> JobFile:
         job_file = read_job(sp, State.LEASED, lease.job_id)
     except FileNotFoundError:
         raise LeaseLost(f"{lease.job_id}: no longer leased (attempt {lease.attempt} expired or ended)") from None
-    held = job_file.lease or {}
-    if job_file.attempt != lease.attempt or held.get("attempt") != lease.attempt:
+    held = job_file.lease
+    if job_file.attempt != lease.attempt or held is None or held.attempt != lease.attempt:
         raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
     if not only_in(sp, lease.job_id, State.LEASED):
         resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won

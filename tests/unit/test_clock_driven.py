@@ -72,7 +72,7 @@ def test_the_times_a_job_file_records_are_the_clocks(sp: Spool, clock: FakeClock
     done = read_job(sp, State.DONE, job_id)
     assert done.submitted_at == format_time(START)
     record = done.attempts[-1]
-    assert (record["started"], record["ended"]) == (format_time(START + 12.5), format_time(START + 13.75))
+    assert (record.started, record.ended) == (format_time(START + 12.5), format_time(START + 13.75))
     events = [(at, event) for at, event, *_ in sp.ledger.history(job_id)]
     assert events == [(START, "submit"), (START + 12.5, "claim"), (START + 13.75, "complete")]
 
