@@ -5,8 +5,8 @@ It answers what folders can't answer cheaply: which ready job to claim next at 1
 waiting jobs depend on a job, counts per state, and each job's history. Everything in it can be
 derived from the files; ``spool fsck --repair`` rebuilds it from them, and the coordinator
 reconciles it against folder listings at start and on every pass. It runs in WAL mode with
-``synchronous=NORMAL``: its commits are not fsync'd (SPEC: ledger commits need not survive a
-power cut, because the files do).
+``synchronous=NORMAL``: its commits are not fsync'd (a ledger commit need not survive a power
+cut, because the files do; docs/reliability.md lists what is fsync'd).
 
 Tables (schema version 2, in ``PRAGMA user_version``):
     jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,

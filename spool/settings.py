@@ -226,8 +226,8 @@ _PARSERS: dict[str, Callable[[object], object]] = {
 
 def _read_config(path: Path) -> Mapping[object, object]:
     try:
-        # A symlink inside a spool is refused, never followed (RELIABILITY.md); O_NONBLOCK so
-        # a FIFO planted as config.yaml can't hang the open.
+        # A symlink inside a spool is refused, never followed (docs/reliability.md, "Bad input");
+        # O_NONBLOCK so a FIFO planted as config.yaml can't hang the open.
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return {}

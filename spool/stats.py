@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def coordinator_state(sp: Handle) -> str:
-    """'running (pid N)' or 'no coordinator since T' (SPEC: Processes)."""
+    """'running (pid N)' or 'no coordinator since T': whether the coordinator's lock is held now."""
     alive = is_held(sp.layout.fd("locks"), "coordinator.lock")
     try:
         seen = sp.ledger.meta("coordinator_seen")

@@ -29,7 +29,7 @@ log = logging.getLogger("spool.store")
 _PLANTED = ".planted-"  # what a set-aside entry's name carries; never read, never a job
 
 # The runner's own files may carry long errors and an invalid drop's original text.
-_FILE_SLACK_BYTES = 64 * 1024
+FILE_SLACK_BYTES = 64 * 1024
 # What a job file the runner wrote can never outgrow, whatever max_job_bytes is now or was when
 # it was written: the largest user part a submit accepts (settings.MAX_JOB_BYTES) plus a bound on
 # the runner's additions, which job.py keeps small (at most MAX_ATTEMPT_RECORDS records, only the

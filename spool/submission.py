@@ -22,9 +22,8 @@ from spool.ids import is_valid_id, new_id
 from spool.job import Job, JobFile, decode, encode, encode_measured, is_ready, now_text, yaml_size_floor
 from spool.layout import State, job_name, key_name
 from spool.locks import Lock, acquire, key_lock_name
-from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
-from spool.store import RUNNER_FILE_MAX_BYTES
-from spool.store import create_job, folders_of, has_result, read_job, rewrite_job, stage, state_of, unstage, wake
+from spool.store import (FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, create_job, folders_of, has_result, read_job,
+                         rewrite_job, stage, state_of, unstage, wake)
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
@@ -340,7 +339,7 @@ def _write_invalid_record(sp: Handle, job_id: str, dropped_as: str, error: str, 
     record = JobFile(job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1),
                      submitted_at=now_text(sp.clock), dropped_as=printable(dropped_as), reason="invalid",
                      error=printable(error), original=original)
-    if len(encode(record)) > sp.settings.max_job_bytes + store_slack_bytes:
+    if len(encode(record)) > sp.settings.max_job_bytes + FILE_SLACK_BYTES:
         # YAML escapes a control byte in four: keep the record readable (read_job's limit) by
         # keeping the start of the original, which says what it was.
         cut = original[: sp.settings.max_job_bytes // 8]

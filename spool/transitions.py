@@ -1,13 +1,14 @@
 """The moves of a job's life after submit: claim, heartbeat, complete, fail, expire, release.
 
-Each transition has the same shape (SPEC "How a move is made"):
+Each transition has the same shape (docs/reliability.md, "The recipe every move follows"):
   1. take the job's lock (the coordinator without blocking: it comes back later);
   2. check the state is what the caller believes (folder, fence, no result yet);
   3. commit with one rename that never replaces, or for a result one link(2);
   4. rewrite the file in place with the runner's additions, then ledger, log and wake-ups;
   5. release the lock.
 Each docstring says what a crash before and after the commit point leaves and who finishes it.
-Durable (fsync'd) exactly where SPEC says: the try counted at claim, a result, a move to done or dead.
+Durable (fsync'd) exactly where a promise needs it: the try counted at claim, a result, a move to
+done or dead (the list is in docs/reliability.md).
 The result, durable first, is the commit point of done: a done job whose file is still in leased/
 is finished by whoever sees it (``settle``). done/ is still fsync'd after the move, because the
 next claim's fsync of leased/ would otherwise make the file's removal from leased/ durable while
