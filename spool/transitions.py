@@ -213,7 +213,6 @@ def complete(sp: Handle, lease: Lease, result_json: bytes) -> None:
     wake(sp, State.DONE)
 
 
-
 # -- fail -------------------------------------------------------------------------------------
 
 
@@ -245,7 +244,6 @@ def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False) -> State
         # record and miss the backoff's timer until its next reconcile (seconds late).
         wake(sp)
     return state
-
 
 
 # -- expire -----------------------------------------------------------------------------------
@@ -321,7 +319,6 @@ def release(sp: Handle, lease: Lease) -> None:
         sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
     log.info("release %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
     wake(sp)
-
 
 
 # -- cancel of a leased job (by its worker) ---------------------------------------------------
