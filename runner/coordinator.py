@@ -71,7 +71,7 @@ class Coordinator:
     # -- life --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from spool.runner.wake import Waker
+        from spool.runner.wake import Waker  # start-up: watchdog is imported only by a running coordinator
 
         lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -248,11 +248,11 @@ class Coordinator:
         except (FileNotFoundError, InvalidJob):
             resync_locked(self.sp, job_id)
             return None
-        lease = job_file.lease or {}
-        if lease.get("attempt") != job_file.attempt:
+        lease = job_file.lease
+        if lease is None or lease.attempt != job_file.attempt:
             resync_locked(self.sp, job_id)  # a claim that died before recording its lease
             return None
-        watch = LeaseWatch(job_file.attempt, lease.get("worker"), None, now)
+        watch = LeaseWatch(job_file.attempt, lease.worker, None, now)
         watch.counter = _read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
         self.leases[job_id] = watch
         return watch

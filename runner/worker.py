@@ -27,6 +27,7 @@ from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, Usag
 from spool.job import JobFile
 from spool.layout import State, log_name, worker_lock_name
 from spool.locks import Lock, acquire_within
+from spool.records import LeaseStatus
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.wake import Waker
 from spool.spool import Spool
@@ -237,7 +238,7 @@ class Worker:
                 interval = self._heartbeat_seconds()  # a coordinator restarted with a shorter term
                 next_beat = time.monotonic() + interval
                 status = lease_status(self.sp, lease)
-                if status != "held":
+                if status is not LeaseStatus.HELD:
                     self.child.kill()
                     attempt_log.close()
                     self._give_up(lease, status)
@@ -273,7 +274,7 @@ class Worker:
             keep_alive += 1
             heartbeat(self.sp, lease, keep_alive)
             status = lease_status(self.sp, lease)
-            if status != "held":
+            if status is not LeaseStatus.HELD:
                 log.warning("attempt %d of %s dropped while the disk was full: the lease was lost (%s)",
                             lease.attempt, lease.job_id, status)
                 return
@@ -288,8 +289,8 @@ class Worker:
         except LeaseLost as err:
             log.warning("release of %s skipped: %s", lease.job_id, err)
 
-    def _give_up(self, lease: Lease, status: str) -> None:
-        if status == "cancel":
+    def _give_up(self, lease: Lease, status: LeaseStatus) -> None:
+        if status is LeaseStatus.CANCEL:
             try:
                 cancel_leased(self.sp, lease)
             except LeaseLost as err:

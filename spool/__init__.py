@@ -21,7 +21,7 @@ def __getattr__(name: str) -> object:
     # ``Spool`` pulls in the ledger and YAML; an attempt child importing ``spool`` for ``@task``
     # needs neither, so it is loaded on first use (child start-up is on the retry path).
     if name == "Spool":
-        from spool.spool import Spool
+        from spool.spool import Spool  # start-up: the attempt child never needs the facade
 
         return Spool
     raise AttributeError(f"module 'spool' has no attribute {name!r}")

@@ -6,49 +6,35 @@ Each blocks on the job's lock (a person can wait a moment; the coordinator never
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from spool import crash
-from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError, TryLater
+from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
 from spool.job import now_text, parse_time
 from spool.layout import (State, cancel_name, is_log_of, job_lock_name, job_name, key_name, log_name, purge_marker_name,
                           result_name)
-from spool.locks import acquire_within
-from spool.store import folders_of, has_result, move_job, read_job, rewrite_job, state_of, wake, write_dot_file
-from spool.transitions import bury
+from spool.moves import bury
+from spool.recovery import resync
+from spool.store import (folders_of, has_result, job_lock, move_job, read_job, rewrite_job, state_of, wake,
+                         write_dot_file)
+from spool.submission import remove_key
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.admin")
 
 
-def _lock(sp: Spool, job_id: str, timeout_seconds: float | None = None,  # type: ignore[no-untyped-def]
-          on_wait: Callable[[str], None] | None = None):
-    """The job's lock, waiting at most ``timeout_seconds`` (None: for ever). After about a second
-    ``on_wait`` hears what we wait for; on timeout, TryLater and nothing changed."""
-    what = f"waiting for job {job_id}'s lock, held by another process (a stopped worker?)"
-    lock = acquire_within(sp.layout.fd("locks"), job_lock_name(job_id), timeout_seconds,
-                          on_wait=(lambda: on_wait(what)) if on_wait else None)
-    if lock is None:
-        raise TryLater(f"job {job_id}'s lock is still held by another process after {timeout_seconds:g}s "
-                       "(a stopped worker?); nothing changed; try later")
-    return lock
-
-
-def _settled_state(sp: Spool, job_id: str) -> State | None:
+def _settled_state(sp: Handle, job_id: str) -> State | None:
     """The job's state once a move a crash left half made is settled (caller holds the lock)."""
     if folders_of(sp, job_id):  # two copies, or a hand move back to pending/ to finish first
-        from spool.recovery import resync
-
         resync(sp, job_id)
     return state_of(sp, job_id)
 
 
-def cancel(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
+def cancel(sp: Handle, job_id: str, *, timeout_seconds: float | None = None,
            on_wait: Callable[[str], None] | None = None) -> str:
     """PENDING/WAITING -> DEAD (cancelled) before returning; for LEASED, a request the worker
     acts on at its next heartbeat (it kills the attempt and buries the job).
@@ -58,26 +44,26 @@ def cancel(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
     Returns "cancelled" or "requested". Raises AlreadyTerminal for done or dead jobs, and
     TryLater when the job's lock stays held past ``timeout_seconds`` (``on_wait`` hears why).
     """
-    with _lock(sp, job_id, timeout_seconds, on_wait):
+    with job_lock(sp, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait):
         state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
         if state.terminal:
             raise AlreadyTerminal(f"{job_id}: already {state.value}; nothing changed")
         if state is State.LEASED:
-            write_dot_file(sp, State.LEASED, cancel_name(job_id), now_text().encode())
+            write_dot_file(sp, State.LEASED, cancel_name(job_id), now_text(sp.clock).encode())
             log.info("cancel %s requested (leased)", job_id)
             return "requested"
         job_file = read_job(sp, state, job_id)
         dead = bury(sp, job_file, state, reason="cancelled", error="cancelled by request", outcome="cancelled",
-                    ended=now_text())
+                    ended=now_text(sp.clock))
         sp.ledger.record(dead, State.DEAD, ready=False, event="cancel")
     wake(sp, State.DEAD)
     log.info("cancel %s", job_id)
     return "cancelled"
 
 
-def requeue(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
+def requeue(sp: Handle, job_id: str, *, timeout_seconds: float | None = None,
             on_wait: Callable[[str], None] | None = None) -> State:
     """DEAD -> PENDING (or WAITING while dependencies are not all done) with a fresh set of tries;
     children skipped because of it are re-armed (back to waiting) too.
@@ -85,7 +71,7 @@ def requeue(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
     Commit point: the rename out of dead/, fsync'd so an acknowledged requeue stays requeued.
     Crash after it: the file still carries its old reason, which the claim replaces.
     """
-    with _lock(sp, job_id, timeout_seconds, on_wait):
+    with job_lock(sp, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait):
         state = _settled_state(sp, job_id)
         if state is None:
             raise NotFound(f"no job {job_id}")
@@ -112,7 +98,7 @@ def requeue(sp: Spool, job_id: str, *, timeout_seconds: float | None = None,
     return target
 
 
-def _rearm_skipped(sp: Spool, job_id: str, because: str) -> None:
+def _rearm_skipped(sp: Handle, job_id: str, because: str) -> None:
     try:
         job_file = read_job(sp, State.DEAD, job_id)
     except (FileNotFoundError, InvalidJob):
@@ -121,7 +107,7 @@ def _rearm_skipped(sp: Spool, job_id: str, because: str) -> None:
         requeue(sp, job_id)
 
 
-def requeue_all_dead(sp: Spool, task: str | None = None) -> list[str]:
+def requeue_all_dead(sp: Handle, task: str | None = None) -> list[str]:
     requeued = []
     for job_id in sp.ledger.ids(state="dead"):
         try:
@@ -140,7 +126,7 @@ def requeue_all_dead(sp: Spool, task: str | None = None) -> list[str]:
     return requeued
 
 
-def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD), *,
+def purge(sp: Handle, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD), *,
           on_wait: Callable[[str], None] | None = None) -> list[str]:
     """DONE/DEAD -> (gone): jobs that ended more than ``older_than_seconds`` ago, with their
     results, logs and keys.
@@ -149,7 +135,7 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
     after it: a result, logs or a key reservation without a job; fsck --repair removes them, and
     a key without a job is taken over by the next submit of that key.
     """
-    cutoff = time.time() - older_than_seconds
+    cutoff = sp.clock.wall() - older_than_seconds
     purged = []
     for state in states:
         if not state.terminal:
@@ -160,7 +146,7 @@ def purge(sp: Spool, older_than_seconds: float, states: Collection[State] = (Sta
     return purged
 
 
-def finish_purge(sp: Spool, job_id: str) -> None:
+def finish_purge(sp: Handle, job_id: str) -> None:
     """Remove what an interrupted purge left: the result and the logs (repeatable)."""
     fs.unlink(sp.layout.fd("results"), result_name(job_id), missing_ok=True)
     logs_fd = sp.layout.fd("logs")
@@ -169,7 +155,7 @@ def finish_purge(sp: Spool, job_id: str) -> None:
             fs.unlink(logs_fd, name, missing_ok=True)
 
 
-def _forget(sp: Spool, job_id: str) -> None:
+def _forget(sp: Handle, job_id: str) -> None:
     """Drop a purged job's row before its key is free again, so the index never holds a row the
     files don't (a failing ledger is left to the coordinator's reconcile: the purge happened)."""
     try:
@@ -178,16 +164,16 @@ def _forget(sp: Spool, job_id: str) -> None:
         log.warning("purge %s: the ledger did not forget it (%s); the coordinator's reconcile will", job_id, err)
 
 
-def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float,
+def _purge_one(sp: Handle, job_id: str, state: State, cutoff: float,
                on_wait: Callable[[str], None] | None = None) -> bool:
-    with _lock(sp, job_id, None, on_wait):
+    with job_lock(sp, job_id, on_wait=on_wait):
         if folders_of(sp, job_id) != [state]:
             return False
         try:
             job_file = read_job(sp, state, job_id)
         except (FileNotFoundError, InvalidJob):
             return False
-        ended = [record.get("ended") for record in job_file.attempts if record.get("ended")]
+        ended = [record.ended for record in job_file.attempts if record.ended]
         last = ended[-1] if ended else job_file.submitted_at
         try:
             if parse_time(last, "ended").timestamp() > cutoff:
@@ -205,8 +191,6 @@ def _purge_one(sp: Spool, job_id: str, state: State, cutoff: float,
         fs.unlink(sp.layout.fd("tmp"), buried, missing_ok=True)
         _forget(sp, job_id)
     if job_file.job.has_own_key:
-        from spool.submission import remove_key
-
         remove_key(sp, job_file.job.key, job_id)
     fs.unlink(sp.layout.fd("locks"), job_lock_name(job_id), missing_ok=True)
     log.info("purge %s (%s, key %s)", job_id, state.value, key_name(job_file.job.key)[:12])

@@ -12,23 +12,18 @@ from typing import TYPE_CHECKING
 from spool import crash
 from spool.errors import InvalidJob
 from spool.job import now_text
-from spool.layout import State, job_lock_name
-from spool.locks import acquire
+from spool.layout import State
+from spool.moves import bury
 from spool.recovery import moved_back_by_hand, resync
-from spool.store import has_result, move_job, only_in, read_job, rewrite_job, state_of, wake
-from spool.transitions import bury
+from spool.store import has_result, job_lock, move_job, only_in, read_job, rewrite_job, state_of, wake
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.chains")
 
 
-def _try_lock(sp: Spool, job_id: str):  # type: ignore[no-untyped-def]
-    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=False)
-
-
-def advance_waiting(sp: Spool, job_id: str) -> State | None:
+def advance_waiting(sp: Handle, job_id: str) -> State | None:
     """WAITING -> PENDING (promote) when every dependency is done, or -> DEAD (skip) when one is
     dead or gone. Returns the new state, or None when it stays waiting (or the lock is busy).
 
@@ -36,7 +31,7 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
     crash after it leaves nothing to finish. Skip is ``bury``: durable, and a crash after its
     rename leaves a dead file without a reason, which ``settle`` completes.
     """
-    lock = _try_lock(sp, job_id)
+    lock = job_lock(sp, job_id, blocking=False)
     if lock is None:
         return None
     with lock:
@@ -63,7 +58,7 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
         else:
             why = f"dependency {blocker} ended without a result"
             state, final = State.DEAD, bury(sp, job_file, State.WAITING, reason="skipped", error=why,
-                                            outcome="skipped", ended=now_text(), skipped_because=blocker)
+                                            outcome="skipped", ended=now_text(sp.clock), skipped_because=blocker)
         ready = state is State.PENDING and final.job.not_before is None
         sp.ledger.record(final, state, ready=ready, event="promote" if state is State.PENDING else "skip",
                          detail=blocker)
@@ -73,13 +68,13 @@ def advance_waiting(sp: Spool, job_id: str) -> State | None:
     return state
 
 
-def make_ready(sp: Spool, job_id: str) -> bool:
+def make_ready(sp: Handle, job_id: str) -> bool:
     """A delayed or backed-off job in pending/ becomes claimable (not a move: same folder).
 
     The coordinator calls it when the delay ran out on its own clock. The file loses its
     ``backoff_seconds`` (no fsync: lost in a power cut, the backoff is simply waited again).
     """
-    lock = _try_lock(sp, job_id)
+    lock = job_lock(sp, job_id, blocking=False)
     if lock is None:
         return False
     with lock:

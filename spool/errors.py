@@ -57,7 +57,8 @@ class DiskFull(TryLater):
 
 
 class DurabilityError(SpoolError):
-    """An fsync failed. The kernel may have dropped the data, so this is final (RELIABILITY.md)."""
+    """An fsync failed. The kernel may have dropped the data (a retried fsync can report success
+    for pages it already threw away), so this is final: never retried into a success."""
 
 
 class LedgerError(SpoolError):

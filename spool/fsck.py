@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.job import JobFile
+from spool.admin import finish_purge
+from spool.job import JobFile, is_ready
 from spool.layout import (WAKE_NAME, State, cancel_name, coordinator_lock_name, heartbeat_name, is_dot_name,
-                          job_lock_name, job_name, key_lock_name, key_name, parse_drop_note_name,
-                          parse_purge_marker, result_id_of, result_name, tmp_writer_pid, worker_of_lock_name)
+                          job_lock_name, job_name, key_lock_name, key_name, parse_drop_note_name, parse_purge_marker,
+                          result_id_of, result_name, tmp_writer_pid, worker_of_lock_name)
 from spool.locks import acquire, is_held
-from spool.recovery import copies_of, is_ready, list_folders, moved_back_by_hand, resync
+from spool.recovery import copies_of, list_folders, moved_back_by_hand, resync
+from spool.stats import ledger_trouble
+from spool.store import job_lock, read_job
 from spool.submission import reservation, reserve_key
-from spool.store import read_job
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Report:
         return not self.violations
 
 
-def fsck(sp: Spool, *, repair: bool = False) -> Report:
+def fsck(sp: Handle, *, repair: bool = False) -> Report:
     """Check the spool; with ``repair``, fix first, then check again and report what remains."""
     if repair:
         repaired = _repair(sp)
@@ -57,17 +58,17 @@ def fsck(sp: Spool, *, repair: bool = False) -> Report:
     return _check(sp)
 
 
-def _busy(sp: Spool, job_id: str) -> bool:
+def _busy(sp: Handle, job_id: str) -> bool:
     return bool(is_held(sp.layout.fd("locks"), job_lock_name(job_id)))
 
 
-def _processes_alive(sp: Spool) -> bool:
+def _processes_alive(sp: Handle) -> bool:
     locks_fd = sp.layout.fd("locks")
     names = [n for n in fs.list_dir(locks_fd) if worker_of_lock_name(n) is not None or n == coordinator_lock_name()]
     return any(is_held(locks_fd, name) for name in names)
 
 
-def _check(sp: Spool) -> Report:
+def _check(sp: Handle) -> Report:
     report = Report()
     listing = list_folders(sp)
     report.jobs = len(listing.jobs)
@@ -85,7 +86,7 @@ def _check(sp: Spool) -> Report:
     return report
 
 
-def _check_job(sp: Spool, job_id: str, folders: list[State], report: Report,
+def _check_job(sp: Handle, job_id: str, folders: list[State], report: Report,
                files: dict[str, tuple[State, JobFile]]) -> None:
     copies = copies_of(sp, job_id, folders)
     for state in copies.drops + copies.planted:
@@ -130,14 +131,13 @@ def _check_job(sp: Spool, job_id: str, folders: list[State], report: Report,
         report.violations.append(f"{where}: tries {job_file.tries} over max_tries {job_file.job.max_tries}")
     if job_file.tries > job_file.attempt:
         report.violations.append(f"{where}: tries {job_file.tries} over attempt {job_file.attempt}")
-    lease = job_file.lease or {}
-    if state is State.LEASED and lease.get("attempt") != job_file.attempt:
+    if state is State.LEASED and (job_file.lease is None or job_file.lease.attempt != job_file.attempt):
         _flag(sp, report, job_id, f"{where}: leased without a lease for attempt {job_file.attempt}")
     if state is State.DEAD and job_file.reason is None:
         _flag(sp, report, job_id, f"{where}: dead without a reason")
 
 
-def _damaged_job_file(sp: Spool, state: State, job_id: str) -> str | None:
+def _damaged_job_file(sp: Handle, state: State, job_id: str) -> str | None:
     """Why ``<state>/<id>.yaml`` reads as a damaged job file, or None when it is a user's spec (a
     mapping without an ``id``) or a whole job file."""
     limit = sp.settings.max_job_bytes
@@ -155,7 +155,7 @@ def _damaged_job_file(sp: Spool, state: State, job_id: str) -> str | None:
     return None if isinstance(text, dict) and "id" not in text else why
 
 
-def _flag(sp: Spool, report: Report, job_id: str, message: str) -> None:
+def _flag(sp: Handle, report: Report, job_id: str, message: str) -> None:
     """A violation, unless the job's lock is held right now: then it is a move in flight."""
     if _busy(sp, job_id):
         report.in_progress.append(message + " (its lock is held: in progress)")
@@ -163,7 +163,7 @@ def _flag(sp: Spool, report: Report, job_id: str, message: str) -> None:
         report.violations.append(message)
 
 
-def _check_results(sp: Spool, jobs: dict[str, list[State]], report: Report) -> None:
+def _check_results(sp: Handle, jobs: dict[str, list[State]], report: Report) -> None:
     results_fd = sp.layout.fd("results")
     for name in fs.list_dir(results_fd):
         job_id = result_id_of(name)
@@ -180,7 +180,7 @@ def _check_results(sp: Spool, jobs: dict[str, list[State]], report: Report) -> N
             report.violations.append(f"results/{name}: not a whole JSON result ({err})")
 
 
-def _check_keys(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
+def _check_keys(sp: Handle, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
     keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
     owners: dict[str, str] = {}
     for job_id, (_state, job_file) in files.items():
@@ -200,7 +200,7 @@ def _check_keys(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Repo
                 report.violations.append(f"keys/{name}: a reservation without its job (a submit died?)")
 
 
-def _check_tmp(sp: Spool, report: Report) -> None:
+def _check_tmp(sp: Handle, report: Report) -> None:
     # A staging file whose writer is gone breaks no promise: nothing reads tmp/ as a job, and the
     # coordinator sweeps it (when a worker's lock frees, every few seconds, and when it stops).
     # An interrupted purge's marker is garbage too: the sweep (or --repair) finishes that purge.
@@ -213,7 +213,7 @@ def _check_tmp(sp: Spool, report: Report) -> None:
             report.garbage.append(f"tmp/{name}: left over by a process that is gone")
 
 
-def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
+def _check_ledger(sp: Handle, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
     try:
         known = sp.ledger.states()
     except LedgerError as err:
@@ -221,8 +221,6 @@ def _check_ledger(sp: Spool, files: dict[str, tuple[State, JobFile]], report: Re
         if isinstance(err, LedgerUnusable) and not _processes_alive(sp):
             report.violations.append(f"{err}")
         else:
-            from spool.stats import ledger_trouble
-
             report.in_progress.append(ledger_trouble(sp, err, then="the files were checked without it"))
         return
     lagging = [job_id for job_id, (state, _f) in files.items() if known.get(job_id) != state.value]
@@ -250,11 +248,9 @@ def writer_alive(tmp_name: str) -> bool:
     return True
 
 
-def sweep_tmp(sp: Spool) -> list[str]:
+def sweep_tmp(sp: Handle) -> list[str]:
     """Remove tmp/ files whose writer is gone (never one still being written), finishing an
     interrupted purge first: its job file is here, its result and logs may still be in place."""
-    from spool.admin import finish_purge
-
     tmp_fd = sp.layout.fd("tmp")
     swept = [name for name in fs.list_dir(tmp_fd) if not writer_alive(name)]
     for name in swept:
@@ -265,11 +261,11 @@ def sweep_tmp(sp: Spool) -> list[str]:
     return swept
 
 
-def _repair(sp: Spool) -> list[str]:
+def _repair(sp: Handle) -> list[str]:
     repaired: list[str] = _usable_ledger(sp)
     listing = list_folders(sp)
     for job_id in sorted(listing.jobs):
-        lock = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=False)
+        lock = job_lock(sp, job_id, blocking=False)
         if lock is None:
             continue
         with lock:
@@ -283,7 +279,7 @@ def _repair(sp: Spool) -> list[str]:
             job_file = read_job(sp, folders[0], job_id)
         except (InvalidJob, FileNotFoundError):
             continue
-        entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, time.time())))
+        entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, sp.clock.wall())))
     repaired += _repair_keys_and_results(sp, {e[0].id: e[0] for e in entries}, listing.jobs)
     _clear_stray_lease_files(sp, {e[0].id: e[0] for e in entries if e[1] is State.LEASED})
     _clear_stray_drop_notes(sp)
@@ -292,7 +288,7 @@ def _repair(sp: Spool) -> list[str]:
     return repaired
 
 
-def _usable_ledger(sp: Spool) -> list[str]:
+def _usable_ledger(sp: Handle) -> list[str]:
     """A ledger that is not a database (or fails SQLite's quick_check) is moved aside, with its
     -wal and -shm, for a fresh one that the repair then fills from the files."""
     try:
@@ -303,7 +299,7 @@ def _usable_ledger(sp: Spool) -> list[str]:
         return [f"ledger: unreadable ({err}); moved aside to {aside}" if aside else f"ledger: unreadable ({err})"]
 
 
-def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[str, list[State]]) -> list[str]:
+def _repair_keys_and_results(sp: Handle, files: dict[str, JobFile], jobs: dict[str, list[State]]) -> list[str]:
     repaired = []
     keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
     wanted = {key_name(f.job.key): f for f in files.values() if f.job.has_own_key}
@@ -317,7 +313,7 @@ def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[st
     for name, job_file in wanted.items():
         if reservation(sp, name) != job_file.id:
             lock = acquire(locks_fd, key_lock_name(name), blocking=True)
-            with lock:  # type: ignore[union-attr]
+            with lock:
                 reserve_key(sp, job_file.job.key, job_file.id)
             repaired.append(f"keys/{name}: reserved again for {job_file.id}")
     # A result without a job is kept: an interrupted purge was finished by the tmp sweep above,
@@ -325,7 +321,7 @@ def _repair_keys_and_results(sp: Spool, files: dict[str, JobFile], jobs: dict[st
     return repaired
 
 
-def _clear_stray_drop_notes(sp: Spool) -> None:
+def _clear_stray_drop_notes(sp: Handle) -> None:
     """``.<id>.drop`` notes outlive their ingest only when it died before its rename."""
     for state in (State.PENDING, State.WAITING):
         folder_fd = sp.layout.fd(state)
@@ -336,7 +332,7 @@ def _clear_stray_drop_notes(sp: Spool) -> None:
                 fs.unlink(folder_fd, name, missing_ok=True)
 
 
-def _clear_stray_lease_files(sp: Spool, leased: dict[str, JobFile]) -> None:
+def _clear_stray_lease_files(sp: Handle, leased: dict[str, JobFile]) -> None:
     leased_fd = sp.layout.fd(State.LEASED)
     keep = {WAKE_NAME} | {cancel_name(job_id) for job_id in leased}
     keep |= {heartbeat_name(job_id, job_file.attempt) for job_id, job_file in leased.items()}

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
+from typing import TypeGuard
+
+from spool.clock import SYSTEM, Clock
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -20,7 +22,7 @@ _lock = threading.Lock()
 _last = (0, 0)
 
 
-def is_valid_id(text: object) -> bool:
+def is_valid_id(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and ID_PATTERN.fullmatch(text) is not None
 
 
@@ -30,11 +32,12 @@ def is_generated_id(text: object) -> bool:
     return isinstance(text, str) and _GENERATED.fullmatch(text) is not None
 
 
-def new_id() -> str:
-    """A fresh ULID, strictly greater than the previous one made by this process."""
+def new_id(clock: Clock = SYSTEM) -> str:
+    """A fresh ULID, strictly greater than the previous one made by this process; its time part
+    is ``clock``'s wall time."""
     global _last
     with _lock:
-        millis = time.time_ns() // 1_000_000
+        millis = int(clock.wall() * 1000)
         last_millis, last_random = _last
         if millis <= last_millis:
             millis, randomness = last_millis, last_random + 1

@@ -1,7 +1,8 @@
 """What a job is: the user's spec (``Job``), the runner's additions (``JobFile``), and their YAML.
 
 ``Job`` is the immutable part a user writes. ``JobFile`` is the whole file: the spec plus what
-the runner adds (attempt, tries, attempts, lease, reason, error...). A job's *state* is never
+the runner adds (attempt, tries, attempts, lease, reason, error...); the lease and the attempt
+records are typed (``spool.records``). A job's *state* is never
 in the file: it is the folder the file is in. ``decode`` wraps every parse or schema failure
 in one ``InvalidJob`` that names the field, the value and what was expected.
 """
@@ -10,14 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from typing import Any
 
+from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob
 from spool.ids import is_valid_id
+from spool.records import ATTEMPT_FIELDS, Attempt, Lease
 from spool.registry import is_valid_task_name
 from spool.yamlsafe import dump_yaml, load_yaml
 
@@ -57,7 +59,7 @@ class Job:
 
     @classmethod
     def from_spec(
-        cls, spec: Mapping[str, Any], *, job_id: str, default_max_tries: int, default_timeout: float, where: str
+        cls, spec: object, *, job_id: str, default_max_tries: int, default_timeout: float, where: str
     ) -> Job:
         """Validate a user's spec (CLI, API, dropped file) into a Job with a fresh id."""
         if not isinstance(spec, Mapping):
@@ -141,13 +143,13 @@ class JobFile:
     dropped_as: str | None = None
     attempt: int = 0  # the fence: 1, 2, 3... over the job's whole life, never reset
     tries: int = 0  # pickups since submit or the last requeue
-    lease: Mapping[str, Any] | None = None  # {worker, attempt, claimed_at} while leased
+    lease: Lease | None = None  # while leased; the file holds {worker, attempt, claimed_at}
     backoff_seconds: float | None = None  # a retry waiting out its backoff (coordinator's clock)
     reason: str | None = None
     error: str | None = None
     skipped_because: str | None = None
     original: str | None = None  # an invalid drop's content, as text
-    attempts: tuple[Mapping[str, Any], ...] = field(default=())
+    attempts: tuple[Attempt, ...] = field(default=())
     attempts_dropped: int = 0  # older attempt records not kept (MAX_ATTEMPT_RECORDS)
 
     @property
@@ -157,11 +159,11 @@ class JobFile:
     def replace(self, **changes: Any) -> JobFile:
         return dataclasses.replace(self, **changes)
 
-    def end_attempt(self, *, outcome: str, ended: str, error: str | None = None) -> tuple[Mapping[str, Any], ...]:
+    def end_attempt(self, *, outcome: str, ended: str, error: str | None = None) -> tuple[Attempt, ...]:
         """The attempts list with the current attempt's record closed."""
         records = list(self.attempts)
-        if records and records[-1].get("attempt") == self.attempt and records[-1].get("ended") is None:
-            records[-1] = {**records[-1], "ended": ended, "outcome": outcome, "error": error}
+        if records and records[-1].attempt == self.attempt and records[-1].is_open:
+            records[-1] = records[-1].closed(outcome=outcome, ended=ended, error=error)
         return tuple(records)
 
     def to_mapping(self) -> dict[str, Any]:
@@ -184,7 +186,7 @@ class JobFile:
             out["dropped_as"] = self.dropped_as
         out["attempt"] = self.attempt
         out["tries"] = self.tries
-        out["lease"] = dict(self.lease) if self.lease else None
+        out["lease"] = self.lease.to_mapping() if self.lease else None
         for name in ("backoff_seconds", "reason", "error", "skipped_because", "original"):
             value = getattr(self, name)
             if value is not None:
@@ -196,11 +198,11 @@ class JobFile:
         return head, spec, out
 
 
-def bounded_attempts(records: tuple[Mapping[str, Any], ...]) -> tuple[int, list[dict[str, Any]]]:
+def bounded_attempts(records: tuple[Attempt, ...]) -> tuple[int, list[dict[str, Any]]]:
     """(how many are dropped, the records to write): the last MAX_ATTEMPT_RECORDS, only the newest
     with its whole error (a 4 KiB tail), each older one with its error's last line."""
     kept = records[-MAX_ATTEMPT_RECORDS:]
-    out = [dict(record) for record in kept]
+    out = [record.to_mapping() for record in kept]
     for record in out[:-1]:
         if isinstance(record.get("error"), str):
             record["error"] = short_error(record["error"])
@@ -260,8 +262,9 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
                                   and isinstance(lease.get("worker"), str)):
         raise InvalidJob(f"{source}: field 'lease': expected {{worker, attempt, claimed_at}} or null")
     attempts = fields.get("attempts") or []
-    if not isinstance(attempts, list) or not all(isinstance(r, Mapping) for r in attempts):
-        raise InvalidJob(f"{source}: field 'attempts': expected a list of records")
+    if not isinstance(attempts, list) or not all(isinstance(r, Mapping) and r.keys() == set(ATTEMPT_FIELDS)
+                                                 for r in attempts):
+        raise InvalidJob(f"{source}: field 'attempts': expected a list of records {{{', '.join(ATTEMPT_FIELDS)}}}")
     attempts_dropped = fields.get("attempts_dropped", 0)
     if not _is_int(attempts_dropped) or attempts_dropped < 0:
         raise InvalidJob(f"{source}: field 'attempts_dropped': expected a count, got {_show(attempts_dropped)}")
@@ -275,9 +278,11 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
         if fields.get(name) is not None and not isinstance(fields[name], str):
             raise InvalidJob(f"{source}: field {name!r}: expected text, got {_show(fields[name])}")
     return JobFile(job=job, submitted_at=submitted_at, dropped_as=fields.get("dropped_as"), attempt=attempt,
-                   tries=tries, lease=lease, backoff_seconds=backoff, reason=reason, error=fields.get("error"),
+                   tries=tries, lease=None if lease is None else Lease.from_mapping(job_id, lease),
+                   backoff_seconds=backoff, reason=reason, error=fields.get("error"),
                    skipped_because=fields.get("skipped_because"), original=fields.get("original"),
-                   attempts=tuple(attempts), attempts_dropped=attempts_dropped)
+                   attempts=tuple(Attempt.from_mapping(record) for record in attempts),
+                   attempts_dropped=attempts_dropped)
 
 
 def yaml_size_floor(value: Any) -> int:
@@ -310,8 +315,18 @@ def format_time(moment: float | datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def now_text() -> str:
-    return format_time(time.time())
+def now_text(clock: Clock = SYSTEM) -> str:
+    """The clock's wall time as a job file writes it (``format_time``). spool/ passes its own."""
+    return format_time(clock.wall())
+
+
+def is_ready(job_file: JobFile, now_wall: float) -> bool:
+    """Ready to claim: no backoff to wait out and no ``not_before`` in the future."""
+    if job_file.backoff_seconds is not None:
+        return False
+    if job_file.job.not_before is not None:
+        return parse_time(job_file.job.not_before, "not_before").timestamp() <= now_wall
+    return True
 
 
 def parse_time(value: object, where: str) -> datetime:

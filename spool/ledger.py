@@ -5,8 +5,8 @@ It answers what folders can't answer cheaply: which ready job to claim next at 1
 waiting jobs depend on a job, counts per state, and each job's history. Everything in it can be
 derived from the files; ``spool fsck --repair`` rebuilds it from them, and the coordinator
 reconciles it against folder listings at start and on every pass. It runs in WAL mode with
-``synchronous=NORMAL``: its commits are not fsync'd (SPEC: ledger commits need not survive a
-power cut, because the files do).
+``synchronous=NORMAL``: its commits are not fsync'd (a ledger commit need not survive a power
+cut, because the files do; docs/reliability.md lists what is fsync'd).
 
 Tables (schema version 2, in ``PRAGMA user_version``):
     jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
@@ -33,12 +33,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from spool import ledger_file as lf
+from spool.clock import SYSTEM, Clock
 from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.layout import LEDGER_NAME, Layout, State
@@ -78,10 +78,11 @@ class Ledger:
     that can't map the WAL index, ``immutable=1``), never created, never migrated.
     """
 
-    def __init__(self, layout: Layout, *, read_only: bool = False) -> None:
+    def __init__(self, layout: Layout, *, read_only: bool = False, clock: Clock = SYSTEM) -> None:
         self.path = layout.ledger_path
         self._layout = layout
         self._read_only = read_only
+        self._clock = clock  # what the rows' times (updated, history.at) are read from
         self._mutex = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
@@ -187,7 +188,7 @@ class Ledger:
     def record(self, job_file: JobFile, state: State, *, ready: bool, event: str, worker: str | None = None,
                detail: str | None = None, now: float | None = None) -> None:
         """Make the job's row match its file after a transition, and log the event."""
-        now = time.time() if now is None else now
+        now = self._clock.wall() if now is None else now
         with self._write() as db:
             _upsert(db, job_file, state, ready, now)
             db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
@@ -219,12 +220,6 @@ class Ledger:
         with self._write() as db:
             db.execute("UPDATE jobs SET state = 'pending', ready = 1 WHERE id = ? AND state = 'leased'", (job_id,))
 
-    def set_state(self, job_id: str, state: State, *, ready: bool = False) -> None:
-        with self._write() as db:
-            seq = _next_ready_seq(db) if ready else None
-            db.execute("UPDATE jobs SET state = ?, ready = ?, ready_seq = COALESCE(?, ready_seq) WHERE id = ?",
-                       (state.value, int(ready), seq, job_id))
-
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._write() as db:
             for job_id in job_ids:
@@ -240,11 +235,11 @@ class Ledger:
                 db.execute(f"DELETE FROM {table}")
             db.execute("DELETE FROM meta WHERE name = 'ready_seq'")
             for job_file, state, ready in sorted(entries, key=lambda entry: entry[0].id):
-                _upsert(db, job_file, state, ready, time.time())
+                _upsert(db, job_file, state, ready, self._clock.wall())
                 for record in job_file.attempts:
                     db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
-                               (job_file.id, time.time(), f"attempt:{record.get('outcome') or 'running'}",
-                                record.get("attempt"), record.get("worker"), None))
+                               (job_file.id, self._clock.wall(), f"attempt:{record.outcome or 'running'}",
+                                record.attempt, record.worker, None))
                 count += 1
         return count
 
@@ -294,7 +289,7 @@ class Ledger:
         return dict(self._read("SELECT task, count(*) FROM jobs WHERE state = 'pending' AND ready = 1 GROUP BY task"))
 
     def ids(self, state: str | None = None, reason: str | None = None, limit: int | None = None) -> list[str]:
-        sql, params = "SELECT id FROM jobs WHERE 1=1", []
+        sql, params = "SELECT id FROM jobs WHERE 1=1", list[str]()
         if state:
             sql, params = sql + " AND state = ?", params + [state]
         if reason:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,14 +30,15 @@ from spool import crash
 from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
-from spool.job import JobFile, now_text
-from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_lock_name, job_name
-from spool.locks import acquire
-from spool.store import clear_lease_files, folders_of, has_result, move_job, read_job, rewrite_job
-from spool.transitions import backoff_seconds, bury, finish_done
+from spool.job import JobFile, is_ready, now_text
+from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
+from spool.moves import finish_done, retry_or_bury
+from spool.records import Attempt
+from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
+from spool.submission import finish_ingest, has_ingest_evidence, ingest, quarantine
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.recovery")
 
@@ -52,7 +52,7 @@ class Listing:
     strays: list[tuple[State, str]] = field(default_factory=list)  # non-job names in other folders
 
 
-def list_folders(sp: Spool) -> Listing:
+def list_folders(sp: Handle) -> Listing:
     listing = Listing()
     for state in State:
         for name in fs.list_dir(sp.layout.fd(state)):
@@ -68,16 +68,6 @@ def list_folders(sp: Spool) -> Listing:
     return listing
 
 
-def is_ready(job_file: JobFile, now_wall: float) -> bool:
-    """Ready to claim: no backoff to wait out and no ``not_before`` in the future."""
-    if job_file.backoff_seconds is not None:
-        return False
-    if job_file.job.not_before is not None:
-        from spool.job import parse_time
-
-        return parse_time(job_file.job.not_before, "not_before").timestamp() <= now_wall
-    return True
-
 
 @dataclass
 class Copies:
@@ -90,7 +80,7 @@ class Copies:
     files: dict[State, JobFile | None] = field(default_factory=dict)  # as read; None: not a whole job file
 
 
-def copies_of(sp: Spool, job_id: str, folders: list[State] | None = None) -> Copies:
+def copies_of(sp: Handle, job_id: str, folders: list[State] | None = None) -> Copies:
     """Tell the runner's copies of a job from the files a user made under its name.
 
     The runner leaves one job in two folders in exactly two ways: a move whose source name
@@ -114,8 +104,6 @@ def copies_of(sp: Spool, job_id: str, folders: list[State] | None = None) -> Cop
     A lone file that is not a whole job file is an ingest we interrupted only if its note or key
     reservation says so (``has_ingest_evidence``); in pending/ it is otherwise a drop.
     """
-    from spool.submission import has_ingest_evidence
-
     found: dict[State, tuple[os.stat_result, JobFile | None]] = {}
     for state in folders if folders is not None else folders_of(sp, job_id):
         info = fs.lstat(sp.layout.fd(state), job_name(job_id))
@@ -158,13 +146,11 @@ def copies_of(sp: Spool, job_id: str, folders: list[State] | None = None) -> Cop
 
 def is_terminal_content(job_file: JobFile) -> bool:
     """Content only a finished job has: a reason, or a last attempt that ended done."""
-    return job_file.reason is not None or bool(job_file.attempts) and job_file.attempts[-1].get("outcome") == "done"
+    return job_file.reason is not None or bool(job_file.attempts) and job_file.attempts[-1].outcome == "done"
 
 
-def resync(sp: Spool, job_id: str) -> State | None:
+def resync(sp: Handle, job_id: str) -> State | None:
     """Settle the job's files and make its ledger row match them. Caller holds the job's lock."""
-    from spool.submission import finish_ingest, ingest, quarantine
-
     copies = copies_of(sp, job_id)
     for _pending in copies.drops:
         log.warning("%s: pending/%s is not a copy the runner made: a drop, ingested under a new id",
@@ -188,23 +174,23 @@ def resync(sp: Spool, job_id: str) -> State | None:
         finish_ingest(sp, state, job_id)
         return state
     state, job_file = settle(sp, state, job_file)
-    ready = state is State.PENDING and is_ready(job_file, time.time())
+    ready = state is State.PENDING and is_ready(job_file, sp.clock.wall())
     sp.ledger.record(job_file, state, ready=ready, event="resync")
     return state
 
 
-def settle(sp: Spool, state: State, job_file: JobFile) -> tuple[State, JobFile]:
+def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]:
     """Finish a transition a crash interrupted (see the module doc). Caller holds the lock."""
-    job_id, now = job_file.id, now_text()
+    job_id, now = job_file.id, now_text(sp.clock)
     if has_result(sp, job_id) and state is not State.DONE:
         return State.DONE, finish_done(sp, job_file, source=state)
     if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file):
         return _finish_requeue(sp, state, job_file)
-    lease = job_file.lease or {}
-    if state is State.LEASED and (lease.get("attempt") != job_file.attempt or job_file.attempt == 0 or
-                                  (job_file.attempts and job_file.attempts[-1].get("attempt") != job_file.attempt)):
+    lease_attempt = job_file.lease.attempt if job_file.lease else None
+    if state is State.LEASED and (lease_attempt != job_file.attempt or job_file.attempt == 0 or
+                                  (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)):
         return _count_lost_claim(sp, job_file, now)
-    open_record = bool(job_file.attempts) and job_file.attempts[-1].get("ended") is None
+    open_record = bool(job_file.attempts) and job_file.attempts[-1].is_open
     if state in (State.PENDING, State.WAITING) and (job_file.lease or open_record):
         # Only a release (which spends no try) reaches its rename on a last try: never leave a
         # claimable job with no tries left (a claim would run it past max_tries).
@@ -231,7 +217,7 @@ def moved_back_by_hand(job_file: JobFile) -> bool:
     return job_file.reason is not None
 
 
-def _finish_requeue(sp: Spool, state: State, job_file: JobFile) -> tuple[State, JobFile]:
+def _finish_requeue(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]:
     """Finish a hand move back to pending/ or waiting/ as ``spool requeue`` would: fresh tries,
     no reason; to waiting/ while a dependency is not done. An invalid drop's record can't run:
     it goes back to dead/. Caller holds the lock.
@@ -251,33 +237,30 @@ def _finish_requeue(sp: Spool, state: State, job_file: JobFile) -> tuple[State, 
         move_job(sp, job_file.id, state, target)
         crash.point("requeue-by-hand-after-rename")
     fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None, lease=None,
-                             attempts=job_file.end_attempt(outcome="lost", ended=now_text()))
+                             attempts=job_file.end_attempt(outcome="lost", ended=now_text(sp.clock)))
     rewrite_job(sp, target, fresh, sync=True)
     log.info("%s: moved back to %s/ by hand: requeued with fresh tries -> %s", job_file.id, state.value,
              target.value)
     return target, fresh
 
 
-def _count_lost_claim(sp: Spool, job_file: JobFile, now: str) -> tuple[State, JobFile]:
+def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, JobFile]:
     """A claim renamed the job into leased/ and died before recording its lease: the try is spent."""
     attempt = job_file.attempt + 1
     why = "the worker died while claiming the job"
     counted = job_file.replace(
         attempt=attempt, tries=job_file.tries + 1, lease=None,
         attempts=job_file.end_attempt(outcome="lost", ended=now) + (
-            {"attempt": attempt, "worker": None, "started": now, "ended": now, "outcome": "lost", "error": why},))
-    if counted.tries >= counted.job.max_tries:
-        return State.DEAD, bury(sp, counted, State.LEASED, reason="expired", error=why, outcome="lost", ended=now)
-    move_job(sp, job_file.id, State.LEASED, State.PENDING)
-    retry = counted.replace(error=why, backoff_seconds=backoff_seconds(sp, counted.tries))
-    rewrite_job(sp, State.PENDING, retry, sync=False)
-    clear_lease_files(sp, job_file.id)
-    return State.PENDING, retry
+            Attempt(attempt, None, started=now, ended=now, outcome="lost", error=why),))
+    state, final = retry_or_bury(sp, counted, error=why, outcome="lost", ended=now, reason="expired")
+    if state is State.PENDING:
+        clear_lease_files(sp, job_file.id)
+    return state, final
 
 
-def resync_locked(sp: Spool, job_id: str, *, blocking: bool = False) -> bool:
+def resync_locked(sp: Handle, job_id: str, *, blocking: bool = False) -> bool:
     """``resync`` under the job's lock; False if the lock was busy (try again later)."""
-    lock = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=blocking)
+    lock = job_lock(sp, job_id, blocking=blocking)
     if lock is None:
         return False
     with lock:
@@ -285,7 +268,7 @@ def resync_locked(sp: Spool, job_id: str, *, blocking: bool = False) -> bool:
     return True
 
 
-def reconcile(sp: Spool, listing: Listing | None = None) -> Listing:
+def reconcile(sp: Handle, listing: Listing | None = None) -> Listing:
     """Make the ledger agree with the folders; returns the listing (with the drops to ingest)."""
     listing = listing or list_folders(sp)
     known = sp.ledger.states()

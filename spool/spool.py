@@ -4,26 +4,27 @@
     sp = Spool("./spool")
     job_id = sp.submit("wordcount", {"path": "book.txt"}, key="book-1")   # durable on return
 
-One ``Spool`` holds the layout's directory fds, the settings in force and a ledger connection.
-Every command and process builds one and passes it down; nothing reads the environment later.
+One ``Spool`` holds the layout's directory fds, the settings in force, a ledger connection and
+the clock (a ``spool.handle.Handle``, which is what the layers below take). Every command and
+process builds one and passes it down; nothing reads the environment later.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spool import admin, store
-from spool.errors import InvalidJob, NotFound, SpoolError
+from spool import admin, stats, store
+from spool.clock import SYSTEM, Clock
+from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
+from spool.handle import Handle
 from spool.ids import is_valid_id
 from spool.job import MAX_SECONDS, JobFile, format_time
 from spool.layout import Layout, State, init_spool, is_group_shared, refuse_unsafe_root, result_name
-from spool.ledger import Ledger, set_aside
 from spool.settings import Settings, load_settings
 from spool.submission import Submitted, submit
 
@@ -35,64 +36,26 @@ def resolve_root(root: str | os.PathLike[str] | None, environ: Mapping[str, str]
     return Path(root or environ.get("SPOOL_DIR") or DEFAULT_ROOT)
 
 
-class Spool:
-    """An open spool. Raises NotASpool for a folder without the ``.spool`` marker."""
+class Spool(Handle):
+    """An open spool. Raises NotASpool for a folder without the ``.spool`` marker.
+
+    ``clock``: what every decision reads time from (``spool.clock.FakeClock`` in tests)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
-                 flags: Mapping[str, object | None] | None = None, settings: Settings | None = None) -> None:
+                 flags: Mapping[str, object | None] | None = None, settings: Settings | None = None,
+                 clock: Clock = SYSTEM) -> None:
         environ = os.environ if environ is None else environ
-        self.layout = Layout(resolve_root(root, environ))
-        refuse_unsafe_root(self.layout.root)
-        if is_group_shared(self.layout.root):
+        layout = Layout(resolve_root(root, environ))
+        refuse_unsafe_root(layout.root)
+        if is_group_shared(layout.root):
             fs.file_mode = 0o660
             os.umask(0o007)
-        self.settings = settings or load_settings(self.layout.config_path, environ, flags or {})
-        self._ledger: Ledger | None = None
+        super().__init__(layout, settings or load_settings(layout.config_path, environ, flags or {}), clock=clock)
 
     @classmethod
     def init(cls, root: str | os.PathLike[str], *, group_shared: bool = False, **kwargs: Any) -> Spool:
         init_spool(root, group_shared=group_shared)
         return cls(root, **kwargs)
-
-    @property
-    def root(self) -> Path:
-        return self.layout.root
-
-    @property
-    def ledger(self) -> Ledger:
-        """The index, opened on first use (read-only on a read-only mount). Raises LedgerError
-        (LedgerUnusable for a corrupt file) or DiskFull; commands that need only the files go on
-        without it."""
-        if self._ledger is None:
-            self._ledger = Ledger(self.layout, read_only=self.read_only)
-        return self._ledger
-
-    @property
-    def read_only(self) -> bool:
-        """The spool can't be written (a backup mounted read-only): only looking is possible."""
-        if os.fstatvfs(self.layout.root_fd).f_flag & os.ST_RDONLY:
-            return True
-        proc = f"/proc/self/fd/{self.layout.root_fd}"  # the folder even after a rename of the spool
-        return not os.access(proc if os.path.isdir(proc) else self.layout.root, os.W_OK)
-
-    def set_ledger_aside(self) -> str | None:
-        """Move an unusable ledger aside; the next use opens a fresh one. Returns its new name."""
-        if self._ledger is not None:
-            self._ledger.close()
-            self._ledger = None
-        return set_aside(self.layout, time.time())
-
-    def close(self) -> None:
-        if self._ledger is not None:
-            self._ledger.close()
-            self._ledger = None
-        self.layout.close()
-
-    def __enter__(self) -> Spool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- producing ---------------------------------------------------------------------------
 
@@ -106,7 +69,7 @@ class Spool:
         """
         return self.submit_spec(build_spec(task, args, key=key, priority=priority, max_tries=max_tries,
                                            timeout=timeout, delay_seconds=delay_seconds,
-                                           depends_on=depends_on)).id
+                                           depends_on=depends_on, clock=self.clock)).id
 
     def submit_spec(self, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
         return submit(self, spec, where=where)
@@ -144,25 +107,29 @@ class Spool:
         _check_id(job_id)  # `spool wait ../done/X` must not look outside the state folders
         return store.state_of(self, job_id)
 
-    def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05,
-             *, on_poll: Callable[[Mapping[str, State]], None] | None = None) -> dict[str, State]:
+    def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05, *,
+             on_poll: Callable[[Mapping[str, State]], None] | None = None) -> dict[str, State]:
         """Block until every job is done or dead (or the timeout runs out); returns their states.
-        ``on_poll`` is called with the states after every poll, before the ended/timeout check."""
+
+        ``on_poll`` hears the states after every poll, before the check whether to stop (``spool
+        wait`` prints progress from it). Sleeps and measures on the spool's clock."""
         ids = list(job_ids)
         for job_id in ids:
             _check_id(job_id)
-        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        deadline = None if timeout_seconds is None else self.clock.monotonic() + timeout_seconds
         while True:
-            states = {job_id: self.state(job_id) for job_id in ids}
-            for job_id, state in states.items():
+            polled = {job_id: self.state(job_id) for job_id in ids}
+            states: dict[str, State] = {}
+            for job_id, state in polled.items():
                 if state is None:
                     raise NotFound(f"no job {job_id}")
+                states[job_id] = state
             if on_poll is not None:
-                on_poll(states)  # type: ignore[arg-type]
-            if all(state.terminal for state in states.values() if state) or (
-                    deadline is not None and time.monotonic() >= deadline):
-                return states  # type: ignore[return-value]
-            time.sleep(poll_seconds)
+                on_poll(states)
+            if all(state.terminal for state in states.values()) or (
+                    deadline is not None and self.clock.monotonic() >= deadline):
+                return states
+            self.clock.sleep(poll_seconds)
 
     # -- managing ----------------------------------------------------------------------------
 
@@ -186,37 +153,32 @@ class Spool:
         instead, and the ids come from the folders: those in ``state`` (every job without it),
         with neither ``reason`` nor ``limit`` applied, so the caller filters what it reads.
         """
-        from spool.errors import LedgerError
-        from spool.stats import ids_from_files, ledger_trouble
-
         try:
             return self.ledger.ids(state=state, reason=reason, limit=limit)
         except LedgerError as err:
             if on_trouble is not None:
-                on_trouble(ledger_trouble(self, err))
-            return ids_from_files(self, state)
+                on_trouble(stats.ledger_trouble(self, err))
+            return stats.ids_from_files(self, state)
 
     def ledger_trouble(self) -> str | None:
         """One line saying why the ledger can't be used now (views then come from the files),
         or None when it can."""
-        from spool.errors import LedgerError
-        from spool.stats import ledger_trouble
-
         try:
             self.ledger.meta("coordinator_seen")
         except LedgerError as err:
-            return ledger_trouble(self, err)
+            return stats.ledger_trouble(self, err)
         return None
 
 
 def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,
                priority: int | None = None, max_tries: int | None = None, timeout: float | None = None,
-               delay_seconds: float | None = None, depends_on: Sequence[str] = ()) -> dict[str, Any]:
+               delay_seconds: float | None = None, depends_on: Sequence[str] = (), clock: Clock = SYSTEM
+               ) -> dict[str, Any]:
     """A job spec from keyword arguments (the CLI and the Python API share it).
 
     Checks only what would be mangled on the way into a spec (``args`` copied into a dict,
-    ``depends_on`` iterated, a delay turned into a time); the schema (job.py) checks the rest.
-    Raises InvalidJob.
+    ``depends_on`` iterated, a delay turned into a time on ``clock``); the schema (job.py)
+    checks the rest. Raises InvalidJob.
     """
     if args is not None and not isinstance(args, Mapping):
         raise InvalidJob(f"args must be a mapping of names to values, got {type(args).__name__}")
@@ -234,7 +196,7 @@ def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | N
     if delay_seconds is not None:
         _check_delay(delay_seconds)
     if delay_seconds:
-        spec["not_before"] = format_time(time.time() + delay_seconds)
+        spec["not_before"] = format_time(clock.wall() + delay_seconds)
     if depends_on:
         spec["depends_on"] = list(depends_on)
     return spec
@@ -247,17 +209,15 @@ def _check_delay(delay_seconds: object) -> None:
                          f"got {delay_seconds!r:.60}")
 
 
-def status_view(sp: Spool, state: State, job_file: JobFile) -> dict[str, Any]:
-    """The one object ``spool status --json`` prints (SPEC: The command line)."""
+def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
+    """The one object ``spool status --json`` prints (README: The command line)."""
     lease = job_file.lease if state is State.LEASED else None
     return {
         "id": job_file.id, "key": job_file.job.key, "task": job_file.job.task, "state": state.value,
         "reason": job_file.reason, "attempt": job_file.attempt, "tries": job_file.tries,
         "max_tries": job_file.job.max_tries,
-        "attempts": [{name: record.get(name) for name in ("attempt", "worker", "started", "ended", "outcome", "error")}
-                     for record in job_file.attempts],
-        "lease": {"worker": lease.get("worker"), "attempt": lease.get("attempt"), "claimed_at": lease.get("claimed_at")}
-        if lease else None,
+        "attempts": [record.to_mapping() for record in job_file.attempts],
+        "lease": lease.to_mapping() if lease else None,
         "error": job_file.error,
         "result": str(sp.layout.path("results", result_name(job_file.id))) if state is State.DONE else None,
         "priority": job_file.job.priority, "submitted_at": job_file.submitted_at,

@@ -7,7 +7,6 @@ folder and which processes hold their locks, with ``ledger`` saying why the rest
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from spool.errors import LedgerError
@@ -15,14 +14,15 @@ from spool.fsio import fs
 from spool.job import format_time, parse_time
 from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_lock_name, worker_of_lock_name
 from spool.locks import is_held
+from spool.recovery import list_folders
 from spool.workers import unhandled_ready
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 
-def coordinator_state(sp: Spool) -> str:
-    """'running (pid N)' or 'no coordinator since T' (SPEC: Processes)."""
+def coordinator_state(sp: Handle) -> str:
+    """'running (pid N)' or 'no coordinator since T': whether the coordinator's lock is held now."""
     alive = is_held(sp.layout.fd("locks"), coordinator_lock_name())
     try:
         seen = sp.ledger.meta("coordinator_seen")
@@ -34,7 +34,7 @@ def coordinator_state(sp: Spool) -> str:
     return f"no coordinator since {seen}" if seen else "no coordinator has run yet"
 
 
-def ledger_trouble(sp: Spool, err: LedgerError, then: str = "showing what the files say") -> str:
+def ledger_trouble(sp: Handle, err: LedgerError, then: str = "showing what the files say") -> str:
     """What to tell a person reading without the ledger: it is being rebuilt, or how to fix it;
     ``then`` says what was done instead."""
     if is_held(sp.layout.fd("locks"), coordinator_lock_name()):
@@ -44,15 +44,15 @@ def ledger_trouble(sp: Spool, err: LedgerError, then: str = "showing what the fi
     return f"{err}; {then}"
 
 
-def collect(sp: Spool) -> dict[str, Any]:
+def collect(sp: Handle) -> dict[str, Any]:
     try:
         return _from_ledger(sp)
     except LedgerError as err:
         return _from_files(sp, ledger_trouble(sp, err))
 
 
-def _from_ledger(sp: Spool) -> dict[str, Any]:
-    now = time.time()
+def _from_ledger(sp: Handle) -> dict[str, Any]:
+    now = sp.clock.wall()
     oldest = sp.ledger.oldest_ready_submitted()
     workers = [
         {"name": name, "pid": pid, "host": host, "started": format_time(started), "seen": format_time(seen),
@@ -71,9 +71,7 @@ def _from_ledger(sp: Spool) -> dict[str, Any]:
     }
 
 
-def _from_files(sp: Spool, why: str) -> dict[str, Any]:
-    from spool.recovery import list_folders
-
+def _from_files(sp: Handle, why: str) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for folders in list_folders(sp).jobs.values():
         state = max(folders, key=lambda s: ADVANCEMENT[s]).value
@@ -87,11 +85,9 @@ def _from_files(sp: Spool, why: str) -> dict[str, Any]:
             "coordinator": coordinator_state(sp), "workers": workers, "unhandled_tasks": {}, "ledger": why}
 
 
-def ids_from_files(sp: Spool, state: str | None = None) -> list[str]:
+def ids_from_files(sp: Handle, state: str | None = None) -> list[str]:
     """Job ids as the folders list them, newest first (ids are time-sortable ULIDs): ``spool ls``
     without a ledger."""
-    from spool.recovery import list_folders
-
     jobs = list_folders(sp).jobs
     wanted = None if state is None else State(state)
     return sorted((job_id for job_id, folders in jobs.items()

@@ -9,23 +9,26 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, overload
 
 from spool import crash
 from spool import job as jobs
+from spool.errors import TryLater
 from spool.fsio import fs
 from spool.job import JobFile
-from spool.layout import (ADVANCEMENT, WAKE_NAME, State, cancel_name, heartbeat_name, is_lease_file_of, job_name,
-                          result_name, set_aside_name, tmp_name)
+from spool.layout import (ADVANCEMENT, WAKE_NAME, State, cancel_name, heartbeat_name, is_lease_file_of, job_lock_name,
+                          job_name, result_name, set_aside_name, tmp_name)
+from spool.locks import Lock, acquire, acquire_within
 from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.store")
 
 # The runner's own files may carry long errors and an invalid drop's original text.
-_FILE_SLACK_BYTES = 64 * 1024
+FILE_SLACK_BYTES = 64 * 1024
 # What a job file the runner wrote can never outgrow, whatever max_job_bytes is now or was when
 # it was written: the largest user part a submit accepts (settings.MAX_JOB_BYTES) plus a bound on
 # the runner's additions, which job.py keeps small (at most MAX_ATTEMPT_RECORDS records, only the
@@ -35,32 +38,62 @@ _FILE_SLACK_BYTES = 64 * 1024
 RUNNER_FILE_MAX_BYTES = MAX_JOB_BYTES + 2**20
 
 
-def read_job(sp: Spool, state: State, job_id: str) -> JobFile:
+@overload
+def job_lock(sp: Handle, job_id: str, *, blocking: Literal[True] = ..., timeout_seconds: float | None = ...,
+             on_wait: Callable[[str], None] | None = ...) -> Lock: ...
+@overload
+def job_lock(sp: Handle, job_id: str, *, blocking: bool) -> Lock | None: ...
+
+
+def job_lock(sp: Handle, job_id: str, *, blocking: bool = True, timeout_seconds: float | None = None,
+             on_wait: Callable[[str], None] | None = None) -> Lock | None:
+    """The job's lock (``locks/<id>.lock``), held for the length of one transition.
+
+    ``blocking=False`` (the coordinator, a claim): None when another process holds it; come back
+    later. ``blocking=True``: wait in the kernel until it is free, unless a person waits
+    (``timeout_seconds`` or ``on_wait`` given): then it is polled, ``on_wait`` hears after about a
+    second what we wait for, and after ``timeout_seconds`` it raises TryLater (nothing changed).
+    """
+    locks_fd = sp.layout.fd("locks")
+    if not blocking:
+        return acquire(locks_fd, job_lock_name(job_id), blocking=False)
+    if timeout_seconds is None and on_wait is None:
+        return acquire(locks_fd, job_lock_name(job_id), blocking=True)
+    what = f"waiting for job {job_id}'s lock, held by another process (a stopped worker?)"
+    lock = acquire_within(locks_fd, job_lock_name(job_id), timeout_seconds, clock=sp.clock,
+                          on_wait=(lambda: on_wait(what)) if on_wait else None)
+    if lock is None:
+        raise TryLater(f"job {job_id}'s lock is still held by another process after {timeout_seconds:g}s "
+                       "(a stopped worker?); nothing changed; try later")
+    return lock
+
+
+def read_job(sp: Handle, state: State, job_id: str) -> JobFile:
     """Read and decode ``<state>/<id>.yaml``; FileNotFoundError when absent, InvalidJob if torn."""
     limit = RUNNER_FILE_MAX_BYTES
     data = fs.read_file(sp.layout.fd(state), job_name(job_id), limit)
     return jobs.decode(data, source=f"{state.value}/{job_name(job_id)}", expected_id=job_id, max_bytes=limit)
 
 
-def stage(sp: Spool, data: bytes, *, sync: bool) -> str:
+def stage(sp: Handle, data: bytes, *, sync: bool) -> str:
     """Write ``data`` to a fresh name in tmp/ and return the name."""
     name = tmp_name()
     fs.write_new(sp.layout.fd("tmp"), name, data, sync=sync)
     return name
 
 
-def unstage(sp: Spool, name: str) -> None:
+def unstage(sp: Handle, name: str) -> None:
     fs.unlink(sp.layout.fd("tmp"), name, missing_ok=True)
 
 
-def create_job(sp: Spool, state: State, job_file: JobFile, data: bytes | None = None) -> None:
+def create_job(sp: Handle, state: State, job_file: JobFile, data: bytes | None = None) -> None:
     """Publish a new job file (tmp, fsync, rename without replace); the caller fsyncs the folder.
 
     ``data``: the file's bytes when the caller has encoded it already (submit measures them)."""
     _place(sp, job_file, state, replace=False, data=data)
 
 
-def _place(sp: Spool, job_file: JobFile, state: State, *, replace: bool, data: bytes | None = None) -> None:
+def _place(sp: Handle, job_file: JobFile, state: State, *, replace: bool, data: bytes | None = None) -> None:
     """Write the job's whole content in tmp/, fsync it, and rename it to ``state``/<id>.yaml."""
     staged = stage(sp, jobs.encode(job_file) if data is None else data, sync=True)
     move = fs.rename_replace if replace else fs.rename_noreplace
@@ -71,7 +104,7 @@ def _place(sp: Spool, job_file: JobFile, state: State, *, replace: bool, data: b
         raise
 
 
-def rewrite_job(sp: Spool, state: State, job_file: JobFile, *, sync: bool) -> None:
+def rewrite_job(sp: Handle, state: State, job_file: JobFile, *, sync: bool) -> None:
     """Replace a job file's content in place, atomically (the caller holds the job's lock).
 
     The new content is always fsync'd before the rename: renamed over the old file unsynced,
@@ -85,7 +118,7 @@ def rewrite_job(sp: Spool, state: State, job_file: JobFile, *, sync: bool) -> No
         fs.fsync_dir(sp.layout.fd(state))
 
 
-def publish_job(sp: Spool, job_file: JobFile, source: State, target: State, *, crash_step: str) -> None:
+def publish_job(sp: Handle, job_file: JobFile, source: State, target: State, *, crash_step: str) -> None:
     """Move a job forward to a final folder with its new content already in place.
 
     Commit point: the rename of a whole, fsync'd new file from tmp/ to ``target``/<id>.yaml
@@ -101,28 +134,28 @@ def publish_job(sp: Spool, job_file: JobFile, source: State, target: State, *, c
     fs.unlink(sp.layout.fd(source), job_name(job_file.id), missing_ok=True)
 
 
-def move_job(sp: Spool, job_id: str, source: State, target: State) -> None:
+def move_job(sp: Handle, job_id: str, source: State, target: State) -> None:
     """The commit point of most transitions: one rename that never replaces."""
     fs.rename_noreplace(sp.layout.fd(source), job_name(job_id), sp.layout.fd(target), job_name(job_id))
 
 
-def has_result(sp: Spool, job_id: str) -> bool:
+def has_result(sp: Handle, job_id: str) -> bool:
     return fs.exists(sp.layout.fd("results"), result_name(job_id))
 
 
-def folders_of(sp: Spool, job_id: str) -> list[State]:
+def folders_of(sp: Handle, job_id: str) -> list[State]:
     """Every state folder holding the job, most advanced first (normally exactly one)."""
     found = [state for state in State if fs.exists(sp.layout.fd(state), job_name(job_id))]
     return sorted(found, key=lambda state: -ADVANCEMENT[state])
 
 
-def only_in(sp: Spool, job_id: str, state: State) -> bool:
+def only_in(sp: Handle, job_id: str, state: State) -> bool:
     """The job's file is in ``state`` and no other folder. A crash between ``publish_job``'s two
     steps leaves two copies; a move must then settle the job (resync), never act on the stale one."""
     return folders_of(sp, job_id) == [state]
 
 
-def state_of(sp: Spool, job_id: str) -> State | None:
+def state_of(sp: Handle, job_id: str) -> State | None:
     """The job's state as the files say: a result makes it done whatever folder it is in."""
     folders = folders_of(sp, job_id)
     if not folders:
@@ -130,7 +163,7 @@ def state_of(sp: Spool, job_id: str) -> State | None:
     return State.DONE if has_result(sp, job_id) else folders[0]
 
 
-def clear_lease_files(sp: Spool, job_id: str, attempt: int | None = None) -> None:
+def clear_lease_files(sp: Handle, job_id: str, attempt: int | None = None) -> None:
     """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable). A planted
     directory under one of their names can't be unlinked: it is set aside, never fatal."""
     leased = sp.layout.fd(State.LEASED)
@@ -143,7 +176,7 @@ def clear_lease_files(sp: Spool, job_id: str, attempt: int | None = None) -> Non
             set_aside(sp, State.LEASED, name)
 
 
-def write_dot_file(sp: Spool, state: State, name: str, data: bytes) -> None:
+def write_dot_file(sp: Handle, state: State, name: str, data: bytes) -> None:
     """Write one of the runner's dot-files (a heartbeat counter, a cancel request) in ``state``/.
 
     Anything but a plain file under its name (a directory, a FIFO that would block the open, a
@@ -156,7 +189,7 @@ def write_dot_file(sp: Spool, state: State, name: str, data: bytes) -> None:
     fs.overwrite_small(dir_fd, name, data)
 
 
-def set_aside(sp: Spool, state: State, name: str) -> str:
+def set_aside(sp: Handle, state: State, name: str) -> str:
     """Rename a planted entry in the runner's dot-file namespace to a dot-name nothing reads
     (``<name>.planted-<random>``), with one WARNING. Returns the new name."""
     aside = set_aside_name(name, os.urandom(4).hex())
@@ -168,7 +201,7 @@ def set_aside(sp: Spool, state: State, name: str) -> str:
     return aside
 
 
-def wake(sp: Spool, state: State = State.PENDING) -> None:
+def wake(sp: Handle, state: State = State.PENDING) -> None:
     """Touch ``<state>/.wake`` after the ledger commit, so inotify watchers look again."""
     try:
         fs.overwrite_small(sp.layout.fd(state), WAKE_NAME, b"")

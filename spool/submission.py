@@ -19,16 +19,15 @@ from spool import crash
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
-from spool.job import Job, JobFile, decode, encode, encode_measured, now_text, yaml_size_floor
+from spool.job import Job, JobFile, decode, encode, encode_measured, is_ready, now_text, yaml_size_floor
 from spool.layout import State, drop_note_name, invalid_folder_name, job_name, key_lock_name, key_name
 from spool.locks import Lock, acquire
-from spool.store import _FILE_SLACK_BYTES as store_slack_bytes
-from spool.store import RUNNER_FILE_MAX_BYTES
-from spool.store import create_job, folders_of, has_result, read_job, rewrite_job, stage, state_of, unstage, wake
+from spool.store import (FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, create_job, folders_of, has_result, read_job,
+                         rewrite_job, stage, state_of, unstage, wake)
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.submission")
 
@@ -39,7 +38,7 @@ class Submitted:
     created: bool  # False: the key was seen before and ``id`` is the existing job's
 
 
-def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
+def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
     """(new) -> PENDING, or WAITING while some ``depends_on`` is not done.
 
     Commit point: rename tmp/X -> pending/<id>.yaml (or waiting/), after which the folder is
@@ -48,9 +47,8 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
     removes). Crash after it but before the fsync: the caller was told nothing; the job may or
     may not survive a power cut, and a resubmit with the key finds it if it did.
     """
-    job = Job.from_spec(spec, job_id=new_id(), default_max_tries=sp.settings.max_tries,
-                        default_timeout=sp.settings.default_timeout_seconds, where=where)
-    job_file = JobFile(job=job, submitted_at=now_text())
+    job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where)
+    job_file = JobFile(job=job, submitted_at=now_text(sp.clock))
     data = _encode_within_limit(sp, job_file)
     state = _initial_state(sp, job)
     key_lock = _lock_key(sp, job.key) if job.has_own_key else None
@@ -75,7 +73,7 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
         if key_lock is not None:
             key_lock.release()
     crash.point("after-submit")
-    ready = state is State.PENDING and job.not_before is None
+    ready = state is State.PENDING and is_ready(job_file, sp.clock.wall())
     _index_submit(sp, job_file, state, ready)
     if state is State.PENDING:
         wake(sp)  # a delayed job too: the coordinator sets its timer from the row just recorded
@@ -83,7 +81,13 @@ def submit(sp: Spool, spec: Mapping[str, Any], *, where: str = "submit") -> Subm
     return Submitted(job.id, created=True)
 
 
-def _encode_within_limit(sp: Spool, job_file: JobFile) -> bytes:
+def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str) -> Job:
+    """A user's spec as a job under this spool's defaults (max_tries, default_timeout_seconds)."""
+    return Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
+                         default_timeout=sp.settings.default_timeout_seconds, where=where)
+
+
+def _encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
     """The new job file's bytes, or InvalidJob if its spec is over ``max_job_bytes``.
 
     Every way in (CLI, Python API, HTTP API) comes through ``submit``, so none can skip the
@@ -102,7 +106,7 @@ def _encode_within_limit(sp: Spool, job_file: JobFile) -> bytes:
     return data
 
 
-def _index_submit(sp: Spool, job_file: JobFile, state: State, ready: bool) -> None:
+def _index_submit(sp: Handle, job_file: JobFile, state: State, ready: bool) -> None:
     """The ledger row of a committed job. The job is accepted once its file is durable: a ledger
     that can't take the row (a full disk, a read-only or broken ledger) must not turn that into
     a failure the caller would retry into a second job. The coordinator's reconcile adds the row."""
@@ -113,7 +117,7 @@ def _index_submit(sp: Spool, job_file: JobFile, state: State, ready: bool) -> No
                     "reconcile will", job_file.id, err)
 
 
-def _initial_state(sp: Spool, job: Job) -> State:
+def _initial_state(sp: Handle, job: Job) -> State:
     waiting = False
     for dep in job.depends_on:
         dep_state = state_of(sp, dep)
@@ -123,7 +127,7 @@ def _initial_state(sp: Spool, job: Job) -> State:
     return State.WAITING if waiting else State.PENDING
 
 
-def _check_room(sp: Spool) -> None:
+def _check_room(sp: Handle) -> None:
     """Backpressure: ready jobs plus drops the coordinator last counted, against max_pending."""
     drops = int(sp.ledger.meta("drops") or 0)
     ready = sp.ledger.ready_pending_count()
@@ -135,13 +139,13 @@ def _check_room(sp: Spool) -> None:
 # -- keys -------------------------------------------------------------------------------------
 
 
-def _lock_key(sp: Spool, key: str) -> Lock:
+def _lock_key(sp: Handle, key: str) -> Lock:
     lock = acquire(sp.layout.fd("locks"), key_lock_name(key_name(key)), blocking=True)
     assert lock is not None
     return lock
 
 
-def lookup_key(sp: Spool, key: str) -> str | None:
+def lookup_key(sp: Handle, key: str) -> str | None:
     """The id of the kept job reserved under ``key``, or None (no reservation, or a dangling one).
 
     A job whose key was left to default has its id as its key and no reservation: ``--key ID``
@@ -160,7 +164,7 @@ def lookup_key(sp: Spool, key: str) -> str | None:
     return None
 
 
-def reservation(sp: Spool, key_hash: str) -> str | None:
+def reservation(sp: Handle, key_hash: str) -> str | None:
     """What ``keys/<key_hash>`` holds (a job id, unchecked), or None when there is none."""
     try:
         return fs.read_file(sp.layout.fd("keys"), key_hash, 256).decode("ascii", errors="replace").strip()
@@ -168,7 +172,7 @@ def reservation(sp: Spool, key_hash: str) -> str | None:
         return None
 
 
-def reserve_key(sp: Spool, key: str, job_id: str) -> None:
+def reserve_key(sp: Handle, key: str, job_id: str) -> None:
     """keys/<sha> -> id, durable before the job is committed. Caller holds the key's lock."""
     keys_fd = sp.layout.fd("keys")
     staged = stage(sp, job_id.encode() + b"\n", sync=True)
@@ -183,7 +187,7 @@ def reserve_key(sp: Spool, key: str, job_id: str) -> None:
     fs.fsync_dir(keys_fd)
 
 
-def _unreserve_if_jobless(sp: Spool, job: Job) -> None:
+def _unreserve_if_jobless(sp: Handle, job: Job) -> None:
     """After a failed submit, drop our reservation unless our job made it into a folder."""
     if folders_of(sp, job.id):
         return
@@ -194,7 +198,7 @@ def _unreserve_if_jobless(sp: Spool, job: Job) -> None:
         pass  # we are already failing with the error that brought us here
 
 
-def remove_key(sp: Spool, key: str, job_id: str) -> None:
+def remove_key(sp: Handle, key: str, job_id: str) -> None:
     """Forget a purged job's reservation, if it is still that job's."""
     with _lock_key(sp, key):
         if reservation(sp, key_name(key)) == job_id:
@@ -204,7 +208,7 @@ def remove_key(sp: Spool, key: str, job_id: str) -> None:
 # -- ingest -----------------------------------------------------------------------------------
 
 
-def ingest(sp: Spool, name: str) -> str | None:
+def ingest(sp: Handle, name: str) -> str | None:
     """pending/<drop> -> PENDING or WAITING as <new id>.yaml, or -> DEAD (invalid).
 
     Commit point: the rename of the dropped file itself to its new name, so a crash can never
@@ -213,14 +217,13 @@ def ingest(sp: Spool, name: str) -> str | None:
     whose key is already kept is removed and logged. Returns the new (or existing) id.
     """
     pending = sp.layout.fd(State.PENDING)
-    job_id = new_id()
+    job_id = new_id(sp.clock)
     shown = printable(name)  # for the file, the ledger and logs: a name need not be UTF-8
     try:
         # RACE: the user may still be writing the drop in place; its close wakes us again.
         data = fs.read_file(pending, name, sp.settings.max_job_bytes, single_link=True, settled=True)
         spec = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=f"pending/{shown}")
-        job = Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
-                            default_timeout=sp.settings.default_timeout_seconds, where=f"pending/{shown}")
+        job = job_of_spec(sp, spec, job_id=job_id, where=f"pending/{shown}")
         state = _initial_state(sp, job)
     except (FileNotFoundError, BlockingIOError):
         return None
@@ -247,7 +250,7 @@ def ingest(sp: Spool, name: str) -> str | None:
             fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
             return None
         crash.point("ingest-after-rename")
-        job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=shown)
+        job_file = JobFile(job=job, submitted_at=now_text(sp.clock), dropped_as=shown)
         rewrite_job(sp, state, job_file, sync=True)
         fs.fsync_dir(pending)
         fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
@@ -255,14 +258,14 @@ def ingest(sp: Spool, name: str) -> str | None:
         if key_lock is not None:
             key_lock.release()
     crash.point("after-ingest")
-    sp.ledger.record(job_file, state, ready=state is State.PENDING and job.not_before is None, event="ingest",
-                     detail=shown)
+    sp.ledger.record(job_file, state, ready=state is State.PENDING and is_ready(job_file, sp.clock.wall()),
+                     event="ingest", detail=shown)
     log.info("ingest pending/%s -> %s/%s", shown, state.value, job_name(job_id))
     wake(sp)
     return job_id
 
 
-def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State = State.PENDING) -> str | None:
+def _ingest_invalid(sp: Handle, name: str, job_id: str, error: str, source: State = State.PENDING) -> str | None:
     """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record."""
     source_fd = sp.layout.fd(source)
     original = _raw_text(sp, source, name)
@@ -284,13 +287,13 @@ def _ingest_invalid(sp: Spool, name: str, job_id: str, error: str, source: State
     return job_id
 
 
-def quarantine(sp: Spool, state: State, name: str, error: str) -> str | None:
+def quarantine(sp: Handle, state: State, name: str, error: str) -> str | None:
     """A file a user put under a job's name in ``state``/ -> dead/<new id>.yaml, reason invalid,
     its text kept as ``original``; the job itself is not touched."""
-    return _ingest_invalid(sp, name, new_id(), error, source=state)
+    return _ingest_invalid(sp, name, new_id(sp.clock), error, source=state)
 
 
-def write_drop_note(sp: Spool, state: State, job_id: str, shown: str) -> None:
+def write_drop_note(sp: Handle, state: State, job_id: str, shown: str) -> None:
     """``<state>/.<id>.drop``, fsync'd with its folder: an ingest is rare, one fsync is cheap."""
     folder_fd = sp.layout.fd(state)
     fs.unlink(folder_fd, drop_note_name(job_id), missing_ok=True)
@@ -298,7 +301,7 @@ def write_drop_note(sp: Spool, state: State, job_id: str, shown: str) -> None:
     fs.fsync_dir(folder_fd)
 
 
-def has_ingest_evidence(sp: Spool, state: State, job_id: str) -> bool:
+def has_ingest_evidence(sp: Handle, state: State, job_id: str) -> bool:
     """Did an ingest of ours put ``<state>/<id>.yaml`` there (and die before its rewrite)?
 
     Yes when its drop note is beside it, or when the text's own key is reserved for this very
@@ -325,10 +328,11 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _write_invalid_record(sp: Spool, job_id: str, dropped_as: str, error: str, original: str) -> None:
-    record = JobFile(job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1), submitted_at=now_text(),
-                     dropped_as=printable(dropped_as), reason="invalid", error=printable(error), original=original)
-    if len(encode(record)) > sp.settings.max_job_bytes + store_slack_bytes:
+def _write_invalid_record(sp: Handle, job_id: str, dropped_as: str, error: str, original: str) -> None:
+    record = JobFile(job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1),
+                     submitted_at=now_text(sp.clock), dropped_as=printable(dropped_as), reason="invalid",
+                     error=printable(error), original=original)
+    if len(encode(record)) > sp.settings.max_job_bytes + FILE_SLACK_BYTES:
         # YAML escapes a control byte in four: keep the record readable (read_job's limit) by
         # keeping the start of the original, which says what it was.
         cut = original[: sp.settings.max_job_bytes // 8]
@@ -337,7 +341,7 @@ def _write_invalid_record(sp: Spool, job_id: str, dropped_as: str, error: str, o
     sp.ledger.record(record, State.DEAD, ready=False, event="ingest", detail=f"invalid: {error[:200]}")
 
 
-def _raw_text(sp: Spool, state: State, name: str) -> str:
+def _raw_text(sp: Handle, state: State, name: str) -> str:
     """The drop's content as text for the dead record: never follows a link, never blocks."""
     try:
         data = fs.read_file(sp.layout.fd(state), name, sp.settings.max_job_bytes)
@@ -348,7 +352,7 @@ def _raw_text(sp: Spool, state: State, name: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def finish_ingest(sp: Spool, state: State, job_id: str) -> None:
+def finish_ingest(sp: Handle, state: State, job_id: str) -> None:
     """Finish an ingest interrupted after its rename: ``<state>/<id>.yaml`` holds a user's text.
 
     Caller holds the job's lock. A valid spec becomes the job file it would have been; anything
@@ -370,8 +374,7 @@ def finish_ingest(sp: Spool, state: State, job_id: str) -> None:
         if state is State.DEAD:
             raise InvalidJob(f"dead/{name}: an interrupted ingest of an invalid drop")
         spec = load_yaml(data, max_bytes=limit, source=f"{state.value}/{name}")
-        job = Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
-                            default_timeout=sp.settings.default_timeout_seconds, where=f"{state.value}/{name}")
+        job = job_of_spec(sp, spec, job_id=job_id, where=f"{state.value}/{name}")
     except FileNotFoundError:
         return
     except InvalidJob as err:
@@ -385,7 +388,8 @@ def finish_ingest(sp: Spool, state: State, job_id: str) -> None:
         dropped_as = fs.read_file(sp.layout.fd(state), note, 4096).decode("utf-8", "replace")
     except (FileNotFoundError, InvalidJob):
         dropped_as = "(interrupted ingest)"
-    job_file = JobFile(job=job, submitted_at=now_text(), dropped_as=dropped_as)
+    job_file = JobFile(job=job, submitted_at=now_text(sp.clock), dropped_as=dropped_as)
     rewrite_job(sp, state, job_file, sync=True)
     fs.unlink(sp.layout.fd(state), note, missing_ok=True)
-    sp.ledger.record(job_file, state, ready=state is State.PENDING and job.not_before is None, event="ingest")
+    sp.ledger.record(job_file, state, ready=state is State.PENDING and is_ready(job_file, sp.clock.wall()),
+                     event="ingest")

@@ -1,13 +1,14 @@
 """The moves of a job's life after submit: claim, heartbeat, complete, fail, expire, release.
 
-Each transition has the same shape (SPEC "How a move is made"):
+Each transition has the same shape (docs/reliability.md, "The recipe every move follows"):
   1. take the job's lock (the coordinator without blocking: it comes back later);
   2. check the state is what the caller believes (folder, fence, no result yet);
   3. commit with one rename that never replaces, or for a result one link(2);
   4. rewrite the file in place with the runner's additions, then ledger, log and wake-ups;
   5. release the lock.
 Each docstring says what a crash before and after the commit point leaves and who finishes it.
-Durable (fsync'd) exactly where SPEC says: the try counted at claim, a result, a move to done or dead.
+Durable (fsync'd) exactly where a promise needs it: the try counted at claim, a result, a move to
+done or dead (the list is in docs/reliability.md).
 The result, durable first, is the commit point of done: a done job whose file is still in leased/
 is finished by whoever sees it (``settle``). done/ is still fsync'd after the move, because the
 next claim's fsync of leased/ would otherwise make the file's removal from leased/ durable while
@@ -17,49 +18,30 @@ its entry in done/ is not: a power cut then loses the job file (the power-loss m
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fsio import fs
 from spool.job import JobFile, now_text, tail
-from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name, job_lock_name, result_name
-from spool.locks import acquire
-from spool.store import (clear_lease_files, has_result, move_job, only_in, publish_job, read_job, rewrite_job,
-                         stage, unstage, wake, write_dot_file)
+from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name, result_name
+from spool.moves import bury, finish_done, retry_or_bury
+from spool.records import Attempt, Lease, LeaseStatus
+from spool.recovery import moved_back_by_hand, resync
+from spool.store import (clear_lease_files, has_result, job_lock, move_job, only_in, read_job, rewrite_job, stage,
+                         unstage, wake, write_dot_file)
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 log = logging.getLogger("spool.transitions")
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One attempt's hold on a job: the fence every later step names."""
-
-    job_id: str
-    worker: str
-    attempt: int
-
-
-def _lock(sp: Spool, job_id: str, *, blocking: bool):  # type: ignore[no-untyped-def]
-    return acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=blocking)
-
-
-def backoff_seconds(sp: Spool, tries: int) -> float:
-    """Exponential in the tries spent, capped, with jitter so retries don't move in lockstep."""
-    ceiling = min(sp.settings.backoff_max_seconds, sp.settings.backoff_base_seconds * 2 ** max(tries - 1, 0))
-    return round(ceiling * random.uniform(0.5, 1.0), 3)
 
 
 # -- claim ------------------------------------------------------------------------------------
 
 
-def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | None:
+def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | None:
     """PENDING -> LEASED: the best ready job of ``tasks``, or None.
 
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
@@ -75,7 +57,7 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
             job_id = sp.ledger.reserve_next(tasks)
             if job_id is None:
                 return None
-            lock = _lock(sp, job_id, blocking=False)
+            lock = job_lock(sp, job_id, blocking=False)
             if lock is None:
                 # RACE: its holder (a make_ready, a cancel; maybe SIGSTOPped) keeps it. Put it back
                 # only after this claim, or reserve_next hands us the same head job every time.
@@ -103,7 +85,7 @@ def claim(sp: Spool, worker: str, tasks: Collection[str] | None) -> JobFile | No
                 pass  # a full disk: the coordinator's reconcile puts the row back to match the file
 
 
-def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
+def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
     """The ledger after a durable claim. On a full disk the claim stands and its attempt runs:
     the ledger is an index that the coordinator's reconcile brings back to the files."""
     try:
@@ -112,9 +94,7 @@ def _record_claim(sp: Spool, claimed: JobFile, worker: str) -> None:
         log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
-def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
-    from spool.recovery import moved_back_by_hand, resync
-
+def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     try:
         job_file = read_job(sp, State.PENDING, job_id)
     except (FileNotFoundError, InvalidJob):
@@ -134,13 +114,11 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
         return None
     crash.point("claim-after-rename")
     attempt = job_file.attempt + 1
-    now = now_text()
+    now = now_text(sp.clock)
     records = job_file.end_attempt(outcome="lost", ended=now)
     claimed = job_file.replace(
-        attempt=attempt, tries=job_file.tries + 1, lease={"worker": worker, "attempt": attempt, "claimed_at": now},
-        backoff_seconds=None,
-        attempts=records + ({"attempt": attempt, "worker": worker, "started": now, "ended": None,
-                             "outcome": None, "error": None},))
+        attempt=attempt, tries=job_file.tries + 1, lease=Lease(job_id, worker, attempt, claimed_at=now),
+        backoff_seconds=None, attempts=records + (Attempt(attempt, worker, started=now),))
     try:
         rewrite_job(sp, State.LEASED, claimed, sync=True)
     except DiskFull:
@@ -155,7 +133,7 @@ def _claim_locked(sp: Spool, job_id: str, worker: str) -> JobFile | None:
 # -- heartbeat (not a move) -------------------------------------------------------------------
 
 
-def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
+def heartbeat(sp: Handle, lease: Lease, counter: int) -> None:
     """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
     change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
     also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
@@ -168,30 +146,28 @@ def heartbeat(sp: Spool, lease: Lease, counter: int) -> None:
         log.warning("heartbeat of %s attempt %d not written: %s", lease.job_id, lease.attempt, err)
 
 
-def lease_status(sp: Spool, lease: Lease) -> str:
-    """'held', 'lost' (expired, requeued or finished elsewhere) or 'cancel' (a cancel request)."""
+def lease_status(sp: Handle, lease: Lease) -> LeaseStatus:
+    """HELD, LOST (expired, requeued or finished elsewhere) or CANCEL (a cancel request)."""
     try:
         current = read_job(sp, State.LEASED, lease.job_id)
     except (FileNotFoundError, InvalidJob):
-        return "lost"
+        return LeaseStatus.LOST
     if current.attempt != lease.attempt:
-        return "lost"
+        return LeaseStatus.LOST
     if fs.exists(sp.layout.fd(State.LEASED), cancel_name(lease.job_id)):
-        return "cancel"
-    return "held"
+        return LeaseStatus.CANCEL
+    return LeaseStatus.HELD
 
 
-def _check_fence(sp: Spool, lease: Lease) -> JobFile:
+def _check_fence(sp: Handle, lease: Lease) -> JobFile:
     try:
         job_file = read_job(sp, State.LEASED, lease.job_id)
     except FileNotFoundError:
         raise LeaseLost(f"{lease.job_id}: no longer leased (attempt {lease.attempt} expired or ended)") from None
-    held = job_file.lease or {}
-    if job_file.attempt != lease.attempt or held.get("attempt") != lease.attempt:
+    held = job_file.lease
+    if job_file.attempt != lease.attempt or held is None or held.attempt != lease.attempt:
         raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
     if not only_in(sp, lease.job_id, State.LEASED):
-        from spool.recovery import resync
-
         resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won
         if only_in(sp, lease.job_id, State.LEASED):
             return job_file  # the other copy was a user's (a drop named like this job): ours holds
@@ -202,7 +178,7 @@ def _check_fence(sp: Spool, lease: Lease) -> JobFile:
 # -- complete ---------------------------------------------------------------------------------
 
 
-def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
+def complete(sp: Handle, lease: Lease, result_json: bytes) -> None:
     """LEASED -> DONE with ``result_json`` as results/<id>.json.
 
     Commit point: link(tmp/X, results/<id>.json), after the result was written whole and
@@ -215,7 +191,7 @@ def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
     staged = stage(sp, result_json, sync=True)
     crash.point("complete-after-stage")
     try:
-        with _lock(sp, lease.job_id, blocking=True):
+        with job_lock(sp, lease.job_id, blocking=True):
             job_file = _check_fence(sp, lease)
             try:
                 fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
@@ -231,23 +207,10 @@ def complete(sp: Spool, lease: Lease, result_json: bytes) -> None:
     wake(sp, State.DONE)
 
 
-def finish_done(sp: Spool, job_file: JobFile, source: State = State.LEASED) -> JobFile:
-    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock.
-
-    ``publish_job``: the done file is whole and durable before the leased copy goes, so no
-    fsync of leased/ by another claim can ever leave the job in neither folder.
-    """
-    done = job_file.replace(lease=None, backoff_seconds=None, reason=None, error=None,
-                            attempts=job_file.end_attempt(outcome="done", ended=now_text()))
-    publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
-    clear_lease_files(sp, job_file.id, job_file.attempt)
-    return done
-
-
 # -- fail -------------------------------------------------------------------------------------
 
 
-def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
+def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False) -> State:
     """LEASED -> PENDING after a backoff, or -> DEAD (failed) when tries are spent or rejected.
 
     Commit point: rename leased/ -> pending/ or dead/. A move to dead is fsync'd; a return to
@@ -257,24 +220,14 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
     a dead one.
     """
     error = tail(error)
-    with _lock(sp, lease.job_id, blocking=True):
+    with job_lock(sp, lease.job_id, blocking=True):
         job_file = _check_fence(sp, lease)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the failure is dropped")
-        ended = now_text()
-        if reject or job_file.tries >= job_file.job.max_tries:
-            state = State.DEAD
-            job_file = bury(sp, job_file, State.LEASED, reason="failed", error=error,
-                            outcome="rejected" if reject else "failed", ended=ended)
-        else:
-            state = State.PENDING
-            move_job(sp, lease.job_id, State.LEASED, State.PENDING)
-            crash.point("fail-after-rename")
-            retry = job_file.replace(lease=None, error=error, backoff_seconds=backoff_seconds(sp, job_file.tries),
-                                     attempts=job_file.end_attempt(outcome="failed", ended=ended, error=error))
-            rewrite_job(sp, State.PENDING, retry, sync=False)
-            job_file = retry
+        state, job_file = retry_or_bury(sp, job_file, error=error, outcome="failed", ended=now_text(sp.clock),
+                                        reason="failed", dead_outcome="rejected" if reject else "failed",
+                                        give_up=reject, crash_step="fail-after-rename")
         clear_lease_files(sp, lease.job_id, lease.attempt)
         sp.ledger.record(job_file, state, ready=False, event="fail", worker=lease.worker,
                          detail=error.splitlines()[-1][:200] if error else None)
@@ -287,24 +240,10 @@ def fail(sp: Spool, lease: Lease, error: str, *, reject: bool = False) -> State:
     return state
 
 
-def bury(sp: Spool, job_file: JobFile, source: State, *, reason: str, error: str | None, outcome: str, ended: str,
-         skipped_because: str | None = None) -> JobFile:
-    """Move a job to dead/ durably with its reason (caller holds the lock).
-
-    ``publish_job``: the dead record is whole, reason and all, at its commit point; a crash
-    after it leaves the old copy beside it, which the more advanced dead copy beats.
-    """
-    dead = job_file.replace(lease=None, backoff_seconds=None, reason=reason, error=error,
-                            skipped_because=skipped_because,
-                            attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error))
-    publish_job(sp, dead, source, State.DEAD, crash_step="bury-after-rename")
-    return dead
-
-
 # -- expire -----------------------------------------------------------------------------------
 
 
-def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
+def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
     """LEASED -> PENDING after a backoff, or -> DEAD (expired) when tries are spent.
 
     Called by the coordinator only, from its own clock's view of the heartbeats (or a freed
@@ -313,7 +252,7 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
     lease a fresh term and decides again. Crash after: as ``fail``. A job that already has
     a result is finished as done instead, never sent back.
     """
-    lock = _lock(sp, job_id, blocking=False)
+    lock = job_lock(sp, job_id, blocking=False)
     if lock is None:
         return None
     with lock:
@@ -326,8 +265,6 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
         if not only_in(sp, job_id, State.LEASED):
             # A move to done/ or dead/ died between publishing its new copy and removing this one
             # (publish_job): that move happened, and the more advanced copy wins. Settle, don't expire.
-            from spool.recovery import resync
-
             resync(sp, job_id)
             return None
         state, final = _expire_locked(sp, job_file, why)
@@ -339,23 +276,16 @@ def expire(sp: Spool, job_id: str, attempt: int, why: str) -> State | None:
     return state
 
 
-def _expire_locked(sp: Spool, job_file: JobFile, why: str) -> tuple[State, JobFile]:
-    job_id, ended = job_file.id, now_text()
+def _expire_locked(sp: Handle, job_file: JobFile, why: str) -> tuple[State, JobFile]:
+    job_id, ended = job_file.id, now_text(sp.clock)
     if has_result(sp, job_id):
         return State.DONE, finish_done(sp, job_file)
     if fs.exists(sp.layout.fd(State.LEASED), cancel_name(job_id)):
         state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="cancelled", error=f"cancelled ({why})",
                                         outcome="cancelled", ended=ended)
-    elif job_file.tries >= job_file.job.max_tries:
-        state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="expired", error=why, outcome="expired",
-                                        ended=ended)
     else:
-        state = State.PENDING
-        move_job(sp, job_id, State.LEASED, State.PENDING)
-        crash.point("expire-after-rename")
-        final = job_file.replace(lease=None, error=why, backoff_seconds=backoff_seconds(sp, job_file.tries),
-                                 attempts=job_file.end_attempt(outcome="expired", ended=ended, error=why))
-        rewrite_job(sp, State.PENDING, final, sync=False)
+        state, final = retry_or_bury(sp, job_file, error=why, outcome="expired", ended=ended, reason="expired",
+                                     crash_step="expire-after-rename")
     clear_lease_files(sp, job_id)
     return state, final
 
@@ -363,13 +293,13 @@ def _expire_locked(sp: Spool, job_file: JobFile, why: str) -> tuple[State, JobFi
 # -- release ----------------------------------------------------------------------------------
 
 
-def release(sp: Spool, lease: Lease) -> None:
+def release(sp: Handle, lease: Lease) -> None:
     """LEASED -> PENDING at graceful shutdown, giving back the try it spent; ready at once.
 
     Commit point: the rename. Not fsync'd: lost in a power cut, the lease expires instead
     (which spends the try). Crash after the commit: a claim closes the record as 'lost'.
     """
-    with _lock(sp, lease.job_id, blocking=True):
+    with job_lock(sp, lease.job_id, blocking=True):
         job_file = _check_fence(sp, lease)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
@@ -377,7 +307,7 @@ def release(sp: Spool, lease: Lease) -> None:
         move_job(sp, lease.job_id, State.LEASED, State.PENDING)
         crash.point("release-after-rename")
         released = job_file.replace(lease=None, tries=max(job_file.tries - 1, 0),
-                                    attempts=job_file.end_attempt(outcome="released", ended=now_text()))
+                                    attempts=job_file.end_attempt(outcome="released", ended=now_text(sp.clock)))
         rewrite_job(sp, State.PENDING, released, sync=False)
         clear_lease_files(sp, lease.job_id, lease.attempt)
         sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
@@ -385,23 +315,22 @@ def release(sp: Spool, lease: Lease) -> None:
     wake(sp)
 
 
-
 # -- cancel of a leased job (by its worker) ---------------------------------------------------
 
 
-def cancel_leased(sp: Spool, lease: Lease) -> None:
+def cancel_leased(sp: Handle, lease: Lease) -> None:
     """LEASED -> DEAD (cancelled): the worker acts on a cancel request after killing the attempt.
 
     Commit point: ``bury``'s rename (durable). Crash before: the request stays, and expiry
     honours it. A job that got a result first stays done: the first result wins.
     """
-    with _lock(sp, lease.job_id, blocking=True):
+    with job_lock(sp, lease.job_id, blocking=True):
         job_file = _check_fence(sp, lease)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the cancel came too late")
         dead = bury(sp, job_file, State.LEASED, reason="cancelled", error="cancelled by request while running",
-                    outcome="cancelled", ended=now_text())
+                    outcome="cancelled", ended=now_text(sp.clock))
         clear_lease_files(sp, lease.job_id)
         sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
     log.info("cancel %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)

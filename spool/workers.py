@@ -24,7 +24,7 @@ from spool.layout import worker_of_lock_name
 from spool.locks import is_held
 
 if TYPE_CHECKING:
-    from spool.spool import Spool
+    from spool.handle import Handle
 
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ADVERT_MAX_BYTES = 64 * 1024
@@ -52,7 +52,7 @@ class LiveWorker:
     tasks: frozenset[str] | None  # None: not advertised (yet)
 
 
-def live_workers(sp: Spool) -> list[LiveWorker]:
+def live_workers(sp: Handle) -> list[LiveWorker]:
     """Every worker whose liveness lock is held right now, with what it advertises."""
     locks_fd = sp.layout.fd("locks")
     found = []
@@ -85,7 +85,7 @@ def handlers_of(workers: Iterable[LiveWorker], task: str) -> list[str] | None:
     return names
 
 
-def unhandled_ready(sp: Spool, workers: Iterable[LiveWorker] | None = None) -> dict[str, int]:
+def unhandled_ready(sp: Handle, workers: Iterable[LiveWorker] | None = None) -> dict[str, int]:
     """task -> ready jobs in pending/ for each task that no live worker handles."""
     workers = live_workers(sp) if workers is None else list(workers)
     ready = sp.ledger.ready_by_task()

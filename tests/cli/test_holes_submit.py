@@ -127,11 +127,11 @@ def test_a_job_that_fails_200_times_stays_readable_and_ends_dead_with_its_last_e
     assert (state, job_file.reason, job_file.tries, job_file.attempt) == (State.DEAD, "failed", 200, 200)
     assert job_file.error is not None and job_file.error.rstrip().endswith("the last line")
     last = job_file.attempts[-1]
-    assert last["attempt"] == 200 and last["outcome"] == "failed" and last["error"].rstrip().endswith("the last line")
-    assert len(last["error"].encode()) > 2000, "the last attempt keeps its error's whole 4 KiB tail"
-    assert all(len(r["error"].encode()) <= 200 for r in job_file.attempts[:-1]), "older errors: their last line"
+    assert last.attempt == 200 and last.outcome == "failed" and last.error.rstrip().endswith("the last line")
+    assert len(last.error.encode()) > 2000, "the last attempt keeps its error's whole 4 KiB tail"
+    assert all(len(r.error.encode()) <= 200 for r in job_file.attempts[:-1]), "older errors: their last line"
     assert job_file.attempts_dropped + len(job_file.attempts) == 200
-    assert [r["attempt"] for r in job_file.attempts] == list(range(201 - len(job_file.attempts), 201))
+    assert [r.attempt for r in job_file.attempts] == list(range(201 - len(job_file.attempts), 201))
     status = run_spool("status", job_id, spool=spool_dir)
     assert status.returncode == 0 and "earlier attempt records not kept" in status.stdout, status
 

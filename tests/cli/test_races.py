@@ -177,7 +177,7 @@ def test_eight_processes_claim_each_of_a_thousand_jobs_exactly_once(fast_spool: 
         for job_id in ids[::50]:
             done = read_job(sp, State.DONE, job_id)
             assert (done.attempt, done.tries) == (1, 1)
-            assert sp.result(job_id) == done.attempts[0]["worker"]  # the claimer's own result
+            assert sp.result(job_id) == done.attempts[0].worker  # the claimer's own result
         report = fsck(sp)
         assert report.ok and not report.in_progress, report.violations
 
@@ -307,9 +307,9 @@ def test_a_worker_killed_at_each_point_ends_its_job_done_once_after_recovery(
         assert job_names(scenario.root) == [job_name(job_id)] and (scenario.root / "done" / job_name(job_id)).exists()
         assert os.listdir(scenario.root / "results") == [result_name(job_id)]
         done = read_job(sp, State.DONE, job_id)
-        outcomes = [record["outcome"] for record in done.attempts]
+        outcomes = [record.outcome for record in done.attempts]
         assert outcomes.count("done") == 1 and outcomes[-1] == "done", outcomes
-        assert [record["attempt"] for record in done.attempts] == list(range(1, done.attempt + 1))
+        assert [record.attempt for record in done.attempts] == list(range(1, done.attempt + 1))
         assert done.tries <= done.job.max_tries and done.lease is None
         value = sp.result(job_id)
         if WORKER_POINTS[point] == "fail_until":

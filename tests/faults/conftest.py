@@ -139,7 +139,7 @@ def check_end_state() -> Callable[[Spool], dict[str, tuple[State, JobFile]]]:
                 result = fs.read_file(sp.layout.fd("results"), result_name(job_id), sp.settings.max_result_bytes)
             except FileNotFoundError:
                 result = None
-            done_records = [r for r in job_file.attempts if r.get("outcome") == "done"]
+            done_records = [r for r in job_file.attempts if r.outcome == "done"]
             if state is State.DONE:
                 assert result is not None, f"{where}: done without a result"
                 json.loads(result)

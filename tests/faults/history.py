@@ -194,7 +194,7 @@ def check(spool_root: Path, history: History) -> Verdict:
                 verdict.fail(f"{job_id}: tries {job_file.tries} > max_tries {job_file.job.max_tries}")
             if job_file.tries > job_file.attempt:
                 verdict.fail(f"{job_id}: tries {job_file.tries} > attempt {job_file.attempt}")
-            numbers = [int(r.get("attempt") or 0) for r in job_file.attempts]
+            numbers = [int(r.attempt or 0) for r in job_file.attempts]
             if numbers != sorted(numbers) or len(set(numbers)) != len(numbers):
                 verdict.fail(f"{job_id}: attempt records out of order {numbers}")
             if state is State.DEAD and job_file.reason is None:
@@ -279,11 +279,11 @@ def _check_result(sp: Any, job_id: str, job_file: Any, verdict: Verdict) -> None
     except ValueError as err:
         verdict.fail(f"{job_id}: result is not whole JSON ({err})")
         return
-    closed = [r for r in job_file.attempts if r.get("outcome") == "done"]
-    if len(closed) != 1 or job_file.attempts[-1].get("outcome") != "done":
-        verdict.fail(f"{job_id}: done, but its attempt records say {[r.get('outcome') for r in job_file.attempts]}")
+    closed = [r for r in job_file.attempts if r.outcome == "done"]
+    if len(closed) != 1 or job_file.attempts[-1].outcome != "done":
+        verdict.fail(f"{job_id}: done, but its attempt records say {[r.outcome for r in job_file.attempts]}")
         return
-    done_attempt = closed[0].get("attempt")
+    done_attempt = closed[0].attempt
     reported = value.get("attempt", value.get("succeeded_on")) if isinstance(value, dict) else None
     if job_file.job.task == "echo" and value.get("job") != job_id:
         verdict.fail(f"{job_id}: result names job {value.get('job')}")

@@ -333,7 +333,7 @@ def test_worker_exits_1_when_an_fsync_fails(nth_fsync: int, outcomes: list[str],
     with Spool(fast_spool, environ={}) as sp:
         state, job_file = check_end_state(sp)[job_id]
         assert state is State.DONE
-        assert [record["outcome"] for record in job_file.attempts] == outcomes
+        assert [record.outcome for record in job_file.attempts] == outcomes
 
 
 def test_coordinator_exits_1_when_an_fsync_fails(fast_spool: Path, procs: Any,

@@ -498,7 +498,7 @@ class SpoolMachine(RuleBasedStateMachine):
             left = read_job(self.sp, State.LEASED, lease.job_id)
         except FileNotFoundError:
             return None
-        if (left.lease or {}).get("worker") != lease.worker or left.attempt != lease.attempt:
+        if (left.lease.worker if left.lease else None) != lease.worker or left.attempt != lease.attempt:
             # Another lease: not the dead one's. The model reuses worker names (w1, w2), where real
             # workers are unique per process: a later lease under the same name is another worker.
             return None

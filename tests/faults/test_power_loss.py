@@ -169,6 +169,7 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(tmp_path: Path,
     (fail back to pending, the move to done, expiry, release) could come back empty after a
     power cut, and recovery then buried the job as invalid: key, task and counted try gone.
     Put the unsynced rewrite back and the model must find it again."""
+    import spool.moves
     import spool.transitions
 
     def rewrite_job_as_before(sp: Any, state: State, job_file: Any, *, sync: bool) -> None:
@@ -178,6 +179,7 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(tmp_path: Path,
             store.fs.fsync_dir(sp.layout.fd(state))
 
     monkeypatch.setattr(spool.transitions, "rewrite_job", rewrite_job_as_before)
+    monkeypatch.setattr(spool.moves, "rewrite_job", rewrite_job_as_before)  # fail's retry (retry_or_bury)
     run = run_model(SCENARIO["submit+claim+fail to retry"], tmp_path, max_drops=1, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a rewrite whose content is never fsync'd"
@@ -189,7 +191,7 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path,
     """Bug 2: the move to done/ was not fsync'd, so the next claim's fsync of leased/ could make
     the job's removal from leased/ durable and its entry in done/ not: the job file vanished,
     and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
-    import spool.transitions
+    import spool.moves
     from spool.job import encode
     from spool.layout import job_name
 
@@ -200,7 +202,7 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path,
             store.fs.fsync_dir(sp.layout.fd(target))
         store.fs.unlink(sp.layout.fd(source), job_name(job_file.id))
 
-    monkeypatch.setattr(spool.transitions, "publish_job", publish_without_done_fsync)
+    monkeypatch.setattr(spool.moves, "publish_job", publish_without_done_fsync)  # finish_done's move
     run = run_model(SCENARIO["complete, then claim another"], tmp_path, max_drops=2, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a move to done/ that is never fsync'd"

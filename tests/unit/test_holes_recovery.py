@@ -186,7 +186,8 @@ def test_fsck_repair_finishes_a_hand_move_back(sp: Spool) -> None:
 def test_a_claim_never_runs_a_moved_back_job_past_max_tries(sp: Spool) -> None:
     job_id = kill_twice(sp)
     os.rename(path_of(sp, State.DEAD, job_id), path_of(sp, State.PENDING, job_id))
-    sp.ledger.set_state(job_id, State.PENDING, ready=True)  # the ledger caught up before any settle
+    # the ledger caught up before any settle
+    sp.ledger.record(read_job(sp, State.PENDING, job_id), State.PENDING, ready=True, event="test")
     taken = None
     for _ in range(3):
         taken = taken or claim(sp, "w2", None)

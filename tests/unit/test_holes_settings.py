@@ -8,6 +8,7 @@ from spool import crash
 from spool.errors import UsageError
 from spool.job import (MAX_ATTEMPT_RECORDS, Job, JobFile, bounded_attempts, decode, encode, encode_measured,
                        short_error)
+from spool.records import Attempt
 from spool.settings import (MAX_JOB_BYTES, MAX_RESULT_BYTES, environment_warnings, load_settings,
                             parse_duration)
 from spool.store import RUNNER_FILE_MAX_BYTES
@@ -61,8 +62,8 @@ def test_an_unknown_crash_point_gets_a_suggestion() -> None:
 
 def failed_file(attempts: int, error: str) -> JobFile:
     job = Job(id="01M8RAAAAAAAAAAAAAAAAAAAAA", key="k", task="echo", args={"a": "b"}, max_tries=1000)
-    records = tuple({"attempt": n, "worker": "w" * 200, "started": "2026-12-01T00:00:00.000Z",
-                     "ended": "2026-12-01T00:00:01.000Z", "outcome": "failed", "error": error}
+    records = tuple(Attempt(attempt=n, worker="w" * 200, started="2026-12-01T00:00:00.000Z",
+                            ended="2026-12-01T00:00:01.000Z", outcome="failed", error=error)
                     for n in range(1, attempts + 1))
     return JobFile(job=job, submitted_at="2026-12-01T00:00:00.000Z", attempt=attempts, tries=attempts,
                    reason="failed", error=error, attempts=records)
@@ -75,12 +76,12 @@ def test_the_runner_part_of_a_file_stays_bounded_and_reads_back() -> None:
     assert len(data) < RUNNER_FILE_MAX_BYTES - MAX_JOB_BYTES, len(data)
     back = decode(data, source="t", expected_id=job_file.id, max_bytes=RUNNER_FILE_MAX_BYTES)
     assert len(back.attempts) == MAX_ATTEMPT_RECORDS and back.attempts_dropped == 1000 - MAX_ATTEMPT_RECORDS
-    assert [r["attempt"] for r in back.attempts] == list(range(901, 1001))
-    assert back.attempts[-1]["error"].endswith("\x7f" * 100) and len(back.attempts[-1]["error"].encode()) <= 4096
-    assert all(len(r["error"].encode()) <= 200 and r["error"].startswith("ValueError") for r in back.attempts[:-1])
-    again = decode(encode(back.replace(attempts=back.attempts + ({"attempt": 1001, "error": None},))),
+    assert [r.attempt for r in back.attempts] == list(range(901, 1001))
+    assert back.attempts[-1].error.endswith("\x7f" * 100) and len(back.attempts[-1].error.encode()) <= 4096
+    assert all(len(r.error.encode()) <= 200 and r.error.startswith("ValueError") for r in back.attempts[:-1])
+    again = decode(encode(back.replace(attempts=back.attempts + (Attempt(1001, None, None),))),
                    source="t", expected_id=job_file.id, max_bytes=RUNNER_FILE_MAX_BYTES)
-    assert again.attempts_dropped == 901 and again.attempts[-1]["attempt"] == 1001
+    assert again.attempts_dropped == 901 and again.attempts[-1].attempt == 1001
 
 
 def test_a_short_history_is_written_as_it_is() -> None:

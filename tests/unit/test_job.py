@@ -10,6 +10,7 @@ import pytest
 from spool import job as jobs
 from spool.errors import InvalidJob
 from spool.job import Job, JobFile, decode, encode, format_time, parse_time, tail
+from spool.records import Attempt, Lease
 
 ID = "01JDZ8Q3V7K2M4N5P6R7S8T9VW"
 
@@ -101,12 +102,10 @@ def full_file() -> JobFile:
                                                           "text": "line 1\nline 2\n", "null": None, "f": 1.5},
                     "not_before": "2026-11-30T12:00:00Z", "depends_on": ["A1"]})
     return JobFile(job=job, submitted_at="2026-11-30T11:00:00.000Z", dropped_as="mine.yaml", attempt=2, tries=1,
-                   lease={"worker": "w1", "attempt": 2, "claimed_at": "2026-11-30T11:00:01.000Z"},
+                   lease=Lease(ID, "w1", 2, claimed_at="2026-11-30T11:00:01.000Z"),
                    backoff_seconds=1.25, reason=None, error="Traceback\n  boom\n",
-                   attempts=({"attempt": 1, "worker": "w0", "started": "a", "ended": "b", "outcome": "failed",
-                              "error": "x"},
-                             {"attempt": 2, "worker": "w1", "started": "c", "ended": None, "outcome": None,
-                              "error": None}))
+                   attempts=(Attempt(attempt=1, worker="w0", started="a", ended="b", outcome="failed", error="x"),
+                             Attempt(attempt=2, worker="w1", started="c", ended=None, outcome=None, error=None)))
 
 
 def test_a_job_file_reads_back_exactly_as_written() -> None:
@@ -138,6 +137,7 @@ def test_decode_refuses_a_file_of_another_job() -> None:
     (lambda m: m.update(tries="1"), "'attempt'/'tries'"),
     (lambda m: m.update(lease={"worker": "w"}), "field 'lease'"),
     (lambda m: m.update(attempts={"a": 1}), "field 'attempts'"),
+    (lambda m: m.update(attempts=[{"attempt": 1, "worker": "w"}]), "field 'attempts'"),
     (lambda m: m.update(backoff_seconds=-1), "field 'backoff_seconds'"),
     (lambda m: m.update(reason="bored"), "field 'reason'"),
     (lambda m: m.update(error=5), "field 'error'"),
@@ -175,7 +175,7 @@ def test_end_attempt_closes_only_the_open_record_of_this_attempt() -> None:
     job_file = full_file()
     records = job_file.end_attempt(outcome="done", ended="z")
     assert records[0] == job_file.attempts[0]
-    assert records[1] == {**job_file.attempts[1], "ended": "z", "outcome": "done", "error": None}
+    assert records[1] == Attempt(attempt=2, worker="w1", started="c", ended="z", outcome="done", error=None)
     closed = job_file.replace(attempts=records)
     assert closed.end_attempt(outcome="lost", ended="later") == records  # already closed: unchanged
     assert job_file.replace(attempt=3).end_attempt(outcome="lost", ended="z") == job_file.attempts

@@ -98,7 +98,7 @@ def test_a_claim_killed_after_its_rename_is_a_spent_try(sp: Spool) -> None:
     settle_now(sp, job_id)
     back = read_job(sp, State.PENDING, job_id)
     assert (back.attempt, back.tries, back.lease) == (1, 1, None)
-    assert back.attempts[-1]["outcome"] == "lost" and back.backoff_seconds is not None
+    assert back.attempts[-1].outcome == "lost" and back.backoff_seconds is not None
     assert row_state(sp, job_id) == "pending"
     assert_clean(sp)
 
@@ -119,7 +119,7 @@ def test_a_worker_killed_after_claim_is_expired_at_once_when_its_lock_is_free(sp
     assert_clean(sp)  # a held lease is a consistent state
     Coordinator(sp).run_pass()
     assert where(sp, job_id) == [State.PENDING]
-    assert read_job(sp, State.PENDING, job_id).attempts[-1]["outcome"] == "expired"
+    assert read_job(sp, State.PENDING, job_id).attempts[-1].outcome == "expired"
     assert_clean(sp)
 
 
@@ -146,7 +146,7 @@ def test_a_complete_killed_after_the_result_link_is_done(sp: Spool) -> None:
     settle_now(sp, job_id)
     assert where(sp, job_id) == [State.DONE] and row_state(sp, job_id) == "done"
     done = read_job(sp, State.DONE, job_id)
-    assert done.lease is None and done.attempts[-1]["outcome"] == "done"
+    assert done.lease is None and done.attempts[-1].outcome == "done"
     fsck(sp, repair=True)  # the staged result's tmp name
     assert_clean(sp)
 
@@ -160,7 +160,7 @@ def test_a_complete_killed_after_the_move_is_finished(sp: Spool) -> None:
     settle_now(sp, job_id)
     assert where(sp, job_id) == [State.DONE]  # the more advanced copy won
     done = read_job(sp, State.DONE, job_id)
-    assert done.lease is None and done.attempts[-1]["ended"] and row_state(sp, job_id) == "done"
+    assert done.lease is None and done.attempts[-1].ended and row_state(sp, job_id) == "done"
     fsck(sp, repair=True)
     assert_clean(sp)
 
@@ -172,7 +172,7 @@ def test_a_fail_killed_after_its_rename_is_pending_with_the_record_closed(sp: Sp
     assert read_job(sp, State.PENDING, job_id).lease is not None
     settle_now(sp, job_id)
     back = read_job(sp, State.PENDING, job_id)
-    assert back.lease is None and back.attempts[-1]["outcome"] == "lost" and back.tries == 1
+    assert back.lease is None and back.attempts[-1].outcome == "lost" and back.tries == 1
     assert row_state(sp, job_id) == "pending"
     assert_clean(sp)
     claimed = claim(sp, "w2", None)
@@ -196,7 +196,7 @@ def test_an_expire_killed_after_its_rename_is_pending_with_the_record_closed(sp:
     assert where(sp, job_id) == [State.PENDING]
     settle_now(sp, job_id)
     back = read_job(sp, State.PENDING, job_id)
-    assert back.lease is None and back.attempts[-1]["outcome"] == "lost"
+    assert back.lease is None and back.attempts[-1].outcome == "lost"
     assert_clean(sp)
 
 
@@ -250,7 +250,7 @@ def test_dead_without_a_reason_becomes_failed(sp: Spool) -> None:
     move_job(sp, job_id, State.LEASED, State.DEAD)  # bury's rename, without its rewrite
     settle_now(sp, job_id)
     dead = read_job(sp, State.DEAD, job_id)
-    assert dead.reason == "failed" and dead.lease is None and dead.attempts[-1]["ended"]
+    assert dead.reason == "failed" and dead.lease is None and dead.attempts[-1].ended
     assert row_state(sp, job_id) == "dead"
     assert_clean(sp)
 
@@ -368,7 +368,7 @@ def test_fsck_calls_a_move_under_a_held_lock_in_progress(sp: Spool) -> None:
 
 def test_fsck_repair_puts_a_ledger_behind_the_files_right(sp: Spool) -> None:
     job_id = sp.submit("echo")
-    sp.ledger.set_state(job_id, State.DONE)
+    sp.ledger.record(read_job(sp, State.PENDING, job_id), State.DONE, ready=False, event="test")
     report = fsck(sp)
     assert any("ledger: 1 job(s) disagree" in v for v in report.violations)
     assert fsck(sp, repair=True).ok and row_state(sp, job_id) == "pending"

@@ -28,8 +28,8 @@ from spool.locks import acquire
 from spool.spool import Spool
 from spool.store import folders_of, read_job
 from spool.submission import lookup_key
-from spool.transitions import (Lease, backoff_seconds, cancel_leased, claim, complete, expire, fail, heartbeat,
-                               lease_status, release)
+from spool.moves import backoff_seconds
+from spool.transitions import Lease, cancel_leased, claim, complete, expire, fail, heartbeat, lease_status, release
 
 
 @pytest.fixture
@@ -73,8 +73,8 @@ def test_claim_moves_the_job_and_counts_the_try_before_returning(sp: Spool) -> N
     on_disk = read_job(sp, State.LEASED, job_id)
     assert on_disk == claimed
     assert (on_disk.attempt, on_disk.tries) == (1, 1)
-    assert on_disk.lease is not None and on_disk.lease["worker"] == "w1" and on_disk.lease["attempt"] == 1
-    assert [(r["attempt"], r["worker"], r["ended"]) for r in on_disk.attempts] == [(1, "w1", None)]
+    assert on_disk.lease is not None and on_disk.lease.worker == "w1" and on_disk.lease.attempt == 1
+    assert [(r.attempt, r.worker, r.ended) for r in on_disk.attempts] == [(1, "w1", None)]
     assert ledger_state(sp, job_id) == ("leased", 0)
     assert claim(sp, "w2", None) is None
 
@@ -208,7 +208,7 @@ def test_complete_links_the_one_result_and_moves_to_done(sp: Spool) -> None:
     assert json.loads((sp.root / "results" / result_name(job_id)).read_bytes()) == {"answer": 42}
     assert sp.result(job_id) == {"answer": 42}
     done = read_job(sp, State.DONE, job_id)
-    assert done.lease is None and done.attempts[-1]["outcome"] == "done" and done.attempts[-1]["ended"]
+    assert done.lease is None and done.attempts[-1].outcome == "done" and done.attempts[-1].ended
     assert os.listdir(sp.root / "tmp") == []
     assert [n for n in os.listdir(sp.root / "leased") if n.startswith(f".{job_id}")] == []
     assert ledger_state(sp, job_id) == ("done", 0)
@@ -270,7 +270,7 @@ def test_fail_with_tries_left_goes_back_to_pending_after_a_backoff(sp: Spool) ->
     retry = read_job(sp, State.PENDING, job_id)
     assert retry.backoff_seconds is not None and 1.0 <= retry.backoff_seconds <= 2.0
     assert retry.lease is None and retry.error == "Traceback\nValueError: boom"
-    assert retry.attempts[-1]["outcome"] == "failed" and retry.attempts[-1]["error"] == retry.error
+    assert retry.attempts[-1].outcome == "failed" and retry.attempts[-1].error == retry.error
     assert (retry.attempt, retry.tries) == (1, 1)
     assert ledger_state(sp, job_id) == ("pending", 0)
     assert claim(sp, "w", None) is None  # the backoff is the coordinator's to end
@@ -289,7 +289,7 @@ def test_fail_without_tries_left_is_dead_failed_with_the_last_error(sp: Spool) -
     assert state is State.DEAD
     dead = read_job(sp, State.DEAD, job_id)
     assert (dead.reason, dead.error, dead.tries, dead.attempt) == ("failed", "error 2", 2, 2)
-    assert [r["outcome"] for r in dead.attempts] == ["failed", "failed"]
+    assert [r.outcome for r in dead.attempts] == ["failed", "failed"]
     assert ledger_state(sp, job_id) == ("dead", 0)
 
 
@@ -298,7 +298,7 @@ def test_reject_is_dead_at_once_with_tries_left(sp: Spool) -> None:
     _, lease = take(sp)
     assert fail(sp, lease, "Reject: bad input", reject=True) is State.DEAD
     dead = read_job(sp, State.DEAD, job_id)
-    assert dead.reason == "failed" and dead.tries == 1 and dead.attempts[-1]["outcome"] == "rejected"
+    assert dead.reason == "failed" and dead.tries == 1 and dead.attempts[-1].outcome == "rejected"
 
 
 def test_a_long_error_is_kept_to_its_last_four_kib(sp: Spool) -> None:
@@ -325,7 +325,7 @@ def test_release_gives_back_the_try_and_is_ready_at_once(sp: Spool) -> None:
     release(sp, lease)
     released = read_job(sp, State.PENDING, job_id)
     assert (released.attempt, released.tries, released.lease) == (1, 0, None)
-    assert released.attempts[-1]["outcome"] == "released"
+    assert released.attempts[-1].outcome == "released"
     assert not (sp.root / "leased" / heartbeat_name(job_id, 1)).exists()
     claimed, _ = take(sp)
     assert (claimed.attempt, claimed.tries) == (2, 1)  # a max_tries=1 job can still run
@@ -337,7 +337,7 @@ def test_expire_returns_to_pending_with_backoff_or_dead_when_spent(sp: Spool) ->
     assert expire(sp, job_id, 1, "no heartbeat for 30s") is State.PENDING
     back = read_job(sp, State.PENDING, job_id)
     assert back.backoff_seconds is not None and back.error == "no heartbeat for 30s"
-    assert back.attempts[-1]["outcome"] == "expired"
+    assert back.attempts[-1].outcome == "expired"
     make_ready(sp, job_id)
     take(sp)
     assert expire(sp, job_id, 1, "stale attempt") is None  # a stale view changes nothing
@@ -399,7 +399,7 @@ def test_cancel_leased_is_a_request_the_worker_acts_on(sp: Spool) -> None:
     assert (sp.root / "leased" / cancel_name(job_id)).exists() and where(sp, job_id) == ["leased"]
     cancel_leased(sp, lease)
     dead = read_job(sp, State.DEAD, job_id)
-    assert dead.reason == "cancelled" and dead.attempts[-1]["outcome"] == "cancelled"
+    assert dead.reason == "cancelled" and dead.attempts[-1].outcome == "cancelled"
     assert not (sp.root / "leased" / cancel_name(job_id)).exists()
 
 

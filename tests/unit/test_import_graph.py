@@ -1,0 +1,198 @@
+"""The house rules that hold the layers apart, checked on the source itself.
+
+Every import of spool/, runner/ and cli/ counts, wherever it sits (top level, inside a function,
+under ``if TYPE_CHECKING``): the graph they make has no cycle, its arrows point down
+(cli -> runner -> spool), and an import inside a function says why on its line or the line above
+(the only reason we accept is start-up time). spool/ reads time and chance only through
+``spool.clock``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from support import ROOT
+
+# The repository folder of each installed package (pyproject.toml's package-dir).
+PACKAGES = {"spool": ROOT / "spool", "spool.runner": ROOT / "runner", "spool.cli": ROOT / "cli"}
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.glob("*.py")):
+            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return found
+
+
+MODULES = _modules()
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    local: bool  # inside a function body
+
+
+def _package_of(module: str) -> str:
+    return module if MODULES[module].stem == "__init__" else module.rsplit(".", 1)[0]
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = _package_of(module).split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    """The project modules an import statement loads (``from spool import crash`` is spool.crash;
+    ``from spool import Spool`` is the package ``spool`` itself)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            parts = alias.name.split(".")
+            for end in range(len(parts), 0, -1):
+                if ".".join(parts[:end]) in MODULES:
+                    yield ".".join(parts[:end])
+                    break
+        return
+    origin = _resolve(module, node)
+    for alias in node.names:
+        if f"{origin}.{alias.name}" in MODULES:
+            yield f"{origin}.{alias.name}"
+        elif origin in MODULES:
+            yield origin
+
+
+def _edges(module: str) -> Iterator[Edge]:
+    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
+
+    def visit(node: ast.AST, local: bool) -> Iterator[Edge]:
+        for child in ast.iter_child_nodes(node):
+            inner = local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in _targets(module, child):
+                    if target != module:
+                        yield Edge(module, target, child.lineno, local)
+            yield from visit(child, inner)
+
+    yield from visit(tree, False)
+
+
+EDGES = list(dict.fromkeys(edge for module in MODULES for edge in _edges(module)))
+
+
+def _layer(module: str) -> int:
+    if module == "spool.cli" or module.startswith("spool.cli."):
+        return 2
+    if module == "spool.runner" or module.startswith("spool.runner."):
+        return 1
+    return 0
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {module: set() for module in MODULES}
+    for edge in EDGES:
+        graph[edge.source].add(edge.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def _where(edge: Edge) -> str:
+    return f"{MODULES[edge.source].relative_to(ROOT)}:{edge.line} imports {edge.target}"
+
+
+def test_the_graph_sees_every_module_and_the_imports_it_should() -> None:
+    """Guards the scanner itself: if it stopped seeing imports, the tests below could not fail."""
+    assert {"spool", "spool.job", "spool.runner.worker", "spool.cli.main"} <= set(MODULES)
+    assert any(e.source == "spool.runner.worker" and e.target == "spool.spool" for e in EDGES)
+    assert any(e.source == "spool" and e.target == "spool.spool" and e.local for e in EDGES)
+
+
+def test_no_import_cycle_counting_local_and_type_checking_imports() -> None:
+    cycles = _cycles()
+    lines = []
+    for component in cycles:
+        members = set(component)
+        lines.append(" <-> ".join(component))
+        lines += [f"    {_where(e)}" for e in EDGES if e.source in members and e.target in members]
+    assert not cycles, "import cycles:\n" + "\n".join(lines)
+
+
+def test_arrows_point_down_cli_then_runner_then_spool() -> None:
+    upward = [_where(e) for e in EDGES if _layer(e.target) > _layer(e.source)]
+    assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
+
+
+def test_an_import_inside_a_function_says_why() -> None:
+    unexplained = []
+    for edge in EDGES:
+        if not edge.local:
+            continue
+        lines = MODULES[edge.source].read_text().splitlines()
+        here, above = lines[edge.line - 1], lines[edge.line - 2] if edge.line > 1 else ""
+        if "start-up" not in here and "start-up" not in above:
+            unexplained.append(_where(edge))
+    assert not unexplained, ("function-local imports without a `# start-up: ...` reason:\n"
+                             + "\n".join(unexplained))
+
+
+# Reading a clock or drawing a random number decides things; spool/ does both only through a Clock.
+# Unique names (ids, tmp names) may take bytes from os.urandom or secrets: that decides nothing.
+CLOCK_CALLS = {("time", "time"), ("time", "time_ns"), ("time", "monotonic"), ("time", "monotonic_ns"),
+               ("time", "sleep"), ("time", "perf_counter"), ("datetime", "now"), ("datetime", "utcnow"),
+               ("datetime", "today"), ("date", "today")}
+
+
+def test_spool_reads_time_and_chance_only_through_its_clock() -> None:
+    found = []
+    for module, path in MODULES.items():
+        if _layer(module) or module == "spool.clock":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import) and any(a.name == "random" for a in node.names):
+                found.append(f"{where} imports random")
+            elif isinstance(node, ast.ImportFrom) and node.module in ("random", "time"):
+                found.append(f"{where} imports from {node.module}")
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and (node.value.id, node.attr) in CLOCK_CALLS):
+                found.append(f"{where} reads {node.value.id}.{node.attr}")
+    assert not found, "clock or randomness outside spool.clock:\n" + "\n".join(found)
