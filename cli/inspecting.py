@@ -110,8 +110,11 @@ class WaitReport:
             ended = sum(1 for state in states.values() if state.terminal)
             done = sum(1 for state in states.values() if state is State.DONE)
             filled = PROGRESS_WIDTH * ended // len(states)
-            click.echo(f"\r[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {ended}/{len(states)} ended, "
-                       f"{done} done", err=True, nl=False)
+            click.echo(
+                f"\r[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {ended}/{len(states)} ended, {done} done",
+                err=True,
+                nl=False,
+            )
 
     def finish(self) -> None:
         if self.show_progress:
@@ -162,9 +165,13 @@ def ls_command(app: App, state_name: str | None, reason: str | None, limit: int 
     if app.json_output:
         echo_json(views)
     else:
-        render_table(["id", "state", "task", "tries", "reason", "submitted"],
-                     [[v["id"], v["state"], v["task"], f"{v['tries']}/{v['max_tries']}", v["reason"] or "",
-                       v["submitted_at"]] for v in views])
+        render_table(
+            ["id", "state", "task", "tries", "reason", "submitted"],
+            [
+                [v["id"], v["state"], v["task"], f"{v['tries']}/{v['max_tries']}", v["reason"] or "", v["submitted_at"]]
+                for v in views
+            ],
+        )
 
 
 def _say_trouble(line: str) -> None:
@@ -184,8 +191,11 @@ def stats(app: App) -> None:
 @command()
 @click.argument("job_id")
 @click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default the latest).")
-@click.option("--follow", is_flag=True,
-              help="Keep printing as the job runs (waiting for its first attempt), until it is done or dead.")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep printing as the job runs (waiting for its first attempt), until it is done or dead.",
+)
 @pass_app
 def logs(app: App, job_id: str, attempt: int | None, follow: bool) -> None:
     """An attempt's stdout and stderr (its last max_log_bytes)."""
@@ -207,8 +217,12 @@ def config(app: App) -> None:
     """The settings in force and where each came from."""
     rows = app.spool().settings.describe()
     if app.json_output:
-        echo_json({name: {"value": list(value) if isinstance(value, tuple) else value, "source": source}
-                   for name, value, source in rows})
+        echo_json(
+            {
+                name: {"value": list(value) if isinstance(value, tuple) else value, "source": source}
+                for name, value, source in rows
+            }
+        )
     else:
         render_table(["setting", "value", "from"], [[name, _show(value), source] for name, value, source in rows])
 

@@ -32,23 +32,48 @@ def _setting_options(fn: F) -> F:
     for name in reversed(setting_names()):
         if name == "group_shared":
             continue
-        fn = click.option(f"--{name.replace('_', '-')}", name, default=None, metavar="VALUE",
-                          help=f"Setting {name} (beats SPOOL_{name.upper()} and config.yaml).")(fn)
+        fn = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            default=None,
+            metavar="VALUE",
+            help=f"Setting {name} (beats SPOOL_{name.upper()} and config.yaml).",
+        )(fn)
     return fn
 
 
 # Every command the group holds, named here rather than registered by importing its module.
 COMMANDS: list[click.Command] = [
-    managing.init, submitting.submit, inspecting.status, inspecting.result, inspecting.wait,
-    inspecting.ls_command, inspecting.stats, managing.requeue, managing.cancel, managing.fsck, managing.purge,
-    inspecting.logs, inspecting.config, managing.crash_points,
-    processes.coordinator, processes.worker, processes.run, processes.demo,
+    managing.init,
+    submitting.submit,
+    inspecting.status,
+    inspecting.result,
+    inspecting.wait,
+    inspecting.ls_command,
+    inspecting.stats,
+    managing.requeue,
+    managing.cancel,
+    managing.fsck,
+    managing.purge,
+    inspecting.logs,
+    inspecting.config,
+    managing.crash_points,
+    processes.coordinator,
+    processes.worker,
+    processes.run,
+    processes.demo,
 ]
 
 
 @click.group(commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--spool", "spool_dir", metavar="DIR", envvar="SPOOL_DIR", default=None,
-              help="The spool folder (default $SPOOL_DIR, else ./spool).")
+@click.option(
+    "--spool",
+    "spool_dir",
+    metavar="DIR",
+    envvar="SPOOL_DIR",
+    default=None,
+    help="The spool folder (default $SPOOL_DIR, else ./spool).",
+)
 @click.option("--json", "json_output", is_flag=True, default=False, help="Print one JSON document.")
 @_setting_options
 @click.version_option(package_name="spool-queue")
@@ -57,8 +82,11 @@ def cli(ctx: click.Context, spool_dir: str | None, json_output: bool, **flags: o
     """spool: a crash-safe job runner whose queue is a directory."""
     os.umask(0o077)
     warn_about_environment(os.environ)
-    ctx.obj = App(spool_dir=spool_dir, json_output=json_output,
-                  flags={name: value for name, value in flags.items() if value is not None})
+    ctx.obj = App(
+        spool_dir=spool_dir,
+        json_output=json_output,
+        flags={name: value for name, value in flags.items() if value is not None},
+    )
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -81,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     With ``--json`` anywhere before a ``--``, the line is one JSON object, ``{"error", "exit"}``.
     """
     args = sys.argv[1:] if argv is None else argv
-    words = args[:args.index("--")] if "--" in args else args
+    words = args[: args.index("--")] if "--" in args else args
     fail = functools.partial(_fail_with, as_json="--json" in words)
     try:
         code = cli.main(args=args, prog_name="spool", standalone_mode=False)

@@ -36,8 +36,12 @@ def init(app: App, group_shared: bool) -> None:
 @click.argument("job_id", required=False)
 @click.option("--all-dead", is_flag=True, help="Every dead job (that can run).")
 @click.option("--task", help="With --all-dead: only this task.")
-@click.option("--timeout", "timeout_text", metavar="S",
-              help="With ID: wait at most this long for the job's lock (exit 75, nothing changed).")
+@click.option(
+    "--timeout",
+    "timeout_text",
+    metavar="S",
+    help="With ID: wait at most this long for the job's lock (exit 75, nothing changed).",
+)
 @pass_app
 def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, timeout_text: str | None) -> None:
     """Dead -> pending (or waiting) with a fresh set of tries; skipped children re-armed."""
@@ -46,8 +50,13 @@ def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, time
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
     timeout_seconds = flag_duration("--timeout", timeout_text)
-    ids = admin.requeue_all_dead(sp, task) if all_dead else [job_id] if sp.requeue(
-        job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
+    ids = (
+        admin.requeue_all_dead(sp, task)
+        if all_dead
+        else [job_id]
+        if sp.requeue(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
+        else []
+    )
     if app.json_output:
         echo_json({"requeued": ids})
     else:
@@ -62,8 +71,12 @@ def _say_waiting(what: str) -> None:
 
 @command()
 @click.argument("job_id")
-@click.option("--timeout", "timeout_text", metavar="S",
-              help="Wait at most this long for the job's lock (exit 75, nothing changed).")
+@click.option(
+    "--timeout",
+    "timeout_text",
+    metavar="S",
+    help="Wait at most this long for the job's lock (exit 75, nothing changed).",
+)
 @pass_app
 def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
     """Pending/waiting -> dead (cancelled); a leased job's worker kills it at its next heartbeat."""
@@ -73,8 +86,11 @@ def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
     if app.json_output:
         echo_json({"id": job_id, "cancel": outcome})
     else:
-        click.echo(f"{job_id} cancelled" if outcome == "cancelled" else
-                   f"{job_id} is running; its worker will kill it at its next heartbeat")
+        click.echo(
+            f"{job_id} cancelled"
+            if outcome == "cancelled"
+            else f"{job_id} is running; its worker will kill it at its next heartbeat"
+        )
 
 
 @command()
@@ -84,8 +100,16 @@ def fsck(app: App, repair: bool) -> None:
     """Check every promise on disk; exit 0 when all hold, 1 otherwise."""
     report = run_fsck(app.spool(), repair=repair)
     if app.json_output:
-        echo_json({"ok": report.ok, "jobs": report.jobs, "violations": report.violations,
-                   "in_progress": report.in_progress, "garbage": report.garbage, "repaired": report.repaired})
+        echo_json(
+            {
+                "ok": report.ok,
+                "jobs": report.jobs,
+                "violations": report.violations,
+                "in_progress": report.in_progress,
+                "garbage": report.garbage,
+                "repaired": report.repaired,
+            }
+        )
     else:
         for line in report.repaired:
             click.echo(f"repaired: {line}")
@@ -95,8 +119,10 @@ def fsck(app: App, repair: bool) -> None:
             click.echo(f"garbage: {line}")
         for line in report.violations:
             click.echo(f"VIOLATION: {line}")
-        click.echo(f"{report.jobs} jobs checked: " + ("every promise holds" if report.ok else
-                                                      f"{len(report.violations)} violation(s)"))
+        click.echo(
+            f"{report.jobs} jobs checked: "
+            + ("every promise holds" if report.ok else f"{len(report.violations)} violation(s)")
+        )
     if not report.ok:
         sys.exit(1)
 

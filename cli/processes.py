@@ -24,8 +24,13 @@ from spool.runner.logs import setup_logging
 from spool.runner.supervisor import ChildSpec, Supervisor
 from spool.spool import Spool
 
-_import_option = click.option("--import", "import_modules", multiple=True, metavar="MODULE",
-                              help="A module registering tasks (repeatable; adds to the `tasks` setting).")
+_import_option = click.option(
+    "--import",
+    "import_modules",
+    multiple=True,
+    metavar="MODULE",
+    help="A module registering tasks (repeatable; adds to the `tasks` setting).",
+)
 _shell_option = click.option("--allow-shell", is_flag=True, help="Run `shell` jobs (their argv is run as given).")
 
 
@@ -65,8 +70,11 @@ def worker(app: App, import_modules: tuple[str, ...], allow_shell: bool, burst: 
     _daemonise_stdio()
     setup_logging(sp.settings.log_level, sp.settings.log_format, "worker")
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
-    sys.exit(run_worker(sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name,
-                        sys_path=[os.getcwd()]))
+    sys.exit(
+        run_worker(
+            sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name, sys_path=[os.getcwd()]
+        )
+    )
 
 
 def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool) -> list[ChildSpec]:
@@ -91,9 +99,12 @@ def run(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bo
     """Supervise a coordinator and N workers on this host; restart any that die."""
     sp = app.spool()
     setup_logging(sp.settings.log_level, sp.settings.log_format, "run")
-    supervisor = Supervisor(supervisor_specs(app, workers, import_modules, allow_shell),
-                            grace_seconds=sp.settings.grace_seconds, log=logging.getLogger("spool.run").info,
-                            error_log=logging.getLogger("spool.run").error)
+    supervisor = Supervisor(
+        supervisor_specs(app, workers, import_modules, allow_shell),
+        grace_seconds=sp.settings.grace_seconds,
+        log=logging.getLogger("spool.run").info,
+        error_log=logging.getLogger("spool.run").error,
+    )
     sys.exit(supervisor.run())
 
 
@@ -110,8 +121,20 @@ def demo(app: App, workers: int, keep: bool, timeout_seconds: float) -> None:
     texts = _copy_texts(home / "texts")
     click.echo(f"spool at {root}; submitting {len(texts)} word-count jobs")
     ids = {path.name: sp.submit("wordcount", {"path": str(path)}, key=f"demo-{path.stem}") for path in texts}
-    argv = [sys.executable, "-m", "spool.cli", "--spool", str(root), "--poll-seconds", "0.5", "--log-level",
-            "warning", "run", "--workers", str(workers)]
+    argv = [
+        sys.executable,
+        "-m",
+        "spool.cli",
+        "--spool",
+        str(root),
+        "--poll-seconds",
+        "0.5",
+        "--log-level",
+        "warning",
+        "run",
+        "--workers",
+        str(workers),
+    ]
     started = time.monotonic()
     supervisor = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     try:

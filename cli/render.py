@@ -24,15 +24,28 @@ def render_status(view: dict[str, Any], parent_states: Mapping[str, str] | None 
     """The status page; ``parent_states``: each ``depends_on`` id's state, shown beside it."""
     parents = parent_states or {}
     lines = [
-        ("id", view["id"]), ("key", view["key"]), ("task", view["task"]), ("state", view["state"]),
-        ("reason", view["reason"]), ("priority", view.get("priority") or None),
+        ("id", view["id"]),
+        ("key", view["key"]),
+        ("task", view["task"]),
+        ("state", view["state"]),
+        ("reason", view["reason"]),
+        ("priority", view.get("priority") or None),
         ("not before", view.get("not_before")),
-        ("depends on", ", ".join(f"{dep} ({parents[dep]})" if dep in parents else dep
-                                 for dep in view.get("depends_on") or ()) or None),
-        ("attempt", view["attempt"]), ("tries", f"{view['tries']}/{view['max_tries']}"),
-        ("lease", f"{view['lease']['worker']} (attempt {view['lease']['attempt']}, since {view['lease']['claimed_at']})"
-         if view["lease"] else None),
-        ("skipped because", view.get("skipped_because")), ("result", view["result"]),
+        (
+            "depends on",
+            ", ".join(f"{dep} ({parents[dep]})" if dep in parents else dep for dep in view.get("depends_on") or ())
+            or None,
+        ),
+        ("attempt", view["attempt"]),
+        ("tries", f"{view['tries']}/{view['max_tries']}"),
+        (
+            "lease",
+            f"{view['lease']['worker']} (attempt {view['lease']['attempt']}, since {view['lease']['claimed_at']})"
+            if view["lease"]
+            else None,
+        ),
+        ("skipped because", view.get("skipped_because")),
+        ("result", view["result"]),
         ("coordinator", view.get("coordinator")),
         ("warning", view.get("warning")),
     ]
@@ -42,8 +55,10 @@ def render_status(view: dict[str, Any], parent_states: Mapping[str, str] | None 
     if view.get("attempts_dropped"):
         click.echo(f"({view['attempts_dropped']} earlier attempt records not kept)")
     for record in view["attempts"]:
-        click.echo(f"attempt {record['attempt']}: {record['outcome'] or 'running'} on {record['worker']} "
-                   f"({record['started']} .. {record['ended'] or ''})")
+        click.echo(
+            f"attempt {record['attempt']}: {record['outcome'] or 'running'} on {record['worker']} "
+            f"({record['started']} .. {record['ended'] or ''})"
+        )
     if view["error"]:
         click.echo("error:")
         click.echo("  " + view["error"].rstrip().replace("\n", "\n  "))
@@ -54,8 +69,10 @@ def render_stats(view: dict[str, Any]) -> None:
     states = ("pending", "waiting", "leased", "done", "dead")
     click.echo("  ".join(f"{state} {counts.get(state, 0)}" for state in states))
     if view["ready"] is not None:  # None: the reduced form, read from the files without the ledger
-        click.echo(f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
-                   f"completed last minute {view['completed_last_minute']}")
+        click.echo(
+            f"ready {view['ready']}  oldest ready {view['oldest_ready_seconds'] or 0:.1f}s  "
+            f"completed last minute {view['completed_last_minute']}"
+        )
     click.echo(f"coordinator: {view['coordinator']}")
     for task, ready in (view.get("unhandled_tasks") or {}).items():
         click.echo(f"warning: {ready} ready job(s) of task {task!r}, which no live worker handles")
@@ -63,5 +80,7 @@ def render_stats(view: dict[str, Any]) -> None:
         if worker["pid"] is None:
             click.echo(f"worker {worker['name']} (alive)")
             continue
-        click.echo(f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
-                   f"last seen {worker['seen']}")
+        click.echo(
+            f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
+            f"last seen {worker['seen']}"
+        )

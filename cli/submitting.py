@@ -31,31 +31,57 @@ from spool.yamlsafe import load_yaml
 @click.option("--delay", "delay_text", metavar="S", help="Not before this long from now (30s, 5m...).")
 @click.option("--depends-on", metavar="ID,...", help="Run only after these jobs are done.")
 @pass_app
-def submit(app: App, task: str | None, arg_pairs: tuple[str, ...], args_json: str | None, job_file: str | None,
-           key: str | None, priority: int | None, max_tries: int | None, timeout_text: str | None,
-           delay_text: str | None, depends_on: str | None) -> None:
+def submit(
+    app: App,
+    task: str | None,
+    arg_pairs: tuple[str, ...],
+    args_json: str | None,
+    job_file: str | None,
+    key: str | None,
+    priority: int | None,
+    max_tries: int | None,
+    timeout_text: str | None,
+    delay_text: str | None,
+    depends_on: str | None,
+) -> None:
     """Submit a job; prints only its id (the existing id for a key seen before)."""
     crash.arm("submit", os.environ)
     sp = app.spool()
     if job_file is not None:
         if task or arg_pairs or args_json:
             raise UsageError("-f takes the whole job from the file; don't give TASK or -a too")
-        data = sys.stdin.buffer.read(sp.settings.max_job_bytes + 1) if job_file == "-" else _read_job_file(
-            Path(job_file), sp.settings.max_job_bytes)
+        data = (
+            sys.stdin.buffer.read(sp.settings.max_job_bytes + 1)
+            if job_file == "-"
+            else _read_job_file(Path(job_file), sp.settings.max_job_bytes)
+        )
         spec = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=job_file)
         if not isinstance(spec, dict):
             raise InvalidJob(f"{job_file}: expected a mapping of job fields")
-        overrides = build_spec("x", key=key, priority=priority, max_tries=max_tries,
-                               timeout=flag_duration("--timeout", timeout_text),
-                               delay_seconds=flag_duration("--delay", delay_text), depends_on=_ids(depends_on))
+        overrides = build_spec(
+            "x",
+            key=key,
+            priority=priority,
+            max_tries=max_tries,
+            timeout=flag_duration("--timeout", timeout_text),
+            delay_seconds=flag_duration("--delay", delay_text),
+            depends_on=_ids(depends_on),
+        )
         spec.update({k: v for k, v in overrides.items() if k not in ("task", "args")})
         where = job_file
     else:
         if not task:
             raise UsageError("submit needs TASK (or -f FILE)")
-        spec = build_spec(task, _parse_args(arg_pairs, args_json), key=key, priority=priority, max_tries=max_tries,
-                          timeout=flag_duration("--timeout", timeout_text),
-                          delay_seconds=flag_duration("--delay", delay_text), depends_on=_ids(depends_on))
+        spec = build_spec(
+            task,
+            _parse_args(arg_pairs, args_json),
+            key=key,
+            priority=priority,
+            max_tries=max_tries,
+            timeout=flag_duration("--timeout", timeout_text),
+            delay_seconds=flag_duration("--delay", delay_text),
+            depends_on=_ids(depends_on),
+        )
         where = "submit"
     submitted = sp.submit_spec(spec, where=where)
     if app.json_output:

@@ -149,9 +149,7 @@ class _Attempts:
 
     def _shell(self, args: Any, job_id: str, attempt: int) -> dict[str, object]:
         argv = args.get("argv") if isinstance(args, dict) else None
-        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)) or (
-            set(args) != {"argv"}
-        ):
+        if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)) or (set(args) != {"argv"}):
             raise _Failed("shell jobs take args {argv: [str, ...]}, a non-empty list of strings")
         env = dict(os.environ, SPOOL_JOB_ID=job_id, SPOOL_ATTEMPT=str(attempt))
         out_r, out_w = os.pipe()

@@ -243,8 +243,7 @@ class Child:
                     return _failed(f"timed out after {_seconds(request.timeout_seconds)}s")
                 modules = ", ".join(self._config["import_modules"]) or "spool"
                 return _failed(
-                    f"child did not start within {_seconds(self._start_timeout_seconds)}s "
-                    f"(importing {modules})"
+                    f"child did not start within {_seconds(self._start_timeout_seconds)}s (importing {modules})"
                 )
             if now >= until:
                 return None
@@ -313,8 +312,10 @@ class Child:
         if message is None:
             return
         if message != HELLO:
-            raise Garbled(f"the child's hello was garbled: {preview(json.dumps(message).encode())} is not a "
-                          "hello (something in the child wrote to its channel to the worker)")
+            raise Garbled(
+                f"the child's hello was garbled: {preview(json.dumps(message).encode())} is not a "
+                "hello (something in the child wrote to its channel to the worker)"
+            )
         self._read_output(_DRAIN_BYTES)  # the import's output, all written before the hello
         self._hello = True
         if not self._send():
@@ -325,8 +326,10 @@ class Child:
         if message is None:
             return None
         if not is_reply(message, self._seq):
-            raise Garbled(f"the attempt's reply was garbled: {preview(json.dumps(message).encode())} is not a "
-                          "reply (something in the child wrote to its channel to the worker)")
+            raise Garbled(
+                f"the attempt's reply was garbled: {preview(json.dumps(message).encode())} is not a "
+                "reply (something in the child wrote to its channel to the worker)"
+            )
         self._drain_output()  # the child flushed its output before it replied
         self._request = None
         if self._served >= self._max_attempts_per_child:

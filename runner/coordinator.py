@@ -30,8 +30,17 @@ from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.job import format_time, parse_time
-from spool.layout import (WAKE_NAME, State, coordinator_lock_name, heartbeat_name, is_ignored_name, job_id_of,
-                          parse_heartbeat, parse_heartbeat_name, worker_lock_name)
+from spool.layout import (
+    WAKE_NAME,
+    State,
+    coordinator_lock_name,
+    heartbeat_name,
+    is_ignored_name,
+    job_id_of,
+    parse_heartbeat,
+    parse_heartbeat_name,
+    worker_lock_name,
+)
 from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
 from spool.spool import Spool
@@ -115,8 +124,9 @@ class Coordinator:
 
     def _publish_meta(self) -> None:
         """Our term and who we are, for workers (their heartbeat) and for `spool stats`."""
-        self.sp.ledger.set_meta(lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(),
-                                coordinator_started=format_time(time.time()))
+        self.sp.ledger.set_meta(
+            lease_seconds=self.lease_seconds, coordinator_pid=os.getpid(), coordinator_started=format_time(time.time())
+        )
 
     def _rebuild_ledger(self, err: LedgerUnusable) -> None:
         """A ledger that is not a database: move it aside and let the next pass's reconcile fill

@@ -96,16 +96,20 @@ class Replies:
         end = self._buffer.find(b"\n")
         if end < 0:
             if len(self._buffer) > self._max_line_bytes:
-                raise Garbled(f"{awaited} was garbled: {preview(bytes(self._buffer))} ran on with no "
-                              "end (something in the child wrote to its channel to the worker)")
+                raise Garbled(
+                    f"{awaited} was garbled: {preview(bytes(self._buffer))} ran on with no "
+                    "end (something in the child wrote to its channel to the worker)"
+                )
             return None
         line = bytes(self._buffer[:end])
         del self._buffer[: end + 1]
         try:
             return json.loads(line)
         except ValueError:
-            raise Garbled(f"{awaited} was garbled: {preview(line)} is not JSON (something in the "
-                          "child wrote to its channel to the worker)") from None
+            raise Garbled(
+                f"{awaited} was garbled: {preview(line)} is not JSON (something in the "
+                "child wrote to its channel to the worker)"
+            ) from None
 
     def close(self) -> None:
         os.close(self.fd)

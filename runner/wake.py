@@ -34,8 +34,14 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from watchdog.events import (FileClosedEvent, FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileSystemEvent,
-                             FileSystemEventHandler)
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 _MAX_REMEMBERED = 10_000
@@ -85,8 +91,10 @@ class Waker(FileSystemEventHandler):
 
 def _no_move_pairing_delay() -> None:
     """Stop watchdog holding a folder's events behind a move out of it (see the module doc)."""
-    for module, name in (("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),  # newer watchdog
-                         ("watchdog.observers.inotify_buffer", "InotifyBuffer")):  # watchdog 4
+    for module, name in (
+        ("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),  # newer watchdog
+        ("watchdog.observers.inotify_buffer", "InotifyBuffer"),
+    ):  # watchdog 4
         try:
             holder = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):

@@ -47,8 +47,16 @@ def worker_name() -> str:
 
 
 class Worker:
-    def __init__(self, sp: Spool, *, import_modules: Sequence[str] = (), allow_shell: bool = False,
-                 name: str | None = None, burst: bool = False, sys_path: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        sp: Spool,
+        *,
+        import_modules: Sequence[str] = (),
+        allow_shell: bool = False,
+        name: str | None = None,
+        burst: bool = False,
+        sys_path: Sequence[str] = (),
+    ) -> None:
         self.sp = sp
         self.name = check_worker_name(name) if name is not None else worker_name()
         self.burst = burst  # exit when no job is ready (the demo, tests)
@@ -56,8 +64,12 @@ class Worker:
         self.import_modules = list(dict.fromkeys([*sp.settings.tasks, *import_modules]))
         registry.import_task_modules(self.import_modules)
         self.tasks = sorted(registry.registered() | ({"shell"} if allow_shell else set()))
-        self.child = Child(import_modules=self.import_modules, allow_shell=allow_shell,
-                           max_result_bytes=sp.settings.max_result_bytes, sys_path=sys_path)
+        self.child = Child(
+            import_modules=self.import_modules,
+            allow_shell=allow_shell,
+            max_result_bytes=sp.settings.max_result_bytes,
+            sys_path=sys_path,
+        )
         self._signals = 0
         self._stop_requested_at: float | None = None
         self._waker: Waker | None = None
@@ -74,8 +86,10 @@ class Worker:
         # an instant. A live worker of the same name holds it for good: refuse, never queue behind it.
         self._lock = acquire_within(self.sp.layout.fd("locks"), worker_lock_name(self.name), DUPLICATE_WAIT_SECONDS)
         if self._lock is None:
-            raise UsageError(f"another worker named {self.name} is running (its lock locks/"
-                             f"{worker_lock_name(self.name)} is held); pick another --name")
+            raise UsageError(
+                f"another worker named {self.name} is running (its lock locks/"
+                f"{worker_lock_name(self.name)} is held); pick another --name"
+            )
         self._advertise()
         started = time.time()
         self._seen(started, started)
@@ -187,9 +201,15 @@ class Worker:
         if explicit > term / 2.0:
             if self._overruled_term != term:
                 self._overruled_term = term
-                log.warning("worker %s: heartbeat_seconds %gs (%s) cannot keep the coordinator's lease of %gs; "
-                            "heartbeating every %.3gs instead", self.name, explicit,
-                            self.sp.settings.sources.get("heartbeat_seconds", "default"), term, derived)
+                log.warning(
+                    "worker %s: heartbeat_seconds %gs (%s) cannot keep the coordinator's lease of %gs; "
+                    "heartbeating every %.3gs instead",
+                    self.name,
+                    explicit,
+                    self.sp.settings.sources.get("heartbeat_seconds", "default"),
+                    term,
+                    derived,
+                )
             return derived
         return explicit
 
@@ -199,27 +219,47 @@ class Worker:
         name = log_name(job_file.id, lease.attempt)
         try:
             # Through the folders' fds: a spool renamed while we run keeps working.
-            attempt_log = AttemptLog(self.sp.layout.fd("logs"), self.sp.layout.fd("tmp"), name,
-                                     self.sp.settings.max_log_bytes)
+            attempt_log = AttemptLog(
+                self.sp.layout.fd("logs"), self.sp.layout.fd("tmp"), name, self.sp.settings.max_log_bytes
+            )
         except OSError as err:
-            self._report(lease, Outcome(ok=False, value=None, error=f"cannot open attempt log logs/{name}: "
-                                        f"{err.strerror or err}", reject=False))
+            self._report(
+                lease,
+                Outcome(
+                    ok=False,
+                    value=None,
+                    error=f"cannot open attempt log logs/{name}: {err.strerror or err}",
+                    reject=False,
+                ),
+            )
             return
         try:
             self._watch_attempt(job_file, lease, attempt_log)
         finally:
             attempt_log.close()
             if attempt_log.error is not None:
-                log.warning("attempt %d of %s: its log stopped at a failed write: %s", lease.attempt,
-                            lease.job_id, attempt_log.error.strerror or attempt_log.error)
+                log.warning(
+                    "attempt %d of %s: its log stopped at a failed write: %s",
+                    lease.attempt,
+                    lease.job_id,
+                    attempt_log.error.strerror or attempt_log.error,
+                )
 
     def _watch_attempt(self, job_file: JobFile, lease: Lease, attempt_log: AttemptLog) -> None:
         job = job_file.job
         interval = self._heartbeat_seconds()
         beats = 0
-        self.child.begin(AttemptRequest(
-            job_id=job.id, attempt=lease.attempt, task=job.task, args=dict(job.args), timeout_seconds=job.timeout,
-            tries_left=job.max_tries - job_file.tries, log=attempt_log))
+        self.child.begin(
+            AttemptRequest(
+                job_id=job.id,
+                attempt=lease.attempt,
+                task=job.task,
+                args=dict(job.args),
+                timeout_seconds=job.timeout,
+                tries_left=job.max_tries - job_file.tries,
+                log=attempt_log,
+            )
+        )
         next_beat = time.monotonic() + interval
         while True:
             outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
@@ -266,21 +306,31 @@ class Worker:
             except DiskFull:  # ENOSPC from the files or the ledger (both typed DiskFull): wait for room
                 pass
             if self._must_stop_now():
-                log.warning("attempt %d of %s: stopping before its outcome could be saved (disk full); "
-                            "its lease will expire", lease.attempt, lease.job_id)
+                log.warning(
+                    "attempt %d of %s: stopping before its outcome could be saved (disk full); its lease will expire",
+                    lease.attempt,
+                    lease.job_id,
+                )
                 return
-            self._disk_full_pause(f"attempt {lease.attempt} of {lease.job_id} ended; saving its outcome waits "
-                                  "for room", at_most=self._heartbeat_seconds())
+            self._disk_full_pause(
+                f"attempt {lease.attempt} of {lease.job_id} ended; saving its outcome waits for room",
+                at_most=self._heartbeat_seconds(),
+            )
             keep_alive += 1
             heartbeat(self.sp, lease, keep_alive)
             status = lease_status(self.sp, lease)
             if status is not LeaseStatus.HELD:
-                log.warning("attempt %d of %s dropped while the disk was full: the lease was lost (%s)",
-                            lease.attempt, lease.job_id, status)
+                log.warning(
+                    "attempt %d of %s dropped while the disk was full: the lease was lost (%s)",
+                    lease.attempt,
+                    lease.job_id,
+                    status,
+                )
                 return
         if self._disk_full_since is not None:
-            log.info("worker %s: the disk has room again; attempt %d of %s saved", self.name, lease.attempt,
-                     lease.job_id)
+            log.info(
+                "worker %s: the disk has room again; attempt %d of %s saved", self.name, lease.attempt, lease.job_id
+            )
             self._disk_full_since, self._disk_full_delay = None, 0.0
 
     def _release(self, lease: Lease) -> None:
@@ -296,8 +346,9 @@ class Worker:
             except LeaseLost as err:
                 log.warning("cancel of %s: %s", lease.job_id, err)
         else:
-            log.warning("attempt %d of %s killed: the lease was lost (expired or requeued)", lease.attempt,
-                        lease.job_id)
+            log.warning(
+                "attempt %d of %s killed: the lease was lost (expired or requeued)", lease.attempt, lease.job_id
+            )
 
 
 def run_worker(sp: Spool, **options: object) -> int:

@@ -13,12 +13,30 @@ from spool import crash
 from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
 from spool.job import now_text, parse_time
-from spool.layout import (State, cancel_name, is_log_of, job_lock_name, job_name, key_name, log_name, purge_marker_name,
-                          result_name)
+from spool.layout import (
+    State,
+    cancel_name,
+    is_log_of,
+    job_lock_name,
+    job_name,
+    key_name,
+    log_name,
+    purge_marker_name,
+    result_name,
+)
 from spool.moves import bury
 from spool.recovery import resync
-from spool.store import (folders_of, has_result, job_lock, move_job, read_job, rewrite_job, state_of, wake,
-                         write_dot_file)
+from spool.store import (
+    folders_of,
+    has_result,
+    job_lock,
+    move_job,
+    read_job,
+    rewrite_job,
+    state_of,
+    wake,
+    write_dot_file,
+)
 from spool.submission import remove_key
 
 if TYPE_CHECKING:
@@ -34,8 +52,9 @@ def _settled_state(sp: Handle, job_id: str) -> State | None:
     return state_of(sp, job_id)
 
 
-def cancel(sp: Handle, job_id: str, *, timeout_seconds: float | None = None,
-           on_wait: Callable[[str], None] | None = None) -> str:
+def cancel(
+    sp: Handle, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
+) -> str:
     """PENDING/WAITING -> DEAD (cancelled) before returning; for LEASED, a request the worker
     acts on at its next heartbeat (it kills the attempt and buries the job).
 
@@ -55,16 +74,24 @@ def cancel(sp: Handle, job_id: str, *, timeout_seconds: float | None = None,
             log.info("cancel %s requested (leased)", job_id)
             return "requested"
         job_file = read_job(sp, state, job_id)
-        dead = bury(sp, job_file, state, reason="cancelled", error="cancelled by request", outcome="cancelled",
-                    ended=now_text(sp.clock))
+        dead = bury(
+            sp,
+            job_file,
+            state,
+            reason="cancelled",
+            error="cancelled by request",
+            outcome="cancelled",
+            ended=now_text(sp.clock),
+        )
         sp.ledger.record(dead, State.DEAD, ready=False, event="cancel")
     wake(sp, State.DEAD)
     log.info("cancel %s", job_id)
     return "cancelled"
 
 
-def requeue(sp: Handle, job_id: str, *, timeout_seconds: float | None = None,
-            on_wait: Callable[[str], None] | None = None) -> State:
+def requeue(
+    sp: Handle, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
+) -> State:
     """DEAD -> PENDING (or WAITING while dependencies are not all done) with a fresh set of tries;
     children skipped because of it are re-armed (back to waiting) too.
 
@@ -89,8 +116,7 @@ def requeue(sp: Handle, job_id: str, *, timeout_seconds: float | None = None,
         fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None)
         rewrite_job(sp, target, fresh, sync=True)
         fs.fsync_dir(sp.layout.fd(State.DEAD))
-        sp.ledger.record(fresh, target, ready=target is State.PENDING and fresh.job.not_before is None,
-                         event="requeue")
+        sp.ledger.record(fresh, target, ready=target is State.PENDING and fresh.job.not_before is None, event="requeue")
     log.info("requeue %s -> %s", job_id, target.value)
     wake(sp, target)
     for child in sp.ledger.dependents(job_id):
@@ -126,8 +152,13 @@ def requeue_all_dead(sp: Handle, task: str | None = None) -> list[str]:
     return requeued
 
 
-def purge(sp: Handle, older_than_seconds: float, states: Collection[State] = (State.DONE, State.DEAD), *,
-          on_wait: Callable[[str], None] | None = None) -> list[str]:
+def purge(
+    sp: Handle,
+    older_than_seconds: float,
+    states: Collection[State] = (State.DONE, State.DEAD),
+    *,
+    on_wait: Callable[[str], None] | None = None,
+) -> list[str]:
     """DONE/DEAD -> (gone): jobs that ended more than ``older_than_seconds`` ago, with their
     results, logs and keys.
 
@@ -164,8 +195,9 @@ def _forget(sp: Handle, job_id: str) -> None:
         log.warning("purge %s: the ledger did not forget it (%s); the coordinator's reconcile will", job_id, err)
 
 
-def _purge_one(sp: Handle, job_id: str, state: State, cutoff: float,
-               on_wait: Callable[[str], None] | None = None) -> bool:
+def _purge_one(
+    sp: Handle, job_id: str, state: State, cutoff: float, on_wait: Callable[[str], None] | None = None
+) -> bool:
     with job_lock(sp, job_id, on_wait=on_wait):
         if folders_of(sp, job_id) != [state]:
             return False

@@ -88,7 +88,7 @@ class AttemptLog:
         body = self._size - self._header
         keep_old = max(0, min(body, self.max_bytes - len(data)))
         old = os.pread(self._fd, keep_old, self._size - keep_old) if keep_old else b""
-        tail = (old + data[-self.max_bytes:])[-self.max_bytes:]
+        tail = (old + data[-self.max_bytes :])[-self.max_bytes :]
         self.cut += body + len(data) - len(tail)
         head = marker(self.cut, self.max_bytes)
         staged = tmp_name()

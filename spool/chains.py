@@ -57,11 +57,23 @@ def advance_waiting(sp: Handle, job_id: str) -> State | None:
             state, final = State.PENDING, job_file
         else:
             why = f"dependency {blocker} ended without a result"
-            state, final = State.DEAD, bury(sp, job_file, State.WAITING, reason="skipped", error=why,
-                                            outcome="skipped", ended=now_text(sp.clock), skipped_because=blocker)
+            state, final = (
+                State.DEAD,
+                bury(
+                    sp,
+                    job_file,
+                    State.WAITING,
+                    reason="skipped",
+                    error=why,
+                    outcome="skipped",
+                    ended=now_text(sp.clock),
+                    skipped_because=blocker,
+                ),
+            )
         ready = state is State.PENDING and final.job.not_before is None
-        sp.ledger.record(final, state, ready=ready, event="promote" if state is State.PENDING else "skip",
-                         detail=blocker)
+        sp.ledger.record(
+            final, state, ready=ready, event="promote" if state is State.PENDING else "skip", detail=blocker
+        )
     log.info("%s %s", "promote" if state is State.PENDING else f"skip (because {blocker})", job_id)
     if ready:
         wake(sp)

@@ -18,12 +18,32 @@ from collections.abc import Mapping
 
 # role -> the steps that role's process can reach, in the order `spool crash-points` lists them.
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
-    "worker": ("claim-after-rename", "after-claim", "complete-after-stage", "after-result", "complete-after-move",
-               "fail-after-rename", "after-fail", "bury-after-rename", "release-after-rename"),
-    "coordinator": ("expire-after-rename", "after-expire", "bury-after-rename", "ingest-after-rename",
-                    "after-ingest", "requeue-by-hand-after-rename", "promote-after-rename", "ready-after-rewrite"),
-    "admin": ("bury-after-rename",  # `spool cancel` of a pending or waiting job
-              "requeue-after-rename", "purge-after-rename"),
+    "worker": (
+        "claim-after-rename",
+        "after-claim",
+        "complete-after-stage",
+        "after-result",
+        "complete-after-move",
+        "fail-after-rename",
+        "after-fail",
+        "bury-after-rename",
+        "release-after-rename",
+    ),
+    "coordinator": (
+        "expire-after-rename",
+        "after-expire",
+        "bury-after-rename",
+        "ingest-after-rename",
+        "after-ingest",
+        "requeue-by-hand-after-rename",
+        "promote-after-rename",
+        "ready-after-rewrite",
+    ),
+    "admin": (
+        "bury-after-rename",  # `spool cancel` of a pending or waiting job
+        "requeue-after-rename",
+        "purge-after-rename",
+    ),
     "submit": ("after-key-check", "after-key", "after-commit", "after-submit"),
 }
 
@@ -49,8 +69,11 @@ def unknown_target(value: str) -> str | None:
         return None
     close = difflib.get_close_matches(value, points, n=1)
     role = value.split(":", 1)[0]
-    hint = f"; did you mean {close[0]}?" if close else (
-        f"; {role} has {', '.join(CRASH_POINTS[role])}" if CRASH_POINTS.get(role) else "")
+    hint = (
+        f"; did you mean {close[0]}?"
+        if close
+        else (f"; {role} has {', '.join(CRASH_POINTS[role])}" if CRASH_POINTS.get(role) else "")
+    )
     return f"SPOOL_CRASH_AT={value} is not a crash point{hint} (see `spool crash-points`)"
 
 

@@ -21,9 +21,24 @@ from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.admin import finish_purge
 from spool.job import JobFile, is_ready
-from spool.layout import (WAKE_NAME, State, cancel_name, coordinator_lock_name, heartbeat_name, is_dot_name,
-                          job_lock_name, job_name, key_lock_name, key_name, parse_drop_note_name, parse_purge_marker,
-                          result_id_of, result_name, tmp_writer_pid, worker_of_lock_name)
+from spool.layout import (
+    WAKE_NAME,
+    State,
+    cancel_name,
+    coordinator_lock_name,
+    heartbeat_name,
+    is_dot_name,
+    job_lock_name,
+    job_name,
+    key_lock_name,
+    key_name,
+    parse_drop_note_name,
+    parse_purge_marker,
+    result_id_of,
+    result_name,
+    tmp_writer_pid,
+    worker_of_lock_name,
+)
 from spool.locks import acquire, is_held
 from spool.recovery import copies_of, list_folders, moved_back_by_hand, resync
 from spool.stats import ledger_trouble
@@ -86,21 +101,31 @@ def _check(sp: Handle) -> Report:
     return report
 
 
-def _check_job(sp: Handle, job_id: str, folders: list[State], report: Report,
-               files: dict[str, tuple[State, JobFile]]) -> None:
+def _check_job(
+    sp: Handle, job_id: str, folders: list[State], report: Report, files: dict[str, tuple[State, JobFile]]
+) -> None:
     copies = copies_of(sp, job_id, folders)
     for state in copies.drops + copies.planted:
         where = f"{state.value}/{job_name(job_id)}"
         damaged = _damaged_job_file(sp, state, job_id)
         if damaged is not None:  # a runner's file would be whole: its text is kept, its id is not
-            _flag(sp, report, job_id, f"{where}: not a whole job file ({damaged}); the coordinator takes it as a "
-                  "drop: to dead/ under a new id, its text kept")
+            _flag(
+                sp,
+                report,
+                job_id,
+                f"{where}: not a whole job file ({damaged}); the coordinator takes it as a "
+                "drop: to dead/ under a new id, its text kept",
+            )
         elif state is State.PENDING:
-            report.in_progress.append(f"{where}: a drop named like a job id (not a file the runner made); the "
-                                      "coordinator ingests it under a new id")
+            report.in_progress.append(
+                f"{where}: a drop named like a job id (not a file the runner made); the "
+                "coordinator ingests it under a new id"
+            )
         else:
-            report.in_progress.append(f"{where}: a copy of {job_id} the runner did not make; the coordinator "
-                                      "moves it to dead/ as invalid (the job is kept)")
+            report.in_progress.append(
+                f"{where}: a copy of {job_id} the runner did not make; the coordinator "
+                "moves it to dead/ as invalid (the job is kept)"
+            )
     if not copies.keep:
         return
     if copies.stale:
@@ -125,8 +150,10 @@ def _check_job(sp: Handle, job_id: str, folders: list[State], report: Report,
     elif state in (State.PENDING, State.WAITING, State.DEAD) and has_result:
         _flag(sp, report, job_id, f"{where}: has a result but is {state.value}")
     if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file) and not has_result:
-        report.in_progress.append(f"{where}: moved back by hand (or a requeue was interrupted); the runner "
-                                  "finishes it as a requeue with fresh tries (so does fsck --repair)")
+        report.in_progress.append(
+            f"{where}: moved back by hand (or a requeue was interrupted); the runner "
+            "finishes it as a requeue with fresh tries (so does fsck --repair)"
+        )
     elif job_file.tries > job_file.job.max_tries:
         report.violations.append(f"{where}: tries {job_file.tries} over max_tries {job_file.job.max_tries}")
     if job_file.tries > job_file.attempt:
@@ -171,8 +198,10 @@ def _check_results(sp: Handle, jobs: dict[str, list[State]], report: Report) -> 
             report.violations.append(f"results/{name}: not a result name")
             continue
         if job_id not in jobs:
-            report.violations.append(f"results/{name}: a result without a job file in any folder; kept for a "
-                                     "person to look at (repair never deletes a result)")
+            report.violations.append(
+                f"results/{name}: a result without a job file in any folder; kept for a "
+                "person to look at (repair never deletes a result)"
+            )
             continue
         try:
             json.loads(fs.read_file(results_fd, name, sp.settings.max_result_bytes + 1024))

@@ -109,8 +109,9 @@ class RealFS:
         finally:
             os.close(fd)
 
-    def read_file(self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False,
-                  settled: bool = False) -> bytes:
+    def read_file(
+        self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False, settled: bool = False
+    ) -> bytes:
         """Read a regular file without following a symlink or blocking on a FIFO.
 
         Raises ``InvalidJob`` for a symlink, a non-regular file, a second hard link (when asked)

@@ -58,9 +58,7 @@ class Job:
         return self.key != self.id
 
     @classmethod
-    def from_spec(
-        cls, spec: object, *, job_id: str, default_max_tries: int, default_timeout: float, where: str
-    ) -> Job:
+    def from_spec(cls, spec: object, *, job_id: str, default_max_tries: int, default_timeout: float, where: str) -> Job:
         """Validate a user's spec (CLI, API, dropped file) into a Job with a fresh id."""
         if not isinstance(spec, Mapping):
             raise InvalidJob(f"{where}: expected a mapping of job fields, got {_kind(spec)}")
@@ -70,8 +68,9 @@ class Job:
                 raise InvalidJob(f"{where}: field 'id': ids are assigned by spool; remove it")
             if name not in SPEC_FIELDS:
                 raise InvalidJob(f"{where}: unknown field {str(name)!r}; expected one of {', '.join(SPEC_FIELDS)}")
-        return _job_from_fields(spec, job_id=job_id, where=where, default_max_tries=default_max_tries,
-                                default_timeout=default_timeout)
+        return _job_from_fields(
+            spec, job_id=job_id, where=where, default_max_tries=default_max_tries, default_timeout=default_timeout
+        )
 
 
 def spec_of_runner_file(fields: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -82,7 +81,8 @@ def spec_of_runner_file(fields: Mapping[str, Any]) -> Mapping[str, Any]:
     Anything that is not a runner file (no ``id`` and ``submitted_at``) is returned as it is.
     """
     if not ("id" in fields and "submitted_at" in fields) or not all(
-            name in SPEC_FIELDS or name in RUNNER_FIELDS for name in fields):
+        name in SPEC_FIELDS or name in RUNNER_FIELDS for name in fields
+    ):
         return fields
     spec = {name: value for name, value in fields.items() if name in SPEC_FIELDS}
     if spec.get("key") == fields["id"]:
@@ -101,8 +101,9 @@ def _job_from_fields(
         raise InvalidJob(f"{where}: field 'task': expected a task name like 'wordcount', got {_show(task)}")
     key = fields.get("key", job_id)
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
-        raise InvalidJob(f"{where}: field 'key': expected a non-empty string of at most {MAX_KEY_CHARS} "
-                         f"characters, got {_show(key)}")
+        raise InvalidJob(
+            f"{where}: field 'key': expected a non-empty string of at most {MAX_KEY_CHARS} characters, got {_show(key)}"
+        )
     args = fields.get("args", {})
     if args is None:
         args = {}
@@ -114,24 +115,37 @@ def _job_from_fields(
         raise InvalidJob(f"{where}: field 'priority': expected an integer, got {_show(priority)}")
     max_tries = fields.get("max_tries", default_max_tries)
     if not _is_int(max_tries) or not 1 <= max_tries <= MAX_TRIES:
-        raise InvalidJob(f"{where}: field 'max_tries': expected an integer from 1 to {MAX_TRIES}, "
-                         f"got {_show(max_tries)}")
+        raise InvalidJob(
+            f"{where}: field 'max_tries': expected an integer from 1 to {MAX_TRIES}, got {_show(max_tries)}"
+        )
     timeout = fields.get("timeout", default_timeout)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_SECONDS:
-        raise InvalidJob(f"{where}: field 'timeout': expected a positive number of seconds up to 100 years, "
-                         f"got {_show(timeout)}")
+        raise InvalidJob(
+            f"{where}: field 'timeout': expected a positive number of seconds up to 100 years, got {_show(timeout)}"
+        )
     not_before = fields.get("not_before")
     if not_before is not None:
         not_before = format_time(parse_time(not_before, f"{where}: field 'not_before'"))
     depends_on = fields.get("depends_on") or []
     if not isinstance(depends_on, list) or len(depends_on) > MAX_DEPENDENCIES:
-        raise InvalidJob(f"{where}: field 'depends_on': expected a list of at most {MAX_DEPENDENCIES} job ids, "
-                         f"got {_show(depends_on)}")
+        raise InvalidJob(
+            f"{where}: field 'depends_on': expected a list of at most {MAX_DEPENDENCIES} job ids, "
+            f"got {_show(depends_on)}"
+        )
     for dep in depends_on:
         if not is_valid_id(dep):
             raise InvalidJob(f"{where}: field 'depends_on': {_show(dep)} is not a job id")
-    return Job(id=job_id, key=key, task=task, args=dict(args), priority=priority, max_tries=max_tries,
-               timeout=float(timeout), not_before=not_before, depends_on=tuple(dict.fromkeys(depends_on)))
+    return Job(
+        id=job_id,
+        key=key,
+        task=task,
+        args=dict(args),
+        priority=priority,
+        max_tries=max_tries,
+        timeout=float(timeout),
+        not_before=not_before,
+        depends_on=tuple(dict.fromkeys(depends_on)),
+    )
 
 
 @dataclass(frozen=True)
@@ -175,8 +189,12 @@ class JobFile:
         job = self.job
         head: dict[str, Any] = {"spool_format": SPOOL_FORMAT, "id": job.id}
         spec: dict[str, Any] = {
-            "key": job.key, "task": job.task, "args": dict(job.args),
-            "priority": job.priority, "max_tries": job.max_tries, "timeout": job.timeout,
+            "key": job.key,
+            "task": job.task,
+            "args": dict(job.args),
+            "priority": job.priority,
+            "max_tries": job.max_tries,
+            "timeout": job.timeout,
         }
         if job.not_before is not None:
             spec["not_before"] = job.not_before
@@ -218,12 +236,24 @@ def short_error(text: str, limit_bytes: int = OLD_ERROR_BYTES) -> str:
     data = line.encode("utf-8", errors="replace")
     if len(data) <= limit_bytes:
         return line
-    return data[:limit_bytes - 3].decode("utf-8", errors="ignore") + "..."
+    return data[: limit_bytes - 3].decode("utf-8", errors="ignore") + "..."
 
 
-RUNNER_FIELDS = ("id", "submitted_at", "dropped_as", "original", "attempt", "tries", "lease", "backoff_seconds",
-                 "reason",
-                 "error", "skipped_because", "attempts", "attempts_dropped")
+RUNNER_FIELDS = (
+    "id",
+    "submitted_at",
+    "dropped_as",
+    "original",
+    "attempt",
+    "tries",
+    "lease",
+    "backoff_seconds",
+    "reason",
+    "error",
+    "skipped_because",
+    "attempts",
+    "attempts_dropped",
+)
 
 
 def encode(job_file: JobFile) -> bytes:
@@ -258,12 +288,14 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
     if not _is_int(attempt) or not _is_int(tries) or attempt < 0 or tries < 0:
         raise InvalidJob(f"{source}: fields 'attempt'/'tries': expected counts, got {_show(attempt)}/{_show(tries)}")
     lease = fields.get("lease")
-    if lease is not None and not (isinstance(lease, Mapping) and _is_int(lease.get("attempt"))
-                                  and isinstance(lease.get("worker"), str)):
+    if lease is not None and not (
+        isinstance(lease, Mapping) and _is_int(lease.get("attempt")) and isinstance(lease.get("worker"), str)
+    ):
         raise InvalidJob(f"{source}: field 'lease': expected {{worker, attempt, claimed_at}} or null")
     attempts = fields.get("attempts") or []
-    if not isinstance(attempts, list) or not all(isinstance(r, Mapping) and r.keys() == set(ATTEMPT_FIELDS)
-                                                 for r in attempts):
+    if not isinstance(attempts, list) or not all(
+        isinstance(r, Mapping) and r.keys() == set(ATTEMPT_FIELDS) for r in attempts
+    ):
         raise InvalidJob(f"{source}: field 'attempts': expected a list of records {{{', '.join(ATTEMPT_FIELDS)}}}")
     attempts_dropped = fields.get("attempts_dropped", 0)
     if not _is_int(attempts_dropped) or attempts_dropped < 0:
@@ -277,12 +309,21 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
     for name in ("dropped_as", "error", "skipped_because", "original"):
         if fields.get(name) is not None and not isinstance(fields[name], str):
             raise InvalidJob(f"{source}: field {name!r}: expected text, got {_show(fields[name])}")
-    return JobFile(job=job, submitted_at=submitted_at, dropped_as=fields.get("dropped_as"), attempt=attempt,
-                   tries=tries, lease=None if lease is None else Lease.from_mapping(job_id, lease),
-                   backoff_seconds=backoff, reason=reason, error=fields.get("error"),
-                   skipped_because=fields.get("skipped_because"), original=fields.get("original"),
-                   attempts=tuple(Attempt.from_mapping(record) for record in attempts),
-                   attempts_dropped=attempts_dropped)
+    return JobFile(
+        job=job,
+        submitted_at=submitted_at,
+        dropped_as=fields.get("dropped_as"),
+        attempt=attempt,
+        tries=tries,
+        lease=None if lease is None else Lease.from_mapping(job_id, lease),
+        backoff_seconds=backoff,
+        reason=reason,
+        error=fields.get("error"),
+        skipped_because=fields.get("skipped_because"),
+        original=fields.get("original"),
+        attempts=tuple(Attempt.from_mapping(record) for record in attempts),
+        attempts_dropped=attempts_dropped,
+    )
 
 
 def yaml_size_floor(value: Any) -> int:
@@ -305,7 +346,7 @@ def tail(text: str, limit_bytes: int = MAX_ERROR_BYTES) -> str:
     data = text.encode("utf-8", errors="replace")
     if len(data) <= limit_bytes:
         return text
-    return "..." + data[-(limit_bytes - 3):].decode("utf-8", errors="ignore")
+    return "..." + data[-(limit_bytes - 3) :].decode("utf-8", errors="ignore")
 
 
 def format_time(moment: float | datetime) -> str:

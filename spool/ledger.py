@@ -185,14 +185,25 @@ class Ledger:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def record(self, job_file: JobFile, state: State, *, ready: bool, event: str, worker: str | None = None,
-               detail: str | None = None, now: float | None = None) -> None:
+    def record(
+        self,
+        job_file: JobFile,
+        state: State,
+        *,
+        ready: bool,
+        event: str,
+        worker: str | None = None,
+        detail: str | None = None,
+        now: float | None = None,
+    ) -> None:
         """Make the job's row match its file after a transition, and log the event."""
         now = self._clock.wall() if now is None else now
         with self._write() as db:
             _upsert(db, job_file, state, ready, now)
-            db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
-                       (job_file.id, now, event, job_file.attempt, worker, detail))
+            db.execute(
+                "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
+                (job_file.id, now, event, job_file.attempt, worker, detail),
+            )
 
     def reserve_next(self, tasks: Collection[str] | None) -> str | None:
         """Take the best ready job of ``tasks`` off the claim order; the caller then claims it.
@@ -212,7 +223,9 @@ class Ledger:
         with self._write() as db:
             row = db.execute(
                 f"UPDATE jobs SET state = 'leased', ready = 0 WHERE id = (SELECT id FROM jobs INDEXED BY claim_order "
-                f"WHERE {where} ORDER BY priority DESC, ready_seq LIMIT 1) RETURNING id", params).fetchone()
+                f"WHERE {where} ORDER BY priority DESC, ready_seq LIMIT 1) RETURNING id",
+                params,
+            ).fetchone()
         return row[0] if row else None
 
     def unreserve(self, job_id: str) -> None:
@@ -237,23 +250,34 @@ class Ledger:
             for job_file, state, ready in sorted(entries, key=lambda entry: entry[0].id):
                 _upsert(db, job_file, state, ready, self._clock.wall())
                 for record in job_file.attempts:
-                    db.execute("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
-                               (job_file.id, self._clock.wall(), f"attempt:{record.outcome or 'running'}",
-                                record.attempt, record.worker, None))
+                    db.execute(
+                        "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
+                        (
+                            job_file.id,
+                            self._clock.wall(),
+                            f"attempt:{record.outcome or 'running'}",
+                            record.attempt,
+                            record.worker,
+                            None,
+                        ),
+                    )
                 count += 1
         return count
 
     def set_meta(self, **values: object) -> None:
         with self._write() as db:
             for name, value in values.items():
-                db.execute("INSERT INTO meta(name, value) VALUES(?, ?) "
-                           "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                           (name, None if value is None else str(value)))
+                db.execute(
+                    "INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                    (name, None if value is None else str(value)),
+                )
 
     def worker_seen(self, name: str, pid: int, host: str, started: float, seen: float) -> None:
         with self._write() as db:
-            db.execute("INSERT INTO workers VALUES(?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET seen = excluded.seen",
-                       (name, pid, host, started, seen))
+            db.execute(
+                "INSERT INTO workers VALUES(?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET seen = excluded.seen",
+                (name, pid, host, started, seen),
+            )
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -307,8 +331,9 @@ class Ledger:
         return [row[0] for row in self._read("SELECT job_id FROM deps WHERE dep_id = ?", (dep_id,))]
 
     def history(self, job_id: str) -> list[tuple[float, str, int | None, str | None, str | None]]:
-        return self._read("SELECT at, event, attempt, worker, detail FROM history WHERE job_id = ? ORDER BY seq",
-                          (job_id,))
+        return self._read(
+            "SELECT at, event, attempt, worker, detail FROM history WHERE job_id = ? ORDER BY seq", (job_id,)
+        )
 
     def completed_since(self, since: float) -> int:
         return self._read("SELECT count(*) FROM history WHERE event = 'complete' AND at >= ?", (since,))[0][0]
@@ -322,8 +347,10 @@ class Ledger:
 
     def updated_before(self, states: Collection[str], before: float) -> list[str]:
         marks = ",".join("?" * len(states))
-        return [row[0] for row in self._read(f"SELECT id FROM jobs WHERE state IN ({marks}) AND updated < ?",
-                                             [*states, before])]
+        return [
+            row[0]
+            for row in self._read(f"SELECT id FROM jobs WHERE state IN ({marks}) AND updated < ?", [*states, before])
+        ]
 
 
 def set_aside(layout: Layout, now: float) -> str | None:
@@ -357,9 +384,12 @@ def _migrate(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
         raise
 
+
 def _next_ready_seq(db: sqlite3.Connection) -> int:
-    row = db.execute("INSERT INTO meta(name, value) VALUES('ready_seq', 1) ON CONFLICT(name) "
-                     "DO UPDATE SET value = CAST(value AS INTEGER) + 1 RETURNING value").fetchone()
+    row = db.execute(
+        "INSERT INTO meta(name, value) VALUES('ready_seq', 1) ON CONFLICT(name) "
+        "DO UPDATE SET value = CAST(value AS INTEGER) + 1 RETURNING value"
+    ).fetchone()
     return int(row[0])
 
 
@@ -375,8 +405,22 @@ def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool
         "submitted_at, updated) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
         "state = excluded.state, ready = excluded.ready, ready_seq = excluded.ready_seq, attempt = excluded.attempt, "
         "tries = excluded.tries, reason = excluded.reason, updated = excluded.updated",
-        (job.id, job.key, job.task, state.value, job.priority, int(ready), seq, job_file.attempt, job_file.tries,
-         job.max_tries, job_file.reason, job_file.submitted_at, now))
+        (
+            job.id,
+            job.key,
+            job.task,
+            state.value,
+            job.priority,
+            int(ready),
+            seq,
+            job_file.attempt,
+            job_file.tries,
+            job.max_tries,
+            job_file.reason,
+            job_file.submitted_at,
+            now,
+        ),
+    )
     if old is None:
         for dep in job.depends_on:
             db.execute("INSERT OR IGNORE INTO deps(job_id, dep_id) VALUES(?, ?)", (job.id, dep))

@@ -51,8 +51,12 @@ def create(layout: Layout) -> None:
             except FileNotFoundError:
                 pass
         try:
-            fd = os.open(LEDGER_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, fs.file_mode,
-                         dir_fd=layout.root_fd)
+            fd = os.open(
+                LEDGER_NAME,
+                os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                fs.file_mode,
+                dir_fd=layout.root_fd,
+            )
         except OSError as err:
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise DiskFull(f"no space left on the spool's filesystem: can't create {LEDGER_NAME}") from err
@@ -85,8 +89,9 @@ def open_db(where: str, *, read_only: bool) -> sqlite3.Connection:
     modes = ["mode=ro", "immutable=1"] if read_only else ["mode=rw"]
     for i, mode in enumerate(modes):
         try:
-            db = sqlite3.connect(f"file:{where}?{mode}", uri=True, timeout=30.0, isolation_level=None,
-                                 check_same_thread=False)
+            db = sqlite3.connect(
+                f"file:{where}?{mode}", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
             db.execute("PRAGMA busy_timeout = 30000")
             if read_only:
                 db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # can it map the WAL index?
@@ -161,6 +166,8 @@ def typed(err: sqlite3.Error, path: Path, root_fd: int) -> SpoolError:
     if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and nearly_full):
         return DiskFull(f"no space left on the spool's filesystem: the ledger can't be written ({err})")
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-        return LedgerUnusable(f"the ledger {path} is unreadable ({err}); `spool fsck --repair` rebuilds it "
-                              "from the files (a running coordinator does so by itself)")
+        return LedgerUnusable(
+            f"the ledger {path} is unreadable ({err}); `spool fsck --repair` rebuilds it "
+            "from the files (a running coordinator does so by itself)"
+        )
     return LedgerError(f"ledger: {err}")

@@ -63,9 +63,16 @@ def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
     return Lock(fd)
 
 
-def acquire_within(locks_fd: int, name: str, timeout_seconds: float | None, *,
-                   on_wait: Callable[[], None] | None = None, notice_after_seconds: float = 1.0,
-                   poll_seconds: float = 0.05, clock: Clock = SYSTEM) -> Lock | None:
+def acquire_within(
+    locks_fd: int,
+    name: str,
+    timeout_seconds: float | None,
+    *,
+    on_wait: Callable[[], None] | None = None,
+    notice_after_seconds: float = 1.0,
+    poll_seconds: float = 0.05,
+    clock: Clock = SYSTEM,
+) -> Lock | None:
     """Take ``locks/<name>``, waiting at most ``timeout_seconds`` (None: for ever); None on timeout.
 
     A person waiting on a lock deserves to know why: ``on_wait`` is called once, after
@@ -100,4 +107,3 @@ def is_held(locks_fd: int, name: str) -> bool | None:
         return not fs.flock(fd, blocking=False)
     finally:
         fs.close(fd)
-

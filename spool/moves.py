@@ -30,30 +30,58 @@ def finish_done(sp: Handle, job_file: JobFile, source: State = State.LEASED) -> 
     ``publish_job``: the done file is whole and durable before the leased copy goes, so no
     fsync of leased/ by another claim can ever leave the job in neither folder.
     """
-    done = job_file.replace(lease=None, backoff_seconds=None, reason=None, error=None,
-                            attempts=job_file.end_attempt(outcome="done", ended=now_text(sp.clock)))
+    done = job_file.replace(
+        lease=None,
+        backoff_seconds=None,
+        reason=None,
+        error=None,
+        attempts=job_file.end_attempt(outcome="done", ended=now_text(sp.clock)),
+    )
     publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
     clear_lease_files(sp, job_file.id, job_file.attempt)
     return done
 
 
-def bury(sp: Handle, job_file: JobFile, source: State, *, reason: str, error: str | None, outcome: str, ended: str,
-         skipped_because: str | None = None) -> JobFile:
+def bury(
+    sp: Handle,
+    job_file: JobFile,
+    source: State,
+    *,
+    reason: str,
+    error: str | None,
+    outcome: str,
+    ended: str,
+    skipped_because: str | None = None,
+) -> JobFile:
     """Move a job to dead/ durably with its reason (caller holds the lock).
 
     ``publish_job``: the dead record is whole, reason and all, at its commit point; a crash
     after it leaves the old copy beside it, which the more advanced dead copy beats.
     """
-    dead = job_file.replace(lease=None, backoff_seconds=None, reason=reason, error=error,
-                            skipped_because=skipped_because,
-                            attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error))
+    dead = job_file.replace(
+        lease=None,
+        backoff_seconds=None,
+        reason=reason,
+        error=error,
+        skipped_because=skipped_because,
+        attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error),
+    )
     publish_job(sp, dead, source, State.DEAD, crash_step="bury-after-rename")
     return dead
 
 
-def retry_or_bury(sp: Handle, job_file: JobFile, *, error: str, outcome: str, ended: str, reason: str,
-                  dead_outcome: str | None = None, give_up: bool = False,
-                  crash_step: str | None = None) -> tuple[State, JobFile]:
+def retry_or_bury(
+    sp: Handle,
+    job_file: JobFile,
+    *,
+    error: str,
+    outcome: str,
+    ended: str,
+    reason: str,
+    dead_outcome: str | None = None,
+    give_up: bool = False,
+    crash_step: str | None = None,
+) -> tuple[State, JobFile]:
     """LEASED -> PENDING after a backoff, or -> DEAD (``reason``) when its tries are spent (or
     ``give_up``). ``job_file`` has the try already counted; the caller holds the lock and clears
     the lease's dot-files.
@@ -65,12 +93,17 @@ def retry_or_bury(sp: Handle, job_file: JobFile, *, error: str, outcome: str, en
     'lost'. ``crash_step`` names the crash point between them.
     """
     if give_up or job_file.tries >= job_file.job.max_tries:
-        return State.DEAD, bury(sp, job_file, State.LEASED, reason=reason, error=error,
-                                outcome=dead_outcome or outcome, ended=ended)
+        return State.DEAD, bury(
+            sp, job_file, State.LEASED, reason=reason, error=error, outcome=dead_outcome or outcome, ended=ended
+        )
     move_job(sp, job_file.id, State.LEASED, State.PENDING)
     if crash_step is not None:
         crash.point(crash_step)
-    retry = job_file.replace(lease=None, error=error, backoff_seconds=backoff_seconds(sp, job_file.tries),
-                             attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error))
+    retry = job_file.replace(
+        lease=None,
+        error=error,
+        backoff_seconds=backoff_seconds(sp, job_file.tries),
+        attempts=job_file.end_attempt(outcome=outcome, ended=ended, error=error),
+    )
     rewrite_job(sp, State.PENDING, retry, sync=False)
     return State.PENDING, retry

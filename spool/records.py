@@ -36,8 +36,9 @@ class Lease:
 
     @classmethod
     def from_mapping(cls, job_id: str, fields: Mapping[str, Any]) -> Lease:
-        return cls(job_id=job_id, worker=fields["worker"], attempt=fields["attempt"],
-                   claimed_at=fields.get("claimed_at"))
+        return cls(
+            job_id=job_id, worker=fields["worker"], attempt=fields["attempt"], claimed_at=fields.get("claimed_at")
+        )
 
 
 class LeaseStatus(enum.StrEnum):
@@ -71,10 +72,22 @@ class Attempt:
 
     def to_mapping(self) -> dict[str, Any]:
         """The record as the job file's ``attempts:`` list holds it."""
-        return {"attempt": self.attempt, "worker": self.worker, "started": self.started, "ended": self.ended,
-                "outcome": self.outcome, "error": self.error}
+        return {
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "started": self.started,
+            "ended": self.ended,
+            "outcome": self.outcome,
+            "error": self.error,
+        }
 
     @classmethod
     def from_mapping(cls, fields: Mapping[str, Any]) -> Attempt:
-        return cls(attempt=fields.get("attempt"), worker=fields.get("worker"), started=fields.get("started"),
-                   ended=fields.get("ended"), outcome=fields.get("outcome"), error=fields.get("error"))
+        return cls(
+            attempt=fields.get("attempt"),
+            worker=fields.get("worker"),
+            started=fields.get("started"),
+            ended=fields.get("ended"),
+            outcome=fields.get("outcome"),
+            error=fields.get("error"),
+        )

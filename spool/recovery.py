@@ -68,7 +68,6 @@ def list_folders(sp: Handle) -> Listing:
     return listing
 
 
-
 @dataclass
 class Copies:
     """Which files named ``<id>.yaml`` are the job's, and which are not the runner's (``copies_of``)."""
@@ -130,8 +129,11 @@ def copies_of(sp: Handle, job_id: str, folders: list[State] | None = None) -> Co
         shared = any(inode[state] == inode[other] for other in found if other is not state)
         if state is State.PENDING and not shared and (job_file is None or is_terminal_content(job_file)):
             continue  # a user's spec or a finished job's copy: judged below
-        if not shared and (job_file is None or (state is State.DONE and not has_result(sp, job_id))
-                           or (state is State.DEAD and job_file.reason is None)):
+        if not shared and (
+            job_file is None
+            or (state is State.DONE and not has_result(sp, job_id))
+            or (state is State.DEAD and job_file.reason is None)
+        ):
             copies.planted.append(state)
         else:
             others.append(state)
@@ -153,17 +155,25 @@ def resync(sp: Handle, job_id: str) -> State | None:
     """Settle the job's files and make its ledger row match them. Caller holds the job's lock."""
     copies = copies_of(sp, job_id)
     for _pending in copies.drops:
-        log.warning("%s: pending/%s is not a copy the runner made: a drop, ingested under a new id",
-                    job_id, job_name(job_id))
+        log.warning(
+            "%s: pending/%s is not a copy the runner made: a drop, ingested under a new id", job_id, job_name(job_id)
+        )
         ingest(sp, job_name(job_id))
     for state in copies.planted:
-        log.warning("%s: %s/%s is not a copy the runner made: moved to dead/ as invalid", job_id, state.value,
-                    job_name(job_id))
-        quarantine(sp, state, job_name(job_id), f"{state.value}/{job_name(job_id)}: a copy of job {job_id} the "
-                   "runner did not make (planted by hand?); the job itself is kept")
+        log.warning(
+            "%s: %s/%s is not a copy the runner made: moved to dead/ as invalid", job_id, state.value, job_name(job_id)
+        )
+        quarantine(
+            sp,
+            state,
+            job_name(job_id),
+            f"{state.value}/{job_name(job_id)}: a copy of job {job_id} the "
+            "runner did not make (planted by hand?); the job itself is kept",
+        )
     for extra in copies.stale:
-        log.warning("%s: found in %s and %s; keeping %s", job_id, copies.keep[0].value, extra.value,
-                    copies.keep[0].value)
+        log.warning(
+            "%s: found in %s and %s; keeping %s", job_id, copies.keep[0].value, extra.value, copies.keep[0].value
+        )
         fs.unlink(sp.layout.fd(extra), job_name(job_id), missing_ok=True)
     if not copies.keep:
         sp.ledger.forget([job_id])
@@ -187,8 +197,11 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
     if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file):
         return _finish_requeue(sp, state, job_file)
     lease_attempt = job_file.lease.attempt if job_file.lease else None
-    if state is State.LEASED and (lease_attempt != job_file.attempt or job_file.attempt == 0 or
-                                  (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)):
+    if state is State.LEASED and (
+        lease_attempt != job_file.attempt
+        or job_file.attempt == 0
+        or (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)
+    ):
         return _count_lost_claim(sp, job_file, now)
     open_record = bool(job_file.attempts) and job_file.attempts[-1].is_open
     if state in (State.PENDING, State.WAITING) and (job_file.lease or open_record):
@@ -199,8 +212,9 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
         rewrite_job(sp, state, fixed, sync=False)
         return state, fixed
     if state is State.DEAD and (job_file.reason is None or job_file.lease or open_record):
-        fixed = job_file.replace(lease=None, reason=job_file.reason or "failed",
-                                 attempts=job_file.end_attempt(outcome="failed", ended=now))
+        fixed = job_file.replace(
+            lease=None, reason=job_file.reason or "failed", attempts=job_file.end_attempt(outcome="failed", ended=now)
+        )
         rewrite_job(sp, state, fixed, sync=True)
         return state, fixed
     if state is State.DONE and (job_file.lease or open_record):
@@ -228,19 +242,26 @@ def _finish_requeue(sp: Handle, state: State, job_file: JobFile) -> tuple[State,
     if job_file.reason == "invalid":
         move_job(sp, job_file.id, state, State.DEAD)
         fs.fsync_dir(sp.layout.fd(State.DEAD))
-        log.warning("%s: an invalid drop's record moved to %s/ by hand can't run; back to dead/", job_file.id,
-                    state.value)
+        log.warning(
+            "%s: an invalid drop's record moved to %s/ by hand can't run; back to dead/", job_file.id, state.value
+        )
         return State.DEAD, job_file
     target = state
     if state is State.PENDING and not all(has_result(sp, dep) for dep in job_file.job.depends_on):
         target = State.WAITING
         move_job(sp, job_file.id, state, target)
         crash.point("requeue-by-hand-after-rename")
-    fresh = job_file.replace(tries=0, reason=None, error=None, skipped_because=None, backoff_seconds=None, lease=None,
-                             attempts=job_file.end_attempt(outcome="lost", ended=now_text(sp.clock)))
+    fresh = job_file.replace(
+        tries=0,
+        reason=None,
+        error=None,
+        skipped_because=None,
+        backoff_seconds=None,
+        lease=None,
+        attempts=job_file.end_attempt(outcome="lost", ended=now_text(sp.clock)),
+    )
     rewrite_job(sp, target, fresh, sync=True)
-    log.info("%s: moved back to %s/ by hand: requeued with fresh tries -> %s", job_file.id, state.value,
-             target.value)
+    log.info("%s: moved back to %s/ by hand: requeued with fresh tries -> %s", job_file.id, state.value, target.value)
     return target, fresh
 
 
@@ -249,9 +270,12 @@ def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, J
     attempt = job_file.attempt + 1
     why = "the worker died while claiming the job"
     counted = job_file.replace(
-        attempt=attempt, tries=job_file.tries + 1, lease=None,
-        attempts=job_file.end_attempt(outcome="lost", ended=now) + (
-            Attempt(attempt, None, started=now, ended=now, outcome="lost", error=why),))
+        attempt=attempt,
+        tries=job_file.tries + 1,
+        lease=None,
+        attempts=job_file.end_attempt(outcome="lost", ended=now)
+        + (Attempt(attempt, None, started=now, ended=now, outcome="lost", error=why),),
+    )
     state, final = retry_or_bury(sp, counted, error=why, outcome="lost", ended=now, reason="expired")
     if state is State.PENDING:
         clear_lease_files(sp, job_file.id)

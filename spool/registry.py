@@ -156,4 +156,3 @@ def set_current(value: Current | None) -> None:
     """Set (or clear, with None) what ``current()`` returns; for the attempt child only."""
     global _current  # noqa: PLW0603 - one value for all threads; see the module docstring
     _current = value
-

@@ -22,8 +22,18 @@ from spool.fsio import fs
 from spool.job import MAX_SECONDS, MAX_TRIES  # the job schema's ranges: a default must always make a valid job
 from spool.yamlsafe import load_yaml
 
-__all__ = ["CONFIG_MAX_BYTES", "MAX_DURATION_SECONDS", "MAX_JOB_BYTES", "MAX_RESULT_BYTES", "MAX_TRIES", "Settings",
-           "environment_warnings", "load_settings", "parse_duration", "setting_names"]
+__all__ = [
+    "CONFIG_MAX_BYTES",
+    "MAX_DURATION_SECONDS",
+    "MAX_JOB_BYTES",
+    "MAX_RESULT_BYTES",
+    "MAX_TRIES",
+    "Settings",
+    "environment_warnings",
+    "load_settings",
+    "parse_duration",
+    "setting_names",
+]
 
 CONFIG_MAX_BYTES = 1024 * 1024
 # Sane maximums, so a typo is refused at start instead of overflowing somewhere later.
@@ -31,8 +41,14 @@ MAX_DURATION_SECONDS = MAX_SECONDS  # 100 years: any delay, timeout or lease
 MAX_JOB_BYTES = 16 * 2**20  # a job's args say where the data is; they are not the data
 MAX_RESULT_BYTES = 2**30
 # SPOOL_* names spool itself uses that are not settings (shell jobs get the last three; tests the seed).
-OTHER_ENV_NAMES = ("SPOOL_DIR", "SPOOL_CRASH_AT", "SPOOL_PARENT_PID", "SPOOL_JOB_ID", "SPOOL_ATTEMPT",
-                   "SPOOL_CHAOS_SEED")
+OTHER_ENV_NAMES = (
+    "SPOOL_DIR",
+    "SPOOL_CRASH_AT",
+    "SPOOL_PARENT_PID",
+    "SPOOL_JOB_ID",
+    "SPOOL_ATTEMPT",
+    "SPOOL_CHAOS_SEED",
+)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -59,18 +75,13 @@ class Settings:
     log_format: str = "text"
     group_shared: bool = False
     # name -> "default", "config.yaml", "env SPOOL_X" or "flag --x"; names absent are defaults.
-    sources: Mapping[str, str] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
-    )
+    sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
     # Things worth a word that are not errors (an unknown SPOOL_* name); the CLI prints them.
     warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def describe(self) -> list[tuple[str, object, str]]:
         """(name, value, source) for every setting, in declaration order."""
-        return [
-            (name, getattr(self, name), self.sources.get(name, "default"))
-            for name in setting_names()
-        ]
+        return [(name, getattr(self, name), self.sources.get(name, "default")) for name in setting_names()]
 
 
 def setting_names() -> list[str]:
@@ -134,8 +145,7 @@ def _tries(raw: object) -> int:
 
 
 _SIZE = re.compile(r"([0-9]{1,15})\s*(b|kb|kib|mb|mib|gb|gib)?", re.IGNORECASE)
-_BYTES_PER = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20,
-              "gb": 10**9, "gib": 2**30}
+_BYTES_PER = {None: 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
 
 
 def _size(raw: object, maximum: int) -> int:
@@ -283,8 +293,11 @@ def load_settings(
             raise UsageError(f"{where}: {name}: {err}") from None
         sources[name] = where
     _check_heartbeat(values, sources)
-    return Settings(**values, sources=MappingProxyType(sources),  # type: ignore[arg-type]
-                    warnings=tuple(environment_warnings(environ)))
+    return Settings(
+        **values,
+        sources=MappingProxyType(sources),  # type: ignore[arg-type]
+        warnings=tuple(environment_warnings(environ)),
+    )
 
 
 def environment_warnings(environ: Mapping[str, str]) -> list[str]:
@@ -311,4 +324,5 @@ def _check_heartbeat(values: Mapping[str, object], sources: Mapping[str, str]) -
         raise UsageError(
             f"{sources['heartbeat_seconds']}: heartbeat_seconds: {heartbeat:g}s cannot keep a lease of "
             f"{lease:g}s (lease_seconds from {sources.get('lease_seconds', 'default')}); it must be at most "
-            f"half of lease_seconds, or unset (a third of the term the coordinator publishes)")
+            f"half of lease_seconds, or unset (a third of the term the coordinator publishes)"
+        )

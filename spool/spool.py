@@ -41,9 +41,15 @@ class Spool(Handle):
 
     ``clock``: what every decision reads time from (``spool.clock.FakeClock`` in tests)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
-                 flags: Mapping[str, object | None] | None = None, settings: Settings | None = None,
-                 clock: Clock = SYSTEM) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        flags: Mapping[str, object | None] | None = None,
+        settings: Settings | None = None,
+        clock: Clock = SYSTEM,
+    ) -> None:
         environ = os.environ if environ is None else environ
         layout = Layout(resolve_root(root, environ))
         refuse_unsafe_root(layout.root)
@@ -59,17 +65,36 @@ class Spool(Handle):
 
     # -- producing ---------------------------------------------------------------------------
 
-    def submit(self, task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,
-               priority: int | None = None, max_tries: int | None = None, timeout: float | None = None,
-               delay_seconds: float | None = None, depends_on: Sequence[str] = ()) -> str:
+    def submit(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        priority: int | None = None,
+        max_tries: int | None = None,
+        timeout: float | None = None,
+        delay_seconds: float | None = None,
+        depends_on: Sequence[str] = (),
+    ) -> str:
         """Submit one job; returns its id (the existing job's id if ``key`` was seen before).
 
         Durable on return: the job file and its key reservation are fsync'd. Raises TryLater
         when the spool is full, InvalidJob for a bad spec, NotFound for an unknown dependency.
         """
-        return self.submit_spec(build_spec(task, args, key=key, priority=priority, max_tries=max_tries,
-                                           timeout=timeout, delay_seconds=delay_seconds,
-                                           depends_on=depends_on, clock=self.clock)).id
+        return self.submit_spec(
+            build_spec(
+                task,
+                args,
+                key=key,
+                priority=priority,
+                max_tries=max_tries,
+                timeout=timeout,
+                delay_seconds=delay_seconds,
+                depends_on=depends_on,
+                clock=self.clock,
+            )
+        ).id
 
     def submit_spec(self, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
         return submit(self, spec, where=where)
@@ -107,8 +132,14 @@ class Spool(Handle):
         _check_id(job_id)  # `spool wait ../done/X` must not look outside the state folders
         return store.state_of(self, job_id)
 
-    def wait(self, job_ids: Iterable[str], timeout_seconds: float | None = None, poll_seconds: float = 0.05, *,
-             on_poll: Callable[[Mapping[str, State]], None] | None = None) -> dict[str, State]:
+    def wait(
+        self,
+        job_ids: Iterable[str],
+        timeout_seconds: float | None = None,
+        poll_seconds: float = 0.05,
+        *,
+        on_poll: Callable[[Mapping[str, State]], None] | None = None,
+    ) -> dict[str, State]:
         """Block until every job is done or dead (or the timeout runs out); returns their states.
 
         ``on_poll`` hears the states after every poll, before the check whether to stop (``spool
@@ -127,26 +158,35 @@ class Spool(Handle):
             if on_poll is not None:
                 on_poll(states)
             if all(state.terminal for state in states.values()) or (
-                    deadline is not None and self.clock.monotonic() >= deadline):
+                deadline is not None and self.clock.monotonic() >= deadline
+            ):
                 return states
             self.clock.sleep(poll_seconds)
 
     # -- managing ----------------------------------------------------------------------------
 
-    def cancel(self, job_id: str, *, timeout_seconds: float | None = None,
-               on_wait: Callable[[str], None] | None = None) -> str:
+    def cancel(
+        self, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
+    ) -> str:
         _check_id(job_id)
         return admin.cancel(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
-    def requeue(self, job_id: str, *, timeout_seconds: float | None = None,
-                on_wait: Callable[[str], None] | None = None) -> State:
+    def requeue(
+        self, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
+    ) -> State:
         _check_id(job_id)
         return admin.requeue(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
     # -- for tools that must answer without the ledger ----------------------------------------
 
-    def ids(self, state: str | None = None, *, reason: str | None = None, limit: int | None = None,
-            on_trouble: Callable[[str], None] | None = None) -> list[str]:
+    def ids(
+        self,
+        state: str | None = None,
+        *,
+        reason: str | None = None,
+        limit: int | None = None,
+        on_trouble: Callable[[str], None] | None = None,
+    ) -> list[str]:
         """Job ids, newest first: from the ledger, filtered by ``state``, ``reason`` and ``limit``.
 
         When the ledger can't answer, ``on_trouble`` gets one line saying why and what is done
@@ -170,10 +210,18 @@ class Spool(Handle):
         return None
 
 
-def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | None = None,
-               priority: int | None = None, max_tries: int | None = None, timeout: float | None = None,
-               delay_seconds: float | None = None, depends_on: Sequence[str] = (), clock: Clock = SYSTEM
-               ) -> dict[str, Any]:
+def build_spec(
+    task: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    key: str | None = None,
+    priority: int | None = None,
+    max_tries: int | None = None,
+    timeout: float | None = None,
+    delay_seconds: float | None = None,
+    depends_on: Sequence[str] = (),
+    clock: Clock = SYSTEM,
+) -> dict[str, Any]:
     """A job spec from keyword arguments (the CLI and the Python API share it).
 
     Checks only what would be mangled on the way into a spec (``args`` copied into a dict,
@@ -203,26 +251,38 @@ def build_spec(task: str, args: Mapping[str, Any] | None = None, *, key: str | N
 
 
 def _check_delay(delay_seconds: object) -> None:
-    if isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float)) or not (
-            0 <= delay_seconds <= MAX_SECONDS):
-        raise InvalidJob(f"delay_seconds: expected seconds from 0 to 100 years ({MAX_SECONDS:.0f}), "
-                         f"got {delay_seconds!r:.60}")
+    if (
+        isinstance(delay_seconds, bool)
+        or not isinstance(delay_seconds, (int, float))
+        or not (0 <= delay_seconds <= MAX_SECONDS)
+    ):
+        raise InvalidJob(
+            f"delay_seconds: expected seconds from 0 to 100 years ({MAX_SECONDS:.0f}), got {delay_seconds!r:.60}"
+        )
 
 
 def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
     """The one object ``spool status --json`` prints (README: The command line)."""
     lease = job_file.lease if state is State.LEASED else None
     return {
-        "id": job_file.id, "key": job_file.job.key, "task": job_file.job.task, "state": state.value,
-        "reason": job_file.reason, "attempt": job_file.attempt, "tries": job_file.tries,
+        "id": job_file.id,
+        "key": job_file.job.key,
+        "task": job_file.job.task,
+        "state": state.value,
+        "reason": job_file.reason,
+        "attempt": job_file.attempt,
+        "tries": job_file.tries,
         "max_tries": job_file.job.max_tries,
         "attempts": [record.to_mapping() for record in job_file.attempts],
         "lease": lease.to_mapping() if lease else None,
         "error": job_file.error,
         "result": str(sp.layout.path("results", result_name(job_file.id))) if state is State.DONE else None,
-        "priority": job_file.job.priority, "submitted_at": job_file.submitted_at,
-        "depends_on": list(job_file.job.depends_on), "skipped_because": job_file.skipped_because,
-        "not_before": job_file.job.not_before, "dropped_as": job_file.dropped_as,
+        "priority": job_file.job.priority,
+        "submitted_at": job_file.submitted_at,
+        "depends_on": list(job_file.job.depends_on),
+        "skipped_because": job_file.skipped_because,
+        "not_before": job_file.job.not_before,
+        "dropped_as": job_file.dropped_as,
         "attempts_dropped": job_file.attempts_dropped,
     }
 

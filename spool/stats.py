@@ -55,8 +55,14 @@ def _from_ledger(sp: Handle) -> dict[str, Any]:
     now = sp.clock.wall()
     oldest = sp.ledger.oldest_ready_submitted()
     workers = [
-        {"name": name, "pid": pid, "host": host, "started": format_time(started), "seen": format_time(seen),
-         "alive": bool(is_held(sp.layout.fd("locks"), worker_lock_name(name)))}
+        {
+            "name": name,
+            "pid": pid,
+            "host": host,
+            "started": format_time(started),
+            "seen": format_time(seen),
+            "alive": bool(is_held(sp.layout.fd("locks"), worker_lock_name(name))),
+        }
         for name, pid, host, started, seen in sp.ledger.workers()
     ]
     return {
@@ -77,12 +83,21 @@ def _from_files(sp: Handle, why: str) -> dict[str, Any]:
         state = max(folders, key=lambda s: ADVANCEMENT[s]).value
         counts[state] = counts.get(state, 0) + 1
     locks_fd = sp.layout.fd("locks")
-    workers = [{"name": worker_of_lock_name(name), "pid": None, "host": None, "started": None,
-                "seen": None, "alive": True}
-               for name in sorted(fs.list_dir(locks_fd))
-               if worker_of_lock_name(name) is not None and is_held(locks_fd, name)]
-    return {"counts": counts, "ready": None, "oldest_ready_seconds": None, "completed_last_minute": None,
-            "coordinator": coordinator_state(sp), "workers": workers, "unhandled_tasks": {}, "ledger": why}
+    workers = [
+        {"name": worker_of_lock_name(name), "pid": None, "host": None, "started": None, "seen": None, "alive": True}
+        for name in sorted(fs.list_dir(locks_fd))
+        if worker_of_lock_name(name) is not None and is_held(locks_fd, name)
+    ]
+    return {
+        "counts": counts,
+        "ready": None,
+        "oldest_ready_seconds": None,
+        "completed_last_minute": None,
+        "coordinator": coordinator_state(sp),
+        "workers": workers,
+        "unhandled_tasks": {},
+        "ledger": why,
+    }
 
 
 def ids_from_files(sp: Handle, state: str | None = None) -> list[str]:
@@ -90,5 +105,11 @@ def ids_from_files(sp: Handle, state: str | None = None) -> list[str]:
     without a ledger."""
     jobs = list_folders(sp).jobs
     wanted = None if state is None else State(state)
-    return sorted((job_id for job_id, folders in jobs.items()
-                   if wanted is None or max(folders, key=lambda s: ADVANCEMENT[s]) is wanted), reverse=True)
+    return sorted(
+        (
+            job_id
+            for job_id, folders in jobs.items()
+            if wanted is None or max(folders, key=lambda s: ADVANCEMENT[s]) is wanted
+        ),
+        reverse=True,
+    )

@@ -17,8 +17,19 @@ from spool import job as jobs
 from spool.errors import TryLater
 from spool.fsio import fs
 from spool.job import JobFile
-from spool.layout import (ADVANCEMENT, WAKE_NAME, State, cancel_name, heartbeat_name, is_lease_file_of, job_lock_name,
-                          job_name, result_name, set_aside_name, tmp_name)
+from spool.layout import (
+    ADVANCEMENT,
+    WAKE_NAME,
+    State,
+    cancel_name,
+    heartbeat_name,
+    is_lease_file_of,
+    job_lock_name,
+    job_name,
+    result_name,
+    set_aside_name,
+    tmp_name,
+)
 from spool.locks import Lock, acquire, acquire_within
 from spool.settings import MAX_JOB_BYTES
 
@@ -39,14 +50,26 @@ RUNNER_FILE_MAX_BYTES = MAX_JOB_BYTES + 2**20
 
 
 @overload
-def job_lock(sp: Handle, job_id: str, *, blocking: Literal[True] = ..., timeout_seconds: float | None = ...,
-             on_wait: Callable[[str], None] | None = ...) -> Lock: ...
+def job_lock(
+    sp: Handle,
+    job_id: str,
+    *,
+    blocking: Literal[True] = ...,
+    timeout_seconds: float | None = ...,
+    on_wait: Callable[[str], None] | None = ...,
+) -> Lock: ...
 @overload
 def job_lock(sp: Handle, job_id: str, *, blocking: bool) -> Lock | None: ...
 
 
-def job_lock(sp: Handle, job_id: str, *, blocking: bool = True, timeout_seconds: float | None = None,
-             on_wait: Callable[[str], None] | None = None) -> Lock | None:
+def job_lock(
+    sp: Handle,
+    job_id: str,
+    *,
+    blocking: bool = True,
+    timeout_seconds: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+) -> Lock | None:
     """The job's lock (``locks/<id>.lock``), held for the length of one transition.
 
     ``blocking=False`` (the coordinator, a claim): None when another process holds it; come back
@@ -60,11 +83,18 @@ def job_lock(sp: Handle, job_id: str, *, blocking: bool = True, timeout_seconds:
     if timeout_seconds is None and on_wait is None:
         return acquire(locks_fd, job_lock_name(job_id), blocking=True)
     what = f"waiting for job {job_id}'s lock, held by another process (a stopped worker?)"
-    lock = acquire_within(locks_fd, job_lock_name(job_id), timeout_seconds, clock=sp.clock,
-                          on_wait=(lambda: on_wait(what)) if on_wait else None)
+    lock = acquire_within(
+        locks_fd,
+        job_lock_name(job_id),
+        timeout_seconds,
+        clock=sp.clock,
+        on_wait=(lambda: on_wait(what)) if on_wait else None,
+    )
     if lock is None:
-        raise TryLater(f"job {job_id}'s lock is still held by another process after {timeout_seconds:g}s "
-                       "(a stopped worker?); nothing changed; try later")
+        raise TryLater(
+            f"job {job_id}'s lock is still held by another process after {timeout_seconds:g}s "
+            "(a stopped worker?); nothing changed; try later"
+        )
     return lock
 
 
@@ -167,8 +197,11 @@ def clear_lease_files(sp: Handle, job_id: str, attempt: int | None = None) -> No
     """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable). A planted
     directory under one of their names can't be unlinked: it is set aside, never fatal."""
     leased = sp.layout.fd(State.LEASED)
-    names = [n for n in fs.list_dir(leased) if is_lease_file_of(n, job_id)] if attempt is None else [
-        heartbeat_name(job_id, attempt), cancel_name(job_id)]
+    names = (
+        [n for n in fs.list_dir(leased) if is_lease_file_of(n, job_id)]
+        if attempt is None
+        else [heartbeat_name(job_id, attempt), cancel_name(job_id)]
+    )
     for name in names:
         try:
             fs.unlink(leased, name, missing_ok=True)

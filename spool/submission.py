@@ -22,8 +22,19 @@ from spool.ids import is_valid_id, new_id
 from spool.job import Job, JobFile, decode, encode, encode_measured, is_ready, now_text, yaml_size_floor
 from spool.layout import State, drop_note_name, invalid_folder_name, job_name, key_lock_name, key_name
 from spool.locks import Lock, acquire
-from spool.store import (FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, create_job, folders_of, has_result, read_job,
-                         rewrite_job, stage, state_of, unstage, wake)
+from spool.store import (
+    FILE_SLACK_BYTES,
+    RUNNER_FILE_MAX_BYTES,
+    create_job,
+    folders_of,
+    has_result,
+    read_job,
+    rewrite_job,
+    stage,
+    state_of,
+    unstage,
+    wake,
+)
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
@@ -83,8 +94,13 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Sub
 
 def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str) -> Job:
     """A user's spec as a job under this spool's defaults (max_tries, default_timeout_seconds)."""
-    return Job.from_spec(spec, job_id=job_id, default_max_tries=sp.settings.max_tries,
-                         default_timeout=sp.settings.default_timeout_seconds, where=where)
+    return Job.from_spec(
+        spec,
+        job_id=job_id,
+        default_max_tries=sp.settings.max_tries,
+        default_timeout=sp.settings.default_timeout_seconds,
+        where=where,
+    )
 
 
 def _encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
@@ -98,8 +114,7 @@ def _encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
     limit = sp.settings.max_job_bytes
     floor = yaml_size_floor(job_file.job.args)  # far over: refuse without the slow encode
     if floor > limit:
-        raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; "
-                         "nothing was written")
+        raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
     data, spec_bytes = encode_measured(job_file)
     if spec_bytes > limit:
         raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
@@ -113,8 +128,11 @@ def _index_submit(sp: Handle, job_file: JobFile, state: State, ready: bool) -> N
     try:
         sp.ledger.record(job_file, state, ready=ready, event="submit")
     except (LedgerError, DiskFull) as err:
-        log.warning("submit %s: accepted, but the ledger did not record it (%s); the coordinator's "
-                    "reconcile will", job_file.id, err)
+        log.warning(
+            "submit %s: accepted, but the ledger did not record it (%s); the coordinator's reconcile will",
+            job_file.id,
+            err,
+        )
 
 
 def _initial_state(sp: Handle, job: Job) -> State:
@@ -132,8 +150,10 @@ def _check_room(sp: Handle) -> None:
     drops = int(sp.ledger.meta("drops") or 0)
     ready = sp.ledger.ready_pending_count()
     if ready + drops >= sp.settings.max_pending:
-        raise TryLater(f"spool is full: {ready + drops} ready jobs (max_pending {sp.settings.max_pending}); "
-                       "nothing was written, try again later")
+        raise TryLater(
+            f"spool is full: {ready + drops} ready jobs (max_pending {sp.settings.max_pending}); "
+            "nothing was written, try again later"
+        )
 
 
 # -- keys -------------------------------------------------------------------------------------
@@ -258,8 +278,13 @@ def ingest(sp: Handle, name: str) -> str | None:
         if key_lock is not None:
             key_lock.release()
     crash.point("after-ingest")
-    sp.ledger.record(job_file, state, ready=state is State.PENDING and is_ready(job_file, sp.clock.wall()),
-                     event="ingest", detail=shown)
+    sp.ledger.record(
+        job_file,
+        state,
+        ready=state is State.PENDING and is_ready(job_file, sp.clock.wall()),
+        event="ingest",
+        detail=shown,
+    )
     log.info("ingest pending/%s -> %s/%s", shown, state.value, job_name(job_id))
     wake(sp)
     return job_id
@@ -273,8 +298,11 @@ def _ingest_invalid(sp: Handle, name: str, job_id: str, error: str, source: Stat
     # A folder can't be rewritten into a record file: hide it under a dot-name (never read
     # again, so never ingested twice) and write the record as a new file. A crash between the
     # two leaves the folder hidden and no record.
-    hidden, target_fd = (invalid_folder_name(job_id), source_fd) if info and stat.S_ISDIR(info.st_mode) else (
-        job_name(job_id), sp.layout.fd(State.DEAD))
+    hidden, target_fd = (
+        (invalid_folder_name(job_id), source_fd)
+        if info and stat.S_ISDIR(info.st_mode)
+        else (job_name(job_id), sp.layout.fd(State.DEAD))
+    )
     try:
         fs.rename_noreplace(source_fd, name, target_fd, hidden)
     except FileNotFoundError:
@@ -282,8 +310,9 @@ def _ingest_invalid(sp: Handle, name: str, job_id: str, error: str, source: Stat
     crash.point("ingest-after-rename")
     _write_invalid_record(sp, job_id, name, error, original)
     fs.fsync_dir(source_fd)
-    log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", source.value, printable(name), printable(error),
-                job_name(job_id))
+    log.warning(
+        "ingest: %s/%s is invalid (%s) -> dead/%s", source.value, printable(name), printable(error), job_name(job_id)
+    )
     return job_id
 
 
@@ -312,8 +341,11 @@ def has_ingest_evidence(sp: Handle, state: State, job_id: str) -> bool:
     if fs.exists(folder_fd, drop_note_name(job_id)):
         return True
     try:
-        spec = load_yaml(fs.read_file(folder_fd, job_name(job_id), sp.settings.max_job_bytes),
-                         max_bytes=sp.settings.max_job_bytes, source=f"{state.value}/{job_name(job_id)}")
+        spec = load_yaml(
+            fs.read_file(folder_fd, job_name(job_id), sp.settings.max_job_bytes),
+            max_bytes=sp.settings.max_job_bytes,
+            source=f"{state.value}/{job_name(job_id)}",
+        )
     except (OSError, InvalidJob):
         return False
     key = spec.get("key") if isinstance(spec, Mapping) else None
@@ -329,9 +361,14 @@ def printable(text: str) -> str:
 
 
 def _write_invalid_record(sp: Handle, job_id: str, dropped_as: str, error: str, original: str) -> None:
-    record = JobFile(job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1),
-                     submitted_at=now_text(sp.clock), dropped_as=printable(dropped_as), reason="invalid",
-                     error=printable(error), original=original)
+    record = JobFile(
+        job=Job(id=job_id, key=job_id, task="invalid", args={}, max_tries=1),
+        submitted_at=now_text(sp.clock),
+        dropped_as=printable(dropped_as),
+        reason="invalid",
+        error=printable(error),
+        original=original,
+    )
     if len(encode(record)) > sp.settings.max_job_bytes + FILE_SLACK_BYTES:
         # YAML escapes a control byte in four: keep the record readable (read_job's limit) by
         # keeping the start of the original, which says what it was.
@@ -391,5 +428,6 @@ def finish_ingest(sp: Handle, state: State, job_id: str) -> None:
     job_file = JobFile(job=job, submitted_at=now_text(sp.clock), dropped_as=dropped_as)
     rewrite_job(sp, state, job_file, sync=True)
     fs.unlink(sp.layout.fd(state), note, missing_ok=True)
-    sp.ledger.record(job_file, state, ready=state is State.PENDING and is_ready(job_file, sp.clock.wall()),
-                     event="ingest")
+    sp.ledger.record(
+        job_file, state, ready=state is State.PENDING and is_ready(job_file, sp.clock.wall()), event="ingest"
+    )

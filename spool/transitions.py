@@ -29,8 +29,19 @@ from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name, 
 from spool.moves import bury, finish_done, retry_or_bury
 from spool.records import Attempt, Lease, LeaseStatus
 from spool.recovery import moved_back_by_hand, resync
-from spool.store import (clear_lease_files, has_result, job_lock, move_job, only_in, read_job, rewrite_job, stage,
-                         unstage, wake, write_dot_file)
+from spool.store import (
+    clear_lease_files,
+    has_result,
+    job_lock,
+    move_job,
+    only_in,
+    read_job,
+    rewrite_job,
+    stage,
+    unstage,
+    wake,
+    write_dot_file,
+)
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -100,8 +111,12 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     except (FileNotFoundError, InvalidJob):
         resync(sp, job_id)  # the ledger was behind the files, or an ingest is in flight
         return None
-    if has_result(sp, job_id) or job_file.backoff_seconds is not None or not only_in(sp, job_id, State.PENDING) \
-            or moved_back_by_hand(job_file):
+    if (
+        has_result(sp, job_id)
+        or job_file.backoff_seconds is not None
+        or not only_in(sp, job_id, State.PENDING)
+        or moved_back_by_hand(job_file)
+    ):
         resync(sp, job_id)  # a hand move back to pending/ is settled as a requeue, never run as it is
         return None
     # A cancel request is only ever written for a lease that holds: one still here is an earlier
@@ -117,8 +132,12 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     now = now_text(sp.clock)
     records = job_file.end_attempt(outcome="lost", ended=now)
     claimed = job_file.replace(
-        attempt=attempt, tries=job_file.tries + 1, lease=Lease(job_id, worker, attempt, claimed_at=now),
-        backoff_seconds=None, attempts=records + (Attempt(attempt, worker, started=now),))
+        attempt=attempt,
+        tries=job_file.tries + 1,
+        lease=Lease(job_id, worker, attempt, claimed_at=now),
+        backoff_seconds=None,
+        attempts=records + (Attempt(attempt, worker, started=now),),
+    )
     try:
         rewrite_job(sp, State.LEASED, claimed, sync=True)
     except DiskFull:
@@ -138,8 +157,9 @@ def heartbeat(sp: Handle, lease: Lease, counter: int) -> None:
     change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
     also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
     try:
-        write_dot_file(sp, State.LEASED, heartbeat_name(lease.job_id, lease.attempt),
-                       heartbeat_content(counter, lease.worker))
+        write_dot_file(
+            sp, State.LEASED, heartbeat_name(lease.job_id, lease.attempt), heartbeat_content(counter, lease.worker)
+        )
     except OSError as err:
         # A missed beat (a full disk, say) is not fatal: the next one may land; if none does
         # within the term, the lease expires and the worker learns it at lease_status.
@@ -225,12 +245,26 @@ def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False) -> State
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the failure is dropped")
-        state, job_file = retry_or_bury(sp, job_file, error=error, outcome="failed", ended=now_text(sp.clock),
-                                        reason="failed", dead_outcome="rejected" if reject else "failed",
-                                        give_up=reject, crash_step="fail-after-rename")
+        state, job_file = retry_or_bury(
+            sp,
+            job_file,
+            error=error,
+            outcome="failed",
+            ended=now_text(sp.clock),
+            reason="failed",
+            dead_outcome="rejected" if reject else "failed",
+            give_up=reject,
+            crash_step="fail-after-rename",
+        )
         clear_lease_files(sp, lease.job_id, lease.attempt)
-        sp.ledger.record(job_file, state, ready=False, event="fail", worker=lease.worker,
-                         detail=error.splitlines()[-1][:200] if error else None)
+        sp.ledger.record(
+            job_file,
+            state,
+            ready=False,
+            event="fail",
+            worker=lease.worker,
+            detail=error.splitlines()[-1][:200] if error else None,
+        )
     crash.point("after-fail")
     log.info("fail %s attempt=%d worker=%s -> %s", lease.job_id, lease.attempt, lease.worker, state.value)
     if state is State.PENDING:
@@ -281,11 +315,22 @@ def _expire_locked(sp: Handle, job_file: JobFile, why: str) -> tuple[State, JobF
     if has_result(sp, job_id):
         return State.DONE, finish_done(sp, job_file)
     if fs.exists(sp.layout.fd(State.LEASED), cancel_name(job_id)):
-        state, final = State.DEAD, bury(sp, job_file, State.LEASED, reason="cancelled", error=f"cancelled ({why})",
-                                        outcome="cancelled", ended=ended)
+        state, final = (
+            State.DEAD,
+            bury(
+                sp,
+                job_file,
+                State.LEASED,
+                reason="cancelled",
+                error=f"cancelled ({why})",
+                outcome="cancelled",
+                ended=ended,
+            ),
+        )
     else:
-        state, final = retry_or_bury(sp, job_file, error=why, outcome="expired", ended=ended, reason="expired",
-                                     crash_step="expire-after-rename")
+        state, final = retry_or_bury(
+            sp, job_file, error=why, outcome="expired", ended=ended, reason="expired", crash_step="expire-after-rename"
+        )
     clear_lease_files(sp, job_id)
     return state, final
 
@@ -306,8 +351,11 @@ def release(sp: Handle, lease: Lease) -> None:
             return
         move_job(sp, lease.job_id, State.LEASED, State.PENDING)
         crash.point("release-after-rename")
-        released = job_file.replace(lease=None, tries=max(job_file.tries - 1, 0),
-                                    attempts=job_file.end_attempt(outcome="released", ended=now_text(sp.clock)))
+        released = job_file.replace(
+            lease=None,
+            tries=max(job_file.tries - 1, 0),
+            attempts=job_file.end_attempt(outcome="released", ended=now_text(sp.clock)),
+        )
         rewrite_job(sp, State.PENDING, released, sync=False)
         clear_lease_files(sp, lease.job_id, lease.attempt)
         sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
@@ -329,8 +377,15 @@ def cancel_leased(sp: Handle, lease: Lease) -> None:
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the cancel came too late")
-        dead = bury(sp, job_file, State.LEASED, reason="cancelled", error="cancelled by request while running",
-                    outcome="cancelled", ended=now_text(sp.clock))
+        dead = bury(
+            sp,
+            job_file,
+            State.LEASED,
+            reason="cancelled",
+            error="cancelled by request while running",
+            outcome="cancelled",
+            ended=now_text(sp.clock),
+        )
         clear_lease_files(sp, lease.job_id)
         sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
     log.info("cancel %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)

@@ -33,15 +33,18 @@ _ADVERT_MAX_BYTES = 64 * 1024
 def check_worker_name(name: str) -> str:
     """A worker's name becomes part of a file name in locks/: refuse anything but the id grammar."""
     if not WORKER_NAME.fullmatch(name):
-        raise UsageError(f"--name {name!r}: a worker name is 1-64 letters, digits, '_', '-' or '.', "
-                         "starting with a letter or digit")
+        raise UsageError(
+            f"--name {name!r}: a worker name is 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+        )
     return name
 
 
 def advertisement(name: str, tasks: Iterable[str]) -> bytes:
     """What a worker writes into its own liveness lock."""
-    return json.dumps({"name": name, "pid": os.getpid(), "host": socket.gethostname(),
-                       "tasks": sorted(tasks)}).encode() + b"\n"
+    return (
+        json.dumps({"name": name, "pid": os.getpid(), "host": socket.gethostname(), "tasks": sorted(tasks)}).encode()
+        + b"\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,14 @@ def live_workers(sp: Handle) -> list[LiveWorker]:
             found.append(LiveWorker(name, None, None, None))
             continue
         pid = advert.get("pid")
-        found.append(LiveWorker(name, pid if isinstance(pid, int) else None, str(advert.get("host") or "") or None,
-                                frozenset(str(task) for task in advert["tasks"])))
+        found.append(
+            LiveWorker(
+                name,
+                pid if isinstance(pid, int) else None,
+                str(advert.get("host") or "") or None,
+                frozenset(str(task) for task in advert["tasks"]),
+            )
+        )
     return found
 
 
@@ -94,6 +103,7 @@ def unhandled_ready(sp: Handle, workers: Iterable[LiveWorker] | None = None) -> 
 
 def unhandled_warning(task: str) -> str:
     """The one sentence every reader uses, so `status`, `stats`, `wait` and the log agree."""
-    hint = ("a worker started with --allow-shell" if task == "shell"
-            else "a worker that imports the module registering it")
+    hint = (
+        "a worker started with --allow-shell" if task == "shell" else "a worker that imports the module registering it"
+    )
     return f"no live worker handles task {task!r}; it waits until {hint} runs"

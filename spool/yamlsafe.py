@@ -113,9 +113,7 @@ class _Loader(yaml.SafeLoader):
         # sweeping every open level per token: 60 KB of `[` cost half a second before the
         # builder saw the 33rd. Refusing here keeps that sweep to MAX_DEPTH levels.
         if self.flow_level >= MAX_DEPTH:
-            raise _Refused(
-                None, None, f"nesting is deeper than {MAX_DEPTH} levels", self.get_mark()
-            )
+            raise _Refused(None, None, f"nesting is deeper than {MAX_DEPTH} levels", self.get_mark())
         super().fetch_flow_collection_start(token_class)
 
     def load_single(self) -> object:
@@ -152,9 +150,7 @@ class _Loader(yaml.SafeLoader):
             except ValueError:  # an int past Python's 4300-digit conversion limit
                 raise _Refused(None, None, "number is too large", event.start_mark) from None
         if depth >= MAX_DEPTH:
-            raise _Refused(
-                None, None, f"nesting is deeper than {MAX_DEPTH} levels", event.start_mark
-            )
+            raise _Refused(None, None, f"nesting is deeper than {MAX_DEPTH} levels", event.start_mark)
         if kind is SequenceStartEvent:
             items = []
             while not self.check_event(SequenceEndEvent):
