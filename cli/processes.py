@@ -40,7 +40,7 @@ def _daemonise_stdio() -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     parent = os.environ.get("SPOOL_PARENT_PID")
-    if parent and parent.isdigit():
+    if parent and parent.isascii() and parent.isdigit():
         die_with_parent(int(parent))
 
 

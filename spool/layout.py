@@ -150,12 +150,18 @@ def heartbeat_name(job_id: str, attempt: int) -> str:
     return f".{job_id}.{attempt}{_HEARTBEAT_SUFFIX}"
 
 
+def _is_decimal(text: str) -> bool:
+    """ASCII digits only: ``'²'.isdigit()`` is true but ``int('²')`` raises, and a planted name
+    must never raise inside a coordinator's pass."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_heartbeat_name(name: str) -> tuple[str, int] | None:
     """(job id, attempt) of ``.<id>.<attempt>.hb``; None for any other name."""
     if not (name.startswith(".") and name.endswith(_HEARTBEAT_SUFFIX)):
         return None
     job_id, _, attempt = name[1 : -len(_HEARTBEAT_SUFFIX)].rpartition(".")
-    return (job_id, int(attempt)) if attempt.isdigit() else None
+    return (job_id, int(attempt)) if _is_decimal(attempt) else None
 
 
 def heartbeat_content(counter: int, worker: str) -> bytes:
@@ -225,7 +231,7 @@ def tmp_name() -> str:
 def tmp_writer_pid(name: str) -> int | None:
     """The pid a tmp/ name starts with (``tmp_name``, ``purge_marker_name``); None without one."""
     pid_text = name.split("-", 1)[0]
-    return int(pid_text) if pid_text.isdigit() else None
+    return int(pid_text) if _is_decimal(pid_text) else None
 
 
 def purge_marker_name(job_id: str) -> str:
