@@ -19,10 +19,12 @@ knows from the marker which bytes of the output a new file starts at.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterator
 
+from spool.errors import DiskFull
 from spool.fsio import fs
 from spool.layout import tmp_name
 
@@ -92,7 +94,10 @@ class AttemptLog:
         self.cut += body + len(data) - len(tail)
         head = marker(self.cut, self.max_bytes)
         staged = tmp_name()
-        fs.write_new(self._tmp_fd, staged, head + tail, sync=False)
+        try:
+            fs.write_new(self._tmp_fd, staged, head + tail, sync=False)
+        except DiskFull as err:  # the seam names ENOSPC for submit's sake; to a log it is an OSError
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from err
         try:
             fs.rename_replace(self._tmp_fd, staged, self._logs_fd, self.name)
         except BaseException:

@@ -55,3 +55,16 @@ def test_an_attempt_whose_log_fails_still_ends_with_its_outcome(sp: Spool) -> No
         log.close()
     assert outcome.ok and outcome.value == "printed", outcome
     assert log.error is not None and log.error.errno == errno.EIO
+
+
+def test_a_full_disk_while_a_log_is_trimmed_stops_the_log_and_raises_nothing(sp: Spool) -> None:
+    """The trim stages the kept tail with ``write_new``, which names ENOSPC ``DiskFull`` (not an
+    OSError) for the submit path; the log must still only stop, never raise into the worker."""
+    log = _log(sp, max_bytes=8)
+    log.write(b"0123456789")  # over twice the cap on the next write: that one trims
+    with FaultFS(fail_at=1, error=errno.ENOSPC, kinds={"write"}).installed():
+        log.write(b"abcdefghij")
+        log.write(b"never written")
+    log.close()
+    assert log.error is not None and log.error.errno == errno.ENOSPC
+    assert (sp.root / "logs" / "job.1.log").read_bytes() == b"0123456789"
