@@ -11,14 +11,14 @@ idle pickup). A Waker needs only what landed, which an unpaired IN_MOVED_TO stil
 created file), so ``_no_move_pairing_delay`` turns the hold off.
 
 The watchdog internals this relies on (tests/unit/test_override_shapes.py fails if their shape
-changes; verified with watchdog 7.1.0):
+changes):
 
 - ``watchdog.observers.inotify_move_event_grouper.InotifyMoveEventGrouper``: a class attribute
   ``delay`` (seconds, 0.5) that ``__init__`` passes to its ``DelayedQueue``. We set it to 0 on
   the class before the Observer starts, so every grouper an inotify emitter makes afterwards
-  holds nothing; the setting is process-wide, and only Wakers run watchdog in spool. (The
-  fallback, ``watchdog.observers.inotify_buffer.InotifyBuffer.delay``, is watchdog 4's name for
-  the same hold; no watchdog 4 was at hand to verify it.)
+  holds nothing; the setting is process-wide, and only Wakers run watchdog in spool. Older
+  watchdogs (4 to 6) keep the same hold as ``inotify_buffer.InotifyBuffer.delay``; pyproject.toml
+  asks for watchdog 7, the versions this was verified with (7.0.0 and 7.1.0).
 - ``watchdog.utils.delayed_queue.DelayedQueue(delay)``: holds an element put with
   ``delay=True`` for ``self.delay`` seconds, and none when that is 0.
 
@@ -29,7 +29,6 @@ event_filter=[...])`` and the events' ``event_type``, ``is_directory``, ``src_pa
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,6 +42,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
 
 _MAX_REMEMBERED = 10_000
 # What can mean "a file landed or changed". Asking the kernel for these only spares watchdog's
@@ -91,12 +91,4 @@ class Waker(FileSystemEventHandler):
 
 def _no_move_pairing_delay() -> None:
     """Stop watchdog holding a folder's events behind a move out of it (see the module doc)."""
-    for module, name in (
-        ("watchdog.observers.inotify_move_event_grouper", "InotifyMoveEventGrouper"),  # newer watchdog
-        ("watchdog.observers.inotify_buffer", "InotifyBuffer"),
-    ):  # watchdog 4
-        try:
-            holder = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-        holder.delay = 0.0
+    InotifyMoveEventGrouper.delay = 0.0
