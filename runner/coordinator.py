@@ -45,7 +45,7 @@ from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
 from spool.spool import Spool
 from spool.store import read_job
-from spool.submission import ingest
+from spool.ingest import ingest
 from spool.transitions import expire
 from spool.workers import unhandled_ready, unhandled_warning
 

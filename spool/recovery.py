@@ -35,7 +35,7 @@ from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_nam
 from spool.moves import finish_done, retry_or_bury
 from spool.records import Attempt
 from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.submission import finish_ingest, has_ingest_evidence, ingest, quarantine
+from spool.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine
 
 if TYPE_CHECKING:
     from spool.handle import Handle
