@@ -21,10 +21,11 @@ from spool import crash
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
-from spool.job import Job, JobFile, encode_measured, is_ready, now_text, yaml_size_floor
+from spool.job import Job, JobFile, encode_measured, is_ready, yaml_size_floor
 from spool.layout import State, key_lock_name, key_name
 from spool.locks import Lock, acquire
 from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
+from spool.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle
