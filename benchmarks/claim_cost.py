@@ -39,9 +39,10 @@ if str(ROOT) not in sys.path:
 
 from spool import Spool, fsio, registry
 from spool.ids import new_id
-from spool.job import Job, JobFile, encode, now_text
+from spool.job import Job, JobFile, encode
 from spool.layout import State, job_name
 from spool.recovery import list_folders, reconcile
+from spool.timetext import now_text
 from spool.transitions import Lease, claim, complete
 
 TASK = "echo"

@@ -47,8 +47,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # examples.tasks and benchmarks.*, when run as a script
 
 from spool import Spool, task
-from spool.job import parse_time
 from spool.layout import job_name, result_name
+from spool.timetext import parse_time
 
 SPOOL = [sys.executable, "-m", "spool.cli"]
 TASK_MODULES = ("examples.tasks", "benchmarks.throughput")

@@ -13,7 +13,8 @@ from spool.cli.app import App, command, flag_duration, pass_app
 from spool.cli.render import echo_json
 from spool.errors import UsageError
 from spool.fsck import fsck as run_fsck
-from spool.layout import MARKER, State, init_spool
+from spool.layout import MARKER, State
+from spool.rootdir import init_spool
 from spool.settings import parse_duration
 from spool.spool import resolve_root
 
@@ -50,13 +51,10 @@ def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, time
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
     timeout_seconds = flag_duration("--timeout", timeout_text)
-    ids = (
-        admin.requeue_all_dead(sp, task)
-        if all_dead
-        else [job_id]
-        if sp.requeue(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
-        else []
-    )
+    if not job_id:  # --all-dead: the check above leaves exactly one of the two
+        ids = admin.requeue_all_dead(sp, task)
+    else:
+        ids = [job_id] if sp.requeue(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
     if app.json_output:
         echo_json({"requeued": ids})
     else:

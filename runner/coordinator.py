@@ -29,7 +29,7 @@ from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, Led
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
-from spool.job import format_time, parse_time
+from spool.ingest import ingest
 from spool.layout import (
     WAKE_NAME,
     State,
@@ -45,7 +45,7 @@ from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
 from spool.spool import Spool
 from spool.store import read_job
-from spool.submission import ingest
+from spool.timetext import format_time, parse_time
 from spool.transitions import expire
 from spool.workers import unhandled_ready, unhandled_warning
 

@@ -29,6 +29,7 @@ event_filter=[...])`` and the events' ``event_type``, ``is_directory``, ``src_pa
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -66,7 +67,9 @@ class Waker(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory or event.event_type in ("opened", "closed_no_write", "deleted"):
             return
-        path = Path(event.dest_path or event.src_path)  # a move's new name is what landed
+        # A move's new name is what landed. Folders are watched by str path, so events carry str
+        # paths; fsdecode says so to the type checker (watchdog types them bytes | str).
+        path = Path(os.fsdecode(event.dest_path or event.src_path))
         with self._mutex:
             if len(self._seen) < _MAX_REMEMBERED:  # past that, the next reconcile's listing finds it
                 self._seen.append((path.parent.name, path.name))

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from spool import crash
 from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
-from spool.job import now_text, parse_time
 from spool.layout import (
     State,
     cancel_name,
@@ -38,6 +37,7 @@ from spool.store import (
     write_dot_file,
 )
 from spool.submission import remove_key
+from spool.timetext import now_text, parse_time
 
 if TYPE_CHECKING:
     from spool.handle import Handle

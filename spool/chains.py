@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import InvalidJob
-from spool.job import now_text
 from spool.layout import State
 from spool.moves import bury
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import has_result, job_lock, move_job, only_in, read_job, rewrite_job, state_of, wake
+from spool.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle

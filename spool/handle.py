@@ -2,16 +2,16 @@
 
 It holds the layout's directory fds, the settings in force, the ledger connection (opened on
 first use) and the clock every decision reads. It imports nothing above the data it holds, so
-store, the moves, submission, recovery, transitions, chains, admin, fsck and stats can all take
+store, the moves, submission, ingest, recovery, transitions, chains, admin, fsck and stats can all take
 one without importing the facade: ``spool.spool.Spool`` is a ``Handle`` that also knows how to
 open a folder and carries the Python API.
 
 The modules of spool/ import one another only downwards, in this order (each may import any
 before it; nothing imports the facade but the package itself):
 
-    errors, clock, records, crash -> fsio, ids, yamlsafe -> job, layout, locks -> settings, ledger
-    -> handle -> store -> moves, submission -> recovery -> transitions, chains, admin, stats
-    -> fsck -> spool
+    errors, clock, records, crash -> fsio, ids, yamlsafe, timetext -> job, layout, locks, ledger_schema
+    -> settings, rootdir, ledger -> handle -> store -> moves, submission -> ingest -> recovery
+    -> transitions, chains, admin, stats -> fsck -> spool
 """
 
 from __future__ import annotations

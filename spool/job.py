@@ -13,14 +13,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
 from typing import Any
 
-from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob
 from spool.ids import is_valid_id
 from spool.records import ATTEMPT_FIELDS, Attempt, Lease
 from spool.registry import is_valid_task_name
+from spool.timetext import format_time, parse_time
 from spool.yamlsafe import dump_yaml, load_yaml
 
 SPOOL_FORMAT = 1
@@ -349,18 +348,6 @@ def tail(text: str, limit_bytes: int = MAX_ERROR_BYTES) -> str:
     return "..." + data[-(limit_bytes - 3) :].decode("utf-8", errors="ignore")
 
 
-def format_time(moment: float | datetime) -> str:
-    """RFC 3339 UTC with milliseconds: 2026-11-30T12:00:00.000Z."""
-    if not isinstance(moment, datetime):
-        moment = datetime.fromtimestamp(moment, tz=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def now_text(clock: Clock = SYSTEM) -> str:
-    """The clock's wall time as a job file writes it (``format_time``). spool/ passes its own."""
-    return format_time(clock.wall())
-
-
 def is_ready(job_file: JobFile, now_wall: float) -> bool:
     """Ready to claim: no backoff to wait out and no ``not_before`` in the future."""
     if job_file.backoff_seconds is not None:
@@ -368,17 +355,6 @@ def is_ready(job_file: JobFile, now_wall: float) -> bool:
     if job_file.job.not_before is not None:
         return parse_time(job_file.job.not_before, "not_before").timestamp() <= now_wall
     return True
-
-
-def parse_time(value: object, where: str) -> datetime:
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.strip().replace("z", "Z"))
-        except ValueError:
-            moment = None
-        if moment is not None and moment.tzinfo is not None:
-            return moment.astimezone(UTC)
-    raise InvalidJob(f"{where}: expected an RFC 3339 time with a zone like '2026-11-30T12:00:00Z', got {_show(value)}")
 
 
 def _check_plain(value: Any, where: str, depth: int = 0) -> None:

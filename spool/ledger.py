@@ -8,17 +8,7 @@ reconciles it against folder listings at start and on every pass. It runs in WAL
 ``synchronous=NORMAL``: its commits are not fsync'd (a ledger commit need not survive a power
 cut, because the files do; docs/reliability.md lists what is fsync'd).
 
-Tables (schema version 2, in ``PRAGMA user_version``):
-    jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
-         reason, submitted_at, updated)    one row per job file; state = the folder
-    deps(job_id, dep_id)                   depends_on of every job, for promotion and skips
-    history(seq, job_id, at, event, attempt, worker, detail)   one row per transition
-    meta(name, value)                      ready_seq counter, coordinator's lease term and
-                                           last pass, drops seen by the coordinator
-    workers(name, pid, host, started, seen)  workers seen, for ``spool stats``
-``jobs.key`` is a plain index, not UNIQUE: keys/ and the files decide what a key means, and an
-index must never refuse a row the files hold (version 1 had UNIQUE: a submit racing a purge of
-the same key was refused after its job was written). A version-1 ledger is migrated on open.
+The tables, their schema version and its migration are ``spool.ledger_schema``'s.
 
 The file is the one at the name: the ledger is opened, and stat'ed before every transaction
 (~2 us), through the spool's folder fd, so a ledger deleted or moved aside under running
@@ -42,33 +32,7 @@ from spool.clock import SYSTEM, Clock
 from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.layout import LEDGER_NAME, Layout, State
-
-SCHEMA_VERSION = 2
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs(
-    id TEXT PRIMARY KEY, key TEXT NOT NULL, task TEXT NOT NULL, state TEXT NOT NULL,
-    priority INTEGER NOT NULL, ready INTEGER NOT NULL DEFAULT 0, ready_seq INTEGER,
-    attempt INTEGER NOT NULL, tries INTEGER NOT NULL, max_tries INTEGER NOT NULL, reason TEXT,
-    submitted_at TEXT NOT NULL, updated REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS claim_order ON jobs(priority DESC, ready_seq) WHERE state = 'pending' AND ready = 1;
-CREATE INDEX IF NOT EXISTS by_state ON jobs(state, id);
-CREATE INDEX IF NOT EXISTS by_key ON jobs(key);
-CREATE TABLE IF NOT EXISTS deps(job_id TEXT NOT NULL, dep_id TEXT NOT NULL, PRIMARY KEY(job_id, dep_id));
-CREATE INDEX IF NOT EXISTS deps_by_dep ON deps(dep_id);
-CREATE TABLE IF NOT EXISTS history(seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL, at REAL NOT NULL,
-    event TEXT NOT NULL, attempt INTEGER, worker TEXT, detail TEXT);
-CREATE INDEX IF NOT EXISTS history_by_job ON history(job_id, seq);
-CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS workers(name TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL, seen REAL);
-"""
-
-# Version 1 -> 2: jobs.key loses UNIQUE. SQLite can't drop a constraint: copy the rows over.
-_MIGRATE_FROM_1 = """
-DROP INDEX IF EXISTS claim_order;
-DROP INDEX IF EXISTS by_state;
-ALTER TABLE jobs RENAME TO jobs_v1;
-"""
+from spool.ledger_schema import migrate
 
 
 class Ledger:
@@ -124,7 +88,7 @@ class Ledger:
                     if not self._read_only:
                         lf.fix_mode(self._layout.root_fd)
                         lf.prepare(db)
-                        _migrate(db)
+                        migrate(db)
                     self._db, self._ident = db, before
                     return
                 except BaseException:
@@ -357,32 +321,6 @@ def set_aside(layout: Layout, now: float) -> str | None:
     """Move an unusable ledger aside (``ledger.sqlite3.corrupt-<time>``, with its -wal and -shm);
     every process opens a fresh one at its next transaction. Returns the new name."""
     return lf.set_aside(layout, now)
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Create the schema, or bring an older one to SCHEMA_VERSION, in one transaction."""
-    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
-        return
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:  # RACE: another opener did it
-            old = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
-            if old:
-                for statement in _MIGRATE_FROM_1.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            if old:
-                db.execute("INSERT INTO jobs SELECT * FROM jobs_v1")
-                db.execute("DROP TABLE jobs_v1")
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
 
 
 def _next_ready_seq(db: sqlite3.Connection) -> int:

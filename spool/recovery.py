@@ -30,12 +30,13 @@ from spool import crash
 from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
-from spool.job import JobFile, is_ready, now_text
+from spool.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine
+from spool.job import JobFile, is_ready
 from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
 from spool.moves import finish_done, retry_or_bury
 from spool.records import Attempt
 from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.submission import finish_ingest, has_ingest_evidence, ingest, quarantine
+from spool.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from spool.errors import InvalidJob, UsageError
 from spool.fsio import fs
@@ -274,7 +275,7 @@ def load_settings(
             raise UsageError(f"flag --{name.replace('_', '-')}: not a setting")
     config = _read_config(config_path) if config_path is not None else {}
     config_label = config_path.name if config_path is not None else ""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # each value of the type its parser makes, the type its field has
     sources: dict[str, str] = {}
     for name, parse in _PARSERS.items():
         env_name = f"SPOOL_{name.upper()}"
@@ -295,7 +296,7 @@ def load_settings(
     _check_heartbeat(values, sources)
     return Settings(
         **values,
-        sources=MappingProxyType(sources),  # type: ignore[arg-type]
+        sources=MappingProxyType(sources),
         warnings=tuple(environment_warnings(environ)),
     )
 

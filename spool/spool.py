@@ -23,10 +23,12 @@ from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
 from spool.handle import Handle
 from spool.ids import is_valid_id
-from spool.job import MAX_SECONDS, JobFile, format_time
-from spool.layout import Layout, State, init_spool, is_group_shared, refuse_unsafe_root, result_name
+from spool.job import MAX_SECONDS, JobFile
+from spool.layout import Layout, State, result_name
+from spool.rootdir import init_spool, is_group_shared, refuse_unsafe_root
 from spool.settings import Settings, load_settings
 from spool.submission import Submitted, submit
+from spool.timetext import format_time
 
 DEFAULT_ROOT = "./spool"
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import LedgerError
 from spool.fsio import fs
-from spool.job import format_time, parse_time
 from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_lock_name, worker_of_lock_name
 from spool.locks import is_held
 from spool.recovery import list_folders
+from spool.timetext import format_time, parse_time
 from spool.workers import unhandled_ready
 
 if TYPE_CHECKING:

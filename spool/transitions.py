@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fsio import fs
-from spool.job import JobFile, now_text, tail
+from spool.job import JobFile, tail
 from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name, result_name
 from spool.moves import bury, finish_done, retry_or_bury
 from spool.records import Attempt, Lease, LeaseStatus
@@ -42,6 +42,7 @@ from spool.store import (
     wake,
     write_dot_file,
 )
+from spool.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -18,8 +18,8 @@ import pytest
 from powerloss import History, Op, RecordingFS, Scenario, Snapshot, run_model
 from spool import Spool, store
 from spool import job as jobs
+from spool.ingest import ingest
 from spool.layout import State, job_name
-from spool.submission import ingest
 from spool.transitions import Lease, claim, complete, fail
 
 RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'

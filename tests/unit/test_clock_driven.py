@@ -14,12 +14,13 @@ import pytest
 from spool.admin import purge
 from spool.chains import make_ready
 from spool.clock import FakeClock
-from spool.job import format_time, is_ready, parse_time
+from spool.job import is_ready
 from spool.layout import State
 from spool.moves import backoff_seconds
 from spool.recovery import resync_locked
 from spool.spool import Spool
 from spool.store import read_job
+from spool.timetext import format_time, parse_time
 from spool.transitions import Lease, claim, complete, expire, fail
 
 START = 1_800_000_000.0

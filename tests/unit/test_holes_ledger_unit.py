@@ -14,9 +14,10 @@ import pytest
 
 from spool import Spool
 from spool.errors import DiskFull, SpoolError
-from spool.job import Job, JobFile, now_text
+from spool.job import Job, JobFile
 from spool.layout import State
 from spool.store import read_job
+from spool.timetext import now_text
 
 V1_JOBS = """CREATE TABLE jobs(
     id TEXT PRIMARY KEY, key TEXT NOT NULL UNIQUE, task TEXT NOT NULL, state TEXT NOT NULL,

@@ -206,7 +206,7 @@ def test_a_job_moved_back_before_its_dependency_is_done_waits(sp: Spool) -> None
 
 def test_an_invalid_record_moved_back_by_hand_goes_back_to_dead(sp: Spool) -> None:
     sp.layout.path(State.PENDING, "bad.yaml").write_text("task: [oops]\n")
-    from spool.submission import ingest
+    from spool.ingest import ingest
 
     record = ingest(sp, "bad.yaml")
     assert record is not None and folders_of(sp, record) == [State.DEAD]

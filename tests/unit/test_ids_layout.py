@@ -10,8 +10,9 @@ import pytest
 
 from spool import ids
 from spool.errors import NotASpool, SpoolError
-from spool.layout import (FOLDERS, MARKER, Layout, State, cancel_name, heartbeat_name, init_spool, is_ignored_name,
-                          job_name, key_name, refuse_unsafe_root, tmp_name)
+from spool.layout import (FOLDERS, MARKER, Layout, State, cancel_name, heartbeat_name, is_ignored_name, job_name,
+                          key_name, tmp_name)
+from spool.rootdir import init_spool, refuse_unsafe_root
 from spool.spool import Spool
 
 

@@ -4,7 +4,7 @@ Every import of spool/, runner/ and cli/ counts, wherever it sits (top level, in
 under ``if TYPE_CHECKING``): the graph they make has no cycle, its arrows point down
 (cli -> runner -> spool), and an import inside a function says why on its line or the line above
 (the only reason we accept is start-up time). spool/ reads time and chance only through
-``spool.clock``.
+``spool.clock``. No module is over 400 lines.
 """
 
 from __future__ import annotations
@@ -171,6 +171,16 @@ def test_an_import_inside_a_function_says_why() -> None:
             unexplained.append(_where(edge))
     assert not unexplained, ("function-local imports without a `# start-up: ...` reason:\n"
                              + "\n".join(unexplained))
+
+
+MAX_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module is one idea a reader holds at once; past this many lines it is two, and wants splitting."""
+    long = [f"{path.relative_to(ROOT)}: {count} lines" for path in MODULES.values()
+            if (count := len(path.read_text().splitlines())) > MAX_LINES]
+    assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
 
 
 # Reading a clock or drawing a random number decides things; spool/ does both only through a Clock.

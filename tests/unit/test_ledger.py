@@ -98,7 +98,7 @@ def build_every_state(sp: Spool) -> dict[str, tuple[str, str | None]]:
     submit("ready", priority=-1)
     (sp.root / "pending" / "bad drop.yaml").write_text("task: [\n")
     reconcile(sp)
-    from spool.submission import ingest
+    from spool.ingest import ingest
     ingest(sp, "bad drop.yaml")
     return {"done": ("done", None), "failed": ("dead", "failed"), "parent": ("dead", "failed"),
             "child": ("dead", "skipped"), "cancelled": ("dead", "cancelled"), "leased": ("leased", None),

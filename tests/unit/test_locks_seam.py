@@ -17,8 +17,9 @@ from spool import fsio
 from spool.clock import FakeClock
 from spool.errors import UsageError
 from spool.fsio import RealFS, fs
-from spool.layout import FOLDERS, MARKER, Layout, init_spool, job_lock_name, worker_lock_name
+from spool.layout import FOLDERS, MARKER, Layout, job_lock_name, worker_lock_name
 from spool.locks import acquire, acquire_within, is_held
+from spool.rootdir import init_spool
 from spool.settings import load_settings
 
 SEAM_METHODS = ("open_lock", "open_lock_to_probe", "flock", "overwrite_held", "close", "set_mode", "make_dir",

@@ -20,13 +20,14 @@ from spool import crash
 from spool.fsck import fsck
 from spool.fsio import fs
 from spool.ids import new_id
+from spool.ingest import ingest
 from spool.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
 from spool.locks import acquire
 from spool.recovery import resync_locked
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
 from spool.store import folders_of, move_job, read_job
-from spool.submission import ingest, lookup_key
+from spool.submission import lookup_key
 from spool.transitions import Lease, claim, complete, expire, fail
 
 FLAGS = {"backoff_base_seconds": 0.001}

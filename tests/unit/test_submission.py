@@ -14,11 +14,12 @@ from spool.admin import cancel
 from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
 from spool.fsio import RealFS
 from spool.ids import is_valid_id, new_id
+from spool.ingest import ingest
 from spool.layout import State, job_name, key_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
 from spool.store import folders_of, read_job
-from spool.submission import Submitted, ingest, lookup_key
+from spool.submission import Submitted, lookup_key
 from spool.transitions import Lease, claim, complete, fail
 
 
