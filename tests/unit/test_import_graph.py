@@ -10,6 +10,7 @@ under ``if TYPE_CHECKING``): the graph they make has no cycle, its arrows point 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,3 +207,14 @@ def test_spool_reads_time_and_chance_only_through_its_clock() -> None:
                   and (node.value.id, node.attr) in CLOCK_CALLS):
                 found.append(f"{where} reads {node.value.id}.{node.attr}")
     assert not found, "clock or randomness outside spool.clock:\n" + "\n".join(found)
+
+
+OUTSIDE_POINTER = re.compile(r"RELIABILITY\.md|SPEC\.md|\bSPEC\b(?![_A-Za-z])")
+
+
+def test_no_comment_points_at_a_file_outside_the_repository() -> None:
+    """SPEC.md and RELIABILITY.md are not in this repository: say the thing, or point into docs/."""
+    outside = [f"{path.relative_to(ROOT)}:{number}" for path in MODULES.values()
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               if OUTSIDE_POINTER.search(line)]
+    assert not outside, "pointers to files that are not here:\n" + "\n".join(outside)
