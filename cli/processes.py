@@ -81,7 +81,8 @@ def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], al
     # The spool through our own descriptor of it, so a child restarted after the spool folder was
     # renamed still finds it (children die with us, so the descriptor outlives every one of them).
     here = f"/proc/{os.getpid()}/fd/{app.spool().layout.root_fd}"
-    base = [sys.executable, "-m", "spool.cli", *app.flag_argv(), "--spool", here]
+    # -P: the installed spool, never a `spool/` folder in the cwd (a checkout, or one planted there).
+    base = [sys.executable, "-P", "-m", "spool.cli", *app.flag_argv(), "--spool", here]
     extra = [arg for module in import_modules for arg in ("--import", module)]
     extra += ["--allow-shell"] if allow_shell else []
     env = dict(os.environ)
@@ -123,6 +124,7 @@ def demo(app: App, workers: int, keep: bool, timeout_seconds: float) -> None:
     ids = {path.name: sp.submit("wordcount", {"path": str(path)}, key=f"demo-{path.stem}") for path in texts}
     argv = [
         sys.executable,
+        "-P",  # the installed spool, even run from a checkout whose spool/ would shadow it
         "-m",
         "spool.cli",
         "--spool",

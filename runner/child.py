@@ -156,7 +156,9 @@ class Child:
         output_r, output_w = os.pipe()
         config = dict(self._config, parent_pid=os.getpid(), request_fd=request_r, reply_fd=reply_w)
         try:
-            argv = [sys.executable, "-m", "spool.runner.child", json.dumps(config)]
+            # -P: the installed spool, never a `spool/` folder in the worker's cwd; the folders
+            # `--import` needs are on the config's sys_path instead.
+            argv = [sys.executable, "-P", "-m", "spool.runner.child", json.dumps(config)]
             self._proc = subprocess.Popen(
                 argv,
                 stdin=DEVNULL,
