@@ -44,7 +44,15 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "requeue-after-rename",
         "purge-after-rename",
     ),
-    "submit": ("after-key-check", "after-key", "after-commit", "after-submit"),
+    "submit": (
+        "after-key-check",
+        "after-key",
+        "after-commit",
+        "after-submit",
+        "batch-after-keys",  # submit_many: a round's keys reserved and keys/ fsync'd, no job renamed
+        "batch-after-commit",  # after each member's rename (killed after the first), before the folder fsync
+        "batch-after-submit",  # every round durable, no ledger row yet
+    ),
 }
 
 _target: str | None = None

@@ -169,6 +169,18 @@ class Ledger:
                 (job_file.id, now, event, job_file.attempt, worker, detail),
             )
 
+    def record_many(self, entries: Iterable[tuple[JobFile, State, bool]], *, event: str) -> None:
+        """``record`` for many jobs (file, state, ready) in one transaction, in order (a batch's
+        ready jobs take their places in the claim order as the batch listed them)."""
+        now = self._clock.wall()
+        with self._write() as db:
+            for job_file, state, ready in entries:
+                _upsert(db, job_file, state, ready, now)
+                db.execute(
+                    "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
+                    (job_file.id, now, event, job_file.attempt, None, None),
+                )
+
     def reserve_next(self, tasks: Collection[str] | None) -> str | None:
         """Take the best ready job of ``tasks`` off the claim order; the caller then claims it.
 

@@ -3,6 +3,7 @@
     from spool import Spool
     sp = Spool("./spool")
     job_id = sp.submit("wordcount", {"path": "book.txt"}, key="book-1")   # durable on return
+    sp.submit_many([sp.spec("wordcount", {"path": p}, key=p) for p in paths])  # one fsync a folder
 
 One ``Spool`` holds the layout's directory fds, the settings in force, a ledger connection and
 the clock (a ``spool.handle.Handle``, which is what the layers below take). Every command and
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spool import admin, stats, store
+from spool.batch import submit_many
 from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
@@ -100,6 +102,44 @@ class Spool(Handle):
 
     def submit_spec(self, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
         return submit(self, spec, where=where)
+
+    def submit_many(self, specs: Iterable[Mapping[str, Any]]) -> list[Submitted]:
+        """Submit many jobs; one ``Submitted`` (id, created) per spec, in input order.
+
+        Each spec is a mapping of job fields, as ``spec(...)`` makes from ``submit``'s keywords.
+        Durable on return, with one fsync of each folder for the batch (per round of keys: see
+        ``spool.batch``). A key seen before, or repeated in the batch, answers with its one job
+        (``created=False``). Every spec is checked first: a bad one refuses the whole batch
+        with InvalidJob ``job <index>: ...`` (NotFound for an unknown dependency), and TryLater
+        when the batch would take the spool past ``max_pending``; nothing is written then.
+        """
+        return submit_many(self, specs)
+
+    def spec(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        priority: int | None = None,
+        max_tries: int | None = None,
+        timeout: float | None = None,
+        delay_seconds: float | None = None,
+        depends_on: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """The spec ``submit`` makes from these keywords, for ``submit_many`` (a delay counted on
+        this spool's clock from now). Raises InvalidJob for what ``build_spec`` checks."""
+        return build_spec(
+            task,
+            args,
+            key=key,
+            priority=priority,
+            max_tries=max_tries,
+            timeout=timeout,
+            delay_seconds=delay_seconds,
+            depends_on=depends_on,
+            clock=self.clock,
+        )
 
     # -- inspecting --------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Sub
     """
     job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where)
     job_file = JobFile(job=job, submitted_at=now_text(sp.clock))
-    data = _encode_within_limit(sp, job_file)
+    data = encode_within_limit(sp, job_file)
     state = initial_state(sp, job)
     key_lock = lock_key(sp, job.key) if job.has_own_key else None
     try:
@@ -58,7 +58,7 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Sub
             existing = lookup_key(sp, job.key)
             if existing is not None:
                 return Submitted(existing, created=False)
-        _check_room(sp)
+        check_room(sp)
         crash.point("after-key-check")
         if key_lock is not None:
             reserve_key(sp, job.key, job.id)
@@ -68,7 +68,7 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Sub
         fs.fsync_dir(sp.layout.fd(state))
     except BaseException:
         if key_lock is not None:
-            _unreserve_if_jobless(sp, job)
+            unreserve_if_jobless(sp, job)
         raise
     finally:
         if key_lock is not None:
@@ -93,7 +93,7 @@ def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str) -> Job:
     )
 
 
-def _encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
+def encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
     """The new job file's bytes, or InvalidJob if its spec is over ``max_job_bytes``.
 
     Every way in (CLI, Python API, HTTP API) comes through ``submit``, so none can skip the
@@ -135,13 +135,15 @@ def initial_state(sp: Handle, job: Job) -> State:
     return State.WAITING if waiting else State.PENDING
 
 
-def _check_room(sp: Handle) -> None:
-    """Backpressure: ready jobs plus drops the coordinator last counted, against max_pending."""
+def check_room(sp: Handle, adding: int = 1) -> None:
+    """Backpressure: ready jobs plus drops the coordinator last counted, plus the ``adding`` new
+    jobs, must stay within max_pending."""
     drops = int(sp.ledger.meta("drops") or 0)
     ready = sp.ledger.ready_pending_count()
-    if ready + drops >= sp.settings.max_pending:
+    if ready + drops + adding > sp.settings.max_pending:
+        what = "" if adding == 1 else f", and this batch would add {adding}"
         raise TryLater(
-            f"spool is full: {ready + drops} ready jobs (max_pending {sp.settings.max_pending}); "
+            f"spool is full: {ready + drops} ready jobs (max_pending {sp.settings.max_pending}){what}; "
             "nothing was written, try again later"
         )
 
@@ -184,6 +186,13 @@ def reservation(sp: Handle, key_hash: str) -> str | None:
 
 def reserve_key(sp: Handle, key: str, job_id: str) -> None:
     """keys/<sha> -> id, durable before the job is committed. Caller holds the key's lock."""
+    place_reservation(sp, key, job_id)
+    fs.fsync_dir(sp.layout.fd("keys"))
+
+
+def place_reservation(sp: Handle, key: str, job_id: str) -> None:
+    """keys/<sha> -> id with its content fsync'd, its name not yet: the caller fsyncs keys/ before
+    it commits the job (a batch once for all its keys). Caller holds the key's lock."""
     keys_fd = sp.layout.fd("keys")
     staged = stage(sp, job_id.encode() + b"\n", sync=True)
     try:
@@ -194,10 +203,9 @@ def reserve_key(sp: Handle, key: str, job_id: str) -> None:
             fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
     finally:
         unstage(sp, staged)
-    fs.fsync_dir(keys_fd)
 
 
-def _unreserve_if_jobless(sp: Handle, job: Job) -> None:
+def unreserve_if_jobless(sp: Handle, job: Job) -> None:
     """After a failed submit, drop our reservation unless our job made it into a folder."""
     if folders_of(sp, job.id):
         return

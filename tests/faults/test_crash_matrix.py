@@ -214,6 +214,98 @@ def one_job_per_key(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
     assert keys.count("k") == 1, keys
 
 
+# -- submit_many: a batch killed before, between and after its renames ---------------------------
+
+BATCH_KEYS = ("k", "k2")
+
+
+def _batch_specs(sp: Spool, ctx: Ctx, *, unkeyed_at: int | None = None) -> list[dict[str, Any]]:
+    """Two keyed members and a repeat of the first key (one job each key), optionally with an
+    unkeyed member at ``unkeyed_at``; waiting on ``ctx["parent"]`` when the setup made one."""
+    deps = [ctx["parent"]] if "parent" in ctx else []
+    specs = [sp.spec("echo", {"n": n}, key=key, depends_on=deps) for n, key in enumerate(("k", "k2", "k"))]
+    if unkeyed_at is not None:
+        specs.insert(unkeyed_at, sp.spec("echo", {"n": "unkeyed"}, depends_on=deps))
+    return specs
+
+
+def submit_batch(sp: Spool, ctx: Ctx) -> None:
+    sp.submit_many(_batch_specs(sp, ctx))
+
+
+def submit_batch_with_unkeyed(at: int) -> Callable[[Spool, Ctx], None]:
+    def act(sp: Spool, ctx: Ctx) -> None:
+        sp.submit_many(_batch_specs(sp, ctx, unkeyed_at=at))
+
+    return act
+
+
+def resubmit_batch_told(*created: bool) -> Callable[[Spool, Ctx], None]:
+    """The client was told nothing, so it submits the batch again: a key whose member was renamed
+    before the crash answers with that job, the others make theirs; the repeat never makes one."""
+
+    def retry(sp: Spool, ctx: Ctx) -> None:
+        again = sp.submit_many(_batch_specs(sp, ctx))
+        assert [s.created for s in again] == [*created, False], again
+        assert again[2].id == again[0].id
+
+    return retry
+
+
+def batch_repaired(committed: int) -> Callable[[Spool, Ctx], None]:
+    """``fsck --repair`` straight after the crash: clean, and one job per member renamed before it."""
+
+    def after_crash(sp: Spool, ctx: Ctx) -> None:
+        fsck(sp, repair=True)
+        _assert_clean(sp)
+        ctx["survivors"] = _ours(sp, ctx)
+        assert len(ctx["survivors"]) == committed, ctx["survivors"]
+
+    return after_crash
+
+
+def resubmit_batch_after_repair(sp: Spool, ctx: Ctx) -> None:
+    """The batch again, twice: the same two jobs, the survivors among them; clean before any recovery."""
+    first = sp.submit_many(_batch_specs(sp, ctx))
+    assert sp.submit_many(_batch_specs(sp, ctx)) == [type(s)(s.id, created=False) for s in first]
+    ours = sorted({job_name(s.id) for s in first})
+    assert set(ctx["survivors"]) <= set(ours) and _ours(sp, ctx) == ours
+    assert sorted(fs.list_dir(sp.layout.fd("keys"))) == sorted(key_name(k) for k in ("bystander", "old", *BATCH_KEYS))
+    _assert_clean(sp)
+
+
+def one_job_per_batch_key(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    keys = [job_file.job.key for _state, job_file in jobs.values()]
+    assert all(keys.count(key) == 1 for key in BATCH_KEYS), keys
+
+
+def at_most_one_job_per_batch_key(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    keys = [job_file.job.key for _state, job_file in jobs.values()]
+    assert all(keys.count(key) <= 1 for key in BATCH_KEYS), keys
+
+
+def _batch_scenarios(stage: int) -> list[Scenario]:
+    """The same checks as submit's, at a batch point: ``stage`` 0 before any rename, 1 after the
+    first member's rename, 2 after every rename and the folder fsyncs."""
+    keyed_renamed = (0, 1, 2)[stage]  # of [k, k2, k]: the repeat of k is never a member
+    mixed_renamed = (0, 1, 3)[stage]  # of three members, one of them unkeyed
+    told = tuple(n >= keyed_renamed for n in range(2))
+    return [
+        Scenario("keyed", submit_batch, retry=resubmit_batch_told(*told), expect=("done", "done"),
+                 check=one_job_per_batch_key),
+        Scenario("repaired", submit_batch, after_crash=batch_repaired(keyed_renamed),
+                 retry=resubmit_batch_after_repair, expect=("done", "done"), check=one_job_per_batch_key),
+        Scenario("waiting", submit_batch, setup=dependency, retry=resubmit_batch_told(*told),
+                 expect=("done", "done", "done"), check=one_job_per_batch_key),
+        # Never told, and not resubmitted: exactly the members renamed before the kill are jobs
+        # (the repair removes the reservations whose members never were).
+        Scenario("unkeyed-first", submit_batch_with_unkeyed(0), after_crash=batch_repaired(mixed_renamed),
+                 expect=("done",) * mixed_renamed, check=at_most_one_job_per_batch_key),
+        Scenario("unkeyed-last", submit_batch_with_unkeyed(2), after_crash=batch_repaired(mixed_renamed),
+                 expect=("done",) * mixed_renamed, check=at_most_one_job_per_batch_key),
+    ]
+
+
 def releases(sp: Spool, lease: Lease) -> None:
     release(sp, lease)
 
@@ -319,6 +411,9 @@ SCENARIOS: dict[str, list[Scenario]] = {
                  check=one_job_per_key),
         Scenario("keyless", submit_keyless),
     ],
+    "submit:batch-after-keys": _batch_scenarios(0),
+    "submit:batch-after-commit": _batch_scenarios(1),  # killed after the first member's rename
+    "submit:batch-after-submit": _batch_scenarios(2),
     "worker:claim-after-rename": [
         Scenario("retried", as_worker(), setup=echo_job()),
         Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
@@ -505,6 +600,8 @@ def _assert_fsck_clean(spool_cli: Callable[..., Any]) -> None:
 
 
 SUBMIT_POINTS = ["submit:after-key-check", "submit:after-key", "submit:after-commit", "submit:after-submit"]
+# No command submits a batch (submit_many is the Python API's): its points are crashed above only.
+BATCH_POINTS = ["submit:batch-after-keys", "submit:batch-after-commit", "submit:batch-after-submit"]
 COMMITTED = ("submit:after-commit", "submit:after-submit")  # the job file is in pending/ at these
 
 
@@ -514,7 +611,7 @@ def _job_names(root: Path) -> list[str]:
 
 def test_every_point_of_submit_is_crashed_through_the_command_line() -> None:
     listed = [p for p in crash.all_points() if p.split(":", 1)[0] == "submit"]
-    assert sorted(listed) == sorted(SUBMIT_POINTS), "a new point of submit needs a place in SUBMIT_POINTS"
+    assert sorted(listed) == sorted(SUBMIT_POINTS + BATCH_POINTS), "a new point of submit needs a place in SUBMIT_POINTS"
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)

@@ -234,6 +234,24 @@ class SpoolMachine(RuleBasedStateMachine):
             return
         self._add(job_id, key, max_tries, dep_ids)
 
+    @precondition(lambda self: len(self.model.jobs) < MAX_JOBS)
+    @rule(members=st.lists(st.tuples(st.one_of(st.none(), st.sampled_from(KEYS)), st.integers(1, 3)),
+                           min_size=1, max_size=3), deps=st.lists(st.integers(0, 100), max_size=2))
+    def submit_batch(self, members: list[tuple[str | None, int]], deps: list[int]) -> None:
+        """submit_many: in input order, a key seen before (or repeated in the batch) answers with its one job."""
+        ids = list(self.model.jobs)
+        dep_ids = tuple(dict.fromkeys(_pick(ids, d) for d in deps)) if ids else ()
+        specs = [self.sp.spec("echo", {"n": len(ids) + n}, key=key, max_tries=max_tries, depends_on=dep_ids)
+                 for n, (key, max_tries) in enumerate(members)]
+        answers = self.sp.submit_many(specs)
+        assert len(answers) == len(members)
+        for (key, max_tries), answer in zip(members, answers):
+            if key is not None and key in self.model.keys:
+                assert answer.id == self.model.keys[key] and not answer.created, (key, answer)
+                continue
+            assert answer.created
+            self._add(answer.id, key, max_tries, dep_ids)
+
     def _add(self, job_id: str, key: str | None, max_tries: int, dep_ids: tuple[str, ...]) -> None:
         assert job_id not in self.model.jobs
         waiting = any(self.model.jobs[dep].state is not State.DONE for dep in dep_ids)
@@ -410,6 +428,24 @@ class SpoolMachine(RuleBasedStateMachine):
           max_tries=st.integers(1, 3))
     def crash_submit(self, step: str, max_tries: int) -> None:
         self._crash_submit(f"submit:{step}", step, max_tries)
+
+    @precondition(lambda self: len(self.model.jobs) < MAX_JOBS - 1)
+    @rule(step=st.sampled_from(["batch-after-keys", "batch-after-commit", "batch-after-submit"]),
+          max_tries=st.integers(1, 3))
+    def crash_batch(self, step: str, max_tries: int) -> None:
+        """submit_many of two new keys (and a repeat), killed before, between or after its renames."""
+        keys = [f"crash-{len(self.model.jobs)}-{step}-{n}" for n in range(2)]
+
+        def specs(sp: Spool) -> list[dict[str, object]]:
+            return [sp.spec("echo", {"crash": step}, key=key, max_tries=max_tries) for key in [*keys, keys[0]]]
+
+        self._in_child(f"submit:{step}", True, lambda sp: sp.submit_many(specs(sp)))
+        again = self.sp.submit_many(specs(self.sp))  # the user's retry: each key finds its job or makes it
+        renamed = {"batch-after-keys": 0, "batch-after-commit": 1, "batch-after-submit": 2}[step]
+        assert [a.created for a in again] == [n >= renamed for n in range(2)] + [False], f"{step}: {again}"
+        for key, answer in zip(keys, again):
+            self._recover(answer.id)
+            self._add(answer.id, key, max_tries, ())
 
     @rule(step=st.sampled_from(["claim-after-rename", "after-claim"]))
     def crash_claim(self, step: str) -> None:
@@ -660,6 +696,14 @@ def test_a_slow_workers_late_move_is_refused(machine: SpoolMachine, move: str) -
     assert machine.sp.result(first.job_id) == {"value": 1 + (move == "complete")}
 
 
+@pytest.mark.parametrize("step", ["batch-after-keys", "batch-after-commit", "batch-after-submit"])
+def test_a_batch_split_at_its_crash_point_then_run(machine: SpoolMachine, step: str) -> None:
+    _steps(machine, SUBMIT, ("submit_batch", {"members": [("key-0", 1), (None, 2), ("key-0", 3)], "deps": [0]}),
+           ("crash_batch", {"step": step, "max_tries": 1}), ("claim", {"worker": "w1", "count": 3}),
+           ("complete", {"index": 0}), ("complete", {"index": 1}), ("complete", {"index": 2}))
+    assert len(machine.model.jobs) == 5 and len(machine.model.keys) == 3
+
+
 @pytest.mark.parametrize("step", ["claim-after-rename", "after-claim"])
 def test_a_claim_split_at_its_crash_point(machine: SpoolMachine, step: str) -> None:
     _steps(machine, SUBMIT, ("crash_claim", {"step": step}), ("expire", {"index": 0, "older": 0}),
@@ -687,7 +731,8 @@ def test_every_modelled_crash_point_is_a_real_one() -> None:
                 "worker:complete-after-move", "worker:fail-after-rename", "worker:after-fail",
                 "worker:bury-after-rename", "worker:release-after-rename",
                 "coordinator:expire-after-rename", "coordinator:after-expire", "submit:after-key-check",
-                "submit:after-key", "submit:after-commit", "submit:after-submit"}
+                "submit:after-key", "submit:after-commit", "submit:after-submit", "submit:batch-after-keys",
+                "submit:batch-after-commit", "submit:batch-after-submit"}
     assert modelled <= set(crash.all_points())
 
 

@@ -85,6 +85,15 @@ def drop_ingest(sp: Any, rec: RecordingFS) -> None:
     rec.ack("ingest", id=job_id, key="drop-1", task="echo")
 
 
+def batch_of_three(sp: Any, rec: RecordingFS) -> None:
+    """submit_many of a keyed, an unkeyed and a keyed job: all three acknowledged on return."""
+    specs = [sp.spec("echo", {"text": "a"}, key="batch-a"), sp.spec("echo", {"text": "b"}),
+             sp.spec("echo", {"text": "c"}, key="batch-c")]
+    for spec, submitted in zip(specs, sp.submit_many(specs)):
+        assert submitted.created
+        rec.ack("submit", id=submitted.id, key=spec.get("key", submitted.id), task="echo")
+
+
 _SUBMITTED_BEFORE: dict[str, str] = {}
 
 
@@ -112,6 +121,8 @@ SCENARIOS = [
     Scenario("submit+claim+fail to dead", submit_claim_fail_dead, jobs_bound=(0, 1)),
     Scenario("submit+claim+fail to retry", submit_claim_fail_retry, jobs_bound=(0, 1)),
     # The drop was on disk before the run: whatever the cut, it becomes exactly one job.
+    # A cut anywhere in the batch, between two members too: none acknowledged may be lost.
+    Scenario("batch of 3 (keyed and unkeyed)", batch_of_three, jobs_bound=(0, 3)),
     Scenario("drop ingest", drop_ingest, prepare=write_drop, jobs_bound=(1, 1)),
     Scenario("complete, then claim another", complete_then_claim_another, prepare=submit_two, jobs_bound=(2, 2)),
 ]
@@ -145,6 +156,43 @@ def test_model_finds_the_job_lost_without_the_pending_fsync(tmp_path: Path) -> N
     print(run.summary())
     assert run.violations, "the model passed a submit that never fsyncs pending/"
     assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
+
+
+def test_model_finds_the_batch_lost_without_its_pending_fsync(tmp_path: Path) -> None:
+    run = run_model(Scenario("batch of 3, no fsync of pending/", batch_of_three), tmp_path,
+                    fs_class=SkipsPendingFsync, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a batch that never fsyncs pending/"
+    assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
+
+
+class FsyncsPendingBetweenMembers(RecordingFS):
+    """The batch's one fsync of pending/ moved too early: right after its first member's rename,
+    none after the last (a power cut between two members of the batch)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        super().__init__(root)
+        self.fsynced = False
+
+    def rename_noreplace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        super().rename_noreplace(src_fd, src, dst_fd, dst)
+        if self.rel(dst_fd) == "pending" and not self.fsynced:
+            self.fsynced = True
+            super().fsync_dir(dst_fd)
+
+    def fsync_dir(self, dir_fd: int) -> None:
+        if self.rel(dir_fd) != "pending":
+            super().fsync_dir(dir_fd)
+
+
+def test_model_finds_a_later_member_lost_when_pending_is_fsynced_between_members(tmp_path: Path) -> None:
+    run = run_model(Scenario("batch of 3, pending/ fsync'd after its first member", batch_of_three), tmp_path,
+                    fs_class=FsyncsPendingBetweenMembers, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a batch whose later members' names were never fsync'd"
+    lost = [p for p in run.violations[0].problems if "acknowledged submit" in p and "lost" in p]
+    first = run.acks[0].info["id"]
+    assert lost and not any(first in p for p in lost), run.violations[0]
 
 
 def test_model_finds_the_job_torn_when_submit_stages_without_fsync(tmp_path: Path,
