@@ -581,6 +581,7 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
     big = o.depth or big
     work = Path(tempfile.mkdtemp(prefix="spool-bench-", dir=o.dir))
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "jobs": o.jobs, "depth": big,
+                              "many_jobs": o.many_jobs, "strace_jobs": o.strace_jobs,
                               "cores": os.cpu_count(), "load_before": os.getloadavg(), "disk": disk_info(work),
                               "python": sys.version.split()[0], "huey": None}
     if huey:
@@ -625,7 +626,7 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
     return report
 
 
-def print_table(r: dict[str, Any], o: argparse.Namespace, out: TextIO) -> None:
+def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     runs = r.get("huey_runs") or {}
     d = r["disk"]
     print(f"\nspool bench, {r['date']}: {r['cores']} cores, load {r['load_before'][0]:.1f} before / "
@@ -650,6 +651,9 @@ def print_table(r: dict[str, Any], o: argparse.Namespace, out: TextIO) -> None:
         def show(value: float | str | None) -> str:
             return "-" if value is None else value if isinstance(value, str) else fmt.format(value)
 
+        if isinstance(spool_value, str) and len(spool_value) > 20:  # a breakdown: no columns to line up
+            print(f"  {label:<44} {spool_value}" + (f"   {target}" if target else ""), file=out)
+            return
         line = f"  {label:<44} {show(spool_value):>20}"
         for value in list(huey_values) + [None] * (len(names) - len(huey_values)):
             ratio = (spool_value / value if isinstance(spool_value, (int, float)) and value else None)
@@ -719,6 +723,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_child"]:
         print(json.dumps(child(argv[1], json.loads(argv[2]))), flush=True)
+        return 0
+    if argv[:1] == ["--replay"]:  # the table again, from the JSON line a run printed
+        report = json.loads(Path(argv[1]).read_text().strip().splitlines()[-1])
+        print_table(report, argparse.Namespace(many_jobs=report["many_jobs"], strace_jobs=report["strace_jobs"]),
+                    sys.stdout)
         return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="the folder (and so the disk) to measure on")
