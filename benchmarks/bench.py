@@ -79,7 +79,7 @@ _HOSTS: list[Any] = []
 
 def huey_importable() -> bool:
     try:
-        import huey  # noqa: F401
+        import huey  # type: ignore[import-untyped]  # noqa: F401
     except ImportError:
         return False
     return True
@@ -95,19 +95,31 @@ def disk_info(path: Path) -> dict[str, str]:
         except (OSError, subprocess.TimeoutExpired):
             return ""
 
-    source, target, fstype, options = (out("findmnt", "-n", "-T", str(path), "-o", "SOURCE,TARGET,FSTYPE,OPTIONS").split()
-                                       + ["?"] * 4)[:4]
-    info = {"dir": str(path), "source": source, "mount": target, "fstype": fstype, "options": options,
-            "stat_f": out("stat", "-f", "-c", "%T", str(path)) or "?", "journal": "unknown"}
+    source, target, fstype, options = (
+        out("findmnt", "-n", "-T", str(path), "-o", "SOURCE,TARGET,FSTYPE,OPTIONS").split() + ["?"] * 4
+    )[:4]
+    info = {
+        "dir": str(path),
+        "source": source,
+        "mount": target,
+        "fstype": fstype,
+        "options": options,
+        "stat_f": out("stat", "-f", "-c", "%T", str(path)) or "?",
+        "journal": "unknown",
+    }
     if fstype == "ext4":
         features = out("dumpe2fs", "-h", source) if shutil.which("dumpe2fs") else ""
         features = next((line for line in features.splitlines() if line.startswith("Filesystem features")), "")
         if features:
-            info["journal"] = "yes (dumpe2fs: has_journal)" if "has_journal" in features else "no (dumpe2fs: no has_journal)"
+            info["journal"] = (
+                "yes (dumpe2fs: has_journal)" if "has_journal" in features else "no (dumpe2fs: no has_journal)"
+            )
         elif Path("/proc/fs/jbd2").is_dir():
             dev = os.path.basename(source)
             has = any(entry.name.startswith(dev + "-") for entry in Path("/proc/fs/jbd2").iterdir())
-            info["journal"] = ("yes" if has else "no") + f" (dumpe2fs refused; /proc/fs/jbd2 {'has' if has else 'has no'} {dev}-*)"
+            info["journal"] = (
+                "yes" if has else "no"
+            ) + f" (dumpe2fs refused; /proc/fs/jbd2 {'has' if has else 'has no'} {dev}-*)"
     return info
 
 
@@ -123,17 +135,26 @@ def _popen(cmd: Sequence[str], env: dict[str, str], log: Path | None = None) -> 
         die_with_parent(parent)
 
     stdout = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115
-    proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                            stderr=subprocess.STDOUT if log else subprocess.PIPE, text=log is None,
-                            start_new_session=True, preexec_fn=tie_to_parent)  # noqa: PLW1509
+    proc = subprocess.Popen(
+        list(cmd),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if log else subprocess.PIPE,
+        text=log is None,
+        start_new_session=True,
+        preexec_fn=tie_to_parent,
+    )  # noqa: PLW1509
     if log:
         stdout.close()  # type: ignore[union-attr]
     _CHILDREN.append(proc)
     return proc
 
 
-def run_child(kind: str, params: dict[str, Any], timeout: float, env: dict[str, str] | None = None,
-              wrap: Sequence[str] = ()) -> dict[str, Any]:
+def run_child(
+    kind: str, params: dict[str, Any], timeout: float, env: dict[str, str] | None = None, wrap: Sequence[str] = ()
+) -> dict[str, Any]:
     """``bench.py _child KIND JSON`` in a fresh process; returns the JSON line it prints."""
     proc = _popen([*wrap, sys.executable, str(THIS), "_child", kind, json.dumps(params)], env or process_env())
     try:
@@ -182,8 +203,21 @@ class HueyHost:
 
     def __init__(self, db: Path, poll: Sequence[str], log: Path) -> None:
         self.db, self.log_path = db, log
-        self.proc = _popen([sys.executable, "-m", "huey.bin.huey_consumer", "benchmarks.huey_app.huey",
-                            "-k", "process", "-w", "2", *poll], huey_env(db), log)
+        self.proc = _popen(
+            [
+                sys.executable,
+                "-m",
+                "huey.bin.huey_consumer",
+                "benchmarks.huey_app.huey",
+                "-k",
+                "process",
+                "-w",
+                "2",
+                *poll,
+            ],
+            huey_env(db),
+            log,
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -232,8 +266,9 @@ def huey_env(db: Path) -> dict[str, str]:
 def _spool_wait_done(sp: Spool, since: float, count: int, timeout: float) -> float:
     deadline = time.monotonic() + timeout
     while True:
-        done, last = sp.ledger._read("SELECT count(*), max(at) FROM history WHERE event = 'complete' AND at >= ?",
-                                     (since,))[0]
+        done, last = sp.ledger._read(
+            "SELECT count(*), max(at) FROM history WHERE event = 'complete' AND at >= ?", (since,)
+        )[0]
         if done >= count:
             return float(last)
         if time.monotonic() > deadline:
@@ -275,8 +310,13 @@ def _huey_one(timeout: float) -> float:
 
 
 def _rates(latencies: list[float], elapsed: float) -> dict[str, float]:
-    return {"jobs": len(latencies), "seconds": elapsed, "rate": len(latencies) / elapsed,
-            "p50_ms": percentile(latencies, 0.5) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
+    return {
+        "jobs": len(latencies),
+        "seconds": elapsed,
+        "rate": len(latencies) / elapsed,
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+    }
 
 
 def _cpu_self() -> float:
@@ -288,9 +328,10 @@ def _cpu_self() -> float:
 
 def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
     timeout = float(p.get("timeout", 600))
+    latencies: list[float] = []
     if kind == "submit-spool":  # one by one, nothing consuming
         with open_spool(Path(p["root"]), p["jobs"]) as sp:
-            latencies, started = [], time.perf_counter()
+            started = time.perf_counter()
             for n in range(p["jobs"]):
                 t0 = time.perf_counter()
                 sp.submit("echo", {"i": n})
@@ -306,7 +347,7 @@ def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
     if kind == "submit-huey":
         from benchmarks.huey_app import noop
 
-        latencies, started = [], time.perf_counter()
+        started = time.perf_counter()
         for n in range(p["jobs"]):
             t0 = time.perf_counter()
             noop(n)
@@ -324,8 +365,13 @@ def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - t0)
             submitted, cpu = time.time(), _cpu_self() - cpu0
             last = _spool_wait_done(sp, first, p["jobs"], timeout)
-        return {"first": first, "submitted": submitted, "last": last, "producer_cpu": cpu,
-                "producer": _rates(latencies, submitted - first)}
+        return {
+            "first": first,
+            "submitted": submitted,
+            "last": last,
+            "producer_cpu": cpu,
+            "producer": _rates(latencies, submitted - first),
+        }
     if kind == "drain-huey":
         from benchmarks.huey_app import noop
 
@@ -339,31 +385,39 @@ def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
             latencies.append(time.perf_counter() - t0)
         submitted, cpu = time.time(), _cpu_self() - cpu0
         deadline = time.monotonic() + timeout
-        ends = []
+        ends: list[float] = []
         for handle in reversed(handles):  # the last one first: by then nearly all are in
             while (value := handle.get()) is None:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"Huey: {len(ends)} of {p['jobs']} results after {timeout:.0f}s")
                 time.sleep(0.01)
             ends.append(value)
-        return {"first": first, "submitted": submitted, "last": max(ends), "producer_cpu": cpu,
-                "producer": _rates(latencies, submitted - first)}
+        return {
+            "first": first,
+            "submitted": submitted,
+            "last": max(ends),
+            "producer_cpu": cpu,
+            "producer": _rates(latencies, submitted - first),
+        }
     if kind in ("pickup-spool", "pickup-huey"):
         rng, latencies = random.Random(p.get("seed", 9)), []
-        sp = open_spool(Path(p["root"]), 1000) if kind == "pickup-spool" else None
+        pickup_sp: Spool | None = open_spool(Path(p["root"]), 1000) if kind == "pickup-spool" else None
         try:
-            if sp is not None:
-                _spool_one(sp, timeout)
+            if pickup_sp is not None:
+                _spool_one(pickup_sp, timeout)
             else:
                 _huey_one(timeout)
             for _ in range(p["count"]):
                 time.sleep(rng.uniform(0.0, 0.05))
-                latencies.append(_spool_one(sp, timeout)[0] if sp is not None else _huey_one(timeout))
+                latencies.append(_spool_one(pickup_sp, timeout)[0] if pickup_sp is not None else _huey_one(timeout))
         finally:
-            if sp is not None:
-                sp.close()
-        return {"count": len(latencies), "p50_ms": percentile(latencies, 0.5) * 1000,
-                "p99_ms": percentile(latencies, 0.99) * 1000}
+            if pickup_sp is not None:
+                pickup_sp.close()
+        return {
+            "count": len(latencies),
+            "p50_ms": percentile(latencies, 0.5) * 1000,
+            "p99_ms": percentile(latencies, 0.99) * 1000,
+        }
     raise SystemExit(f"unknown child {kind!r}")
 
 
@@ -392,7 +446,9 @@ def measure_submits(work: Path, o: argparse.Namespace, huey: bool) -> dict[str, 
         latencies.append(time.perf_counter() - t0)
     out["python_pass"] = _rates(latencies, sum(latencies))
     if huey:
-        out["huey"] = run_child("submit-huey", {"jobs": o.submit_jobs}, o.timeout, env=huey_env(work / "huey-submit.db"))
+        out["huey"] = run_child(
+            "submit-huey", {"jobs": o.submit_jobs}, o.timeout, env=huey_env(work / "huey-submit.db")
+        )
     return out
 
 
@@ -407,7 +463,9 @@ def role_rss(pids: Sequence[int]) -> dict[str, dict[str, float]]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         role = _role(pid)
-        mb = {name: int(fields[name].split()[0]) / 1024 for name in ("VmHWM", "VmRSS") if name in fields}
+        mb: dict[str, float] = {
+            name: int(fields[name].split()[0]) / 1024 for name in ("VmHWM", "VmRSS") if name in fields
+        }
         if mb and mb.get("VmHWM", 0) >= out.get(role, {}).get("VmHWM", -1):
             out[role] = mb
     return out
@@ -421,13 +479,15 @@ def spool_drain(work: Path, root: Path, o: argparse.Namespace, jobs: int, label:
         r = run_child("drain-spool", {"root": str(root), "jobs": jobs, "timeout": o.timeout}, o.timeout + 60)
         cpu1 = cpu_seconds_by_role(host.tree())
         r["rate"] = jobs / (r["last"] - r["first"])
-        r["cpu_ms_per_job"] = {role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / jobs for role in sorted(cpu1)
-                               if role in ("coordinator", "worker", "attempt child", "supervisor")}
+        r["cpu_ms_per_job"] = {
+            role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / jobs
+            for role in sorted(cpu1)
+            if role in ("coordinator", "worker", "attempt child", "supervisor")
+        }
         r["cpu_ms_per_job"]["producer"] = r["producer_cpu"] * 1000 / jobs
         r["rss_mb"] = role_rss(host.tree())
         if o.pickups and label == "drain":
-            r["pickup"] = run_child("pickup-spool", {"root": str(root), "count": o.pickups, "timeout": 60},
-                                    o.timeout)
+            r["pickup"] = run_child("pickup-spool", {"root": str(root), "count": o.pickups, "timeout": 60}, o.timeout)
         if not host.alive():
             raise RuntimeError(f"spool run exited ({host.proc.returncode}); see {host.log_path}")
     except BaseException:
@@ -465,10 +525,17 @@ def measure_claims(work: Path, o: argparse.Namespace, big: int) -> list[dict[str
     sink = io.StringIO()
     small = min(1000, max(o.claims, big // 2))
     rows = claim_cost.run([small, big], o.claims, work, False, out=sink)
-    return [{"size": r["size"], "build_s": r["build_s"],
-             "claim_p50_ms": percentile(r["claim_ms"], 0.5), "claim_p99_ms": percentile(r["claim_ms"], 0.99),
-             "complete_p50_ms": percentile(r["complete_ms"], 0.5),
-             "reconcile_ms": statistics.median(r["reconcile_s"]) * 1000} for r in rows]
+    return [
+        {
+            "size": r["size"],
+            "build_s": r["build_s"],
+            "claim_p50_ms": percentile(r["claim_ms"], 0.5),
+            "claim_p99_ms": percentile(r["claim_ms"], 0.99),
+            "complete_p50_ms": percentile(r["complete_ms"], 0.5),
+            "reconcile_ms": statistics.median(r["reconcile_s"]) * 1000,
+        }
+        for r in rows
+    ]
 
 
 def build_kept(root: Path, count: int) -> dict[str, Any]:
@@ -484,17 +551,24 @@ def build_kept(root: Path, count: int) -> dict[str, Any]:
         template = sp.submit("echo", {"i": 0})
         job_file = claim(sp, "bench-worker", ["echo"])
         assert job_file is not None and job_file.id == template
-        complete(sp, Lease(template, "bench-worker", job_file.attempt),
-                 json.dumps({"args": {"i": 0}, "job": template, "attempt": job_file.attempt}).encode())
+        complete(
+            sp,
+            Lease(template, "bench-worker", job_file.attempt),
+            json.dumps({"args": {"i": 0}, "job": template, "attempt": job_file.attempt}).encode(),
+        )
         files = {}
-        for folder, name in (("done", job_name(template)), ("results", result_name(template)),
-                             ("locks", f"{template}.lock")):
+        for folder, name in (
+            ("done", job_name(template)),
+            ("results", result_name(template)),
+            ("locks", f"{template}.lock"),
+        ):
             path = root / folder / name
             if path.exists():
                 files[folder] = (name, path.read_bytes())
         jobs_row = sp.ledger._read("SELECT * FROM jobs WHERE id = ?", (template,))[0]
-        history = sp.ledger._read("SELECT job_id, at, event, attempt, worker, detail FROM history WHERE job_id = ?",
-                                  (template,))
+        history = sp.ledger._read(
+            "SELECT job_id, at, event, attempt, worker, detail FROM history WHERE job_id = ?", (template,)
+        )
     ids = [new_id() for _ in range(count - 1)]
     tb = template.encode()
     for folder, (name, data) in files.items():
@@ -509,17 +583,27 @@ def build_kept(root: Path, count: int) -> dict[str, Any]:
     db = sqlite3.connect(root / "ledger.sqlite3")
     with db:
         marks = ",".join("?" * len(jobs_row))
-        db.executemany(f"INSERT INTO jobs VALUES({marks})",
-                       ([job_id if value == template else value for value in jobs_row] for job_id in ids))
-        db.executemany("INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
-                       ((job_id, *row[1:]) for job_id in ids for row in history))
+        db.executemany(
+            f"INSERT INTO jobs VALUES({marks})",
+            ([job_id if value == template else value for value in jobs_row] for job_id in ids),
+        )
+        db.executemany(
+            "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
+            ((job_id, *row[1:]) for job_id in ids for row in history),
+        )
     db.close()
     os.sync()
     built = time.perf_counter() - started
     with Spool(root, environ={}) as sp:
         report = fsck(sp)
-    return {"jobs": count, "build_s": built, "fsck_jobs": report.jobs, "fsck_violations": len(report.violations),
-            "fsck_first": report.violations[:3], "copied": sorted(files)}
+    return {
+        "jobs": count,
+        "build_s": built,
+        "fsck_jobs": report.jobs,
+        "fsck_violations": len(report.violations),
+        "fsck_first": report.violations[:3],
+        "copied": sorted(files),
+    }
 
 
 _OPEN = re.compile(r"^(?:open|openat|creat)\((.*)\)\s+=\s+\d+", re.MULTILINE)
@@ -553,20 +637,29 @@ def measure_syscalls(work: Path, o: argparse.Namespace) -> dict[str, Any] | None
     host = Host(root, 2, work / "strace-run.log", wrap=[*wrap, str(work / "strace-run.txt")])
     _HOSTS.append(host)
     try:
-        run_child("drain-spool", {"root": str(root), "jobs": o.strace_jobs, "timeout": o.timeout}, o.timeout + 60,
-                  wrap=[*wrap, str(work / "strace-producer.txt")])
+        run_child(
+            "drain-spool",
+            {"root": str(root), "jobs": o.strace_jobs, "timeout": o.timeout},
+            o.timeout + 60,
+            wrap=[*wrap, str(work / "strace-producer.txt")],
+        )
     finally:
         host.stop()
     producer, run = parse_strace(work / "strace-producer.txt"), parse_strace(work / "strace-run.txt")
     jobs = o.strace_jobs + 1  # and the warm-up job
     both = producer + run
-    return {"jobs": jobs, "producer": dict(producer), "run": dict(run),
-            "creations_per_job": (both["O_CREAT|O_EXCL"] + both["O_TMPFILE"] + both["mkdir"]) / jobs,
-            "creat_no_excl_per_job": both["O_CREAT (no O_EXCL)"] / jobs,
-            "links_per_job": both["link"] / jobs, "renames_per_job": (both["rename"] + both["renameat2"]) / jobs,
-            "fsyncs_per_job": (both["fsync"] + both["fdatasync"] + both["sync_file_range"]) / jobs,
-            "fsyncs_producer_per_job": (producer["fsync"] + producer["fdatasync"]) / jobs,
-            "fsyncs_run_per_job": (run["fsync"] + run["fdatasync"]) / jobs}
+    return {
+        "jobs": jobs,
+        "producer": dict(producer),
+        "run": dict(run),
+        "creations_per_job": (both["O_CREAT|O_EXCL"] + both["O_TMPFILE"] + both["mkdir"]) / jobs,
+        "creat_no_excl_per_job": both["O_CREAT (no O_EXCL)"] / jobs,
+        "links_per_job": both["link"] / jobs,
+        "renames_per_job": (both["rename"] + both["renameat2"]) / jobs,
+        "fsyncs_per_job": (both["fsync"] + both["fdatasync"] + both["sync_file_range"]) / jobs,
+        "fsyncs_producer_per_job": (producer["fsync"] + producer["fdatasync"]) / jobs,
+        "fsyncs_run_per_job": (run["fsync"] + run["fdatasync"]) / jobs,
+    }
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -580,10 +673,18 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
     big = 10_000 if o.quick else 100_000
     big = o.depth or big
     work = Path(tempfile.mkdtemp(prefix="spool-bench-", dir=o.dir))
-    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "jobs": o.jobs, "depth": big,
-                              "many_jobs": o.many_jobs, "strace_jobs": o.strace_jobs,
-                              "cores": os.cpu_count(), "load_before": os.getloadavg(), "disk": disk_info(work),
-                              "python": sys.version.split()[0], "huey": None}
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "jobs": o.jobs,
+        "depth": big,
+        "many_jobs": o.many_jobs,
+        "strace_jobs": o.strace_jobs,
+        "cores": os.cpu_count(),
+        "load_before": os.getloadavg(),
+        "disk": disk_info(work),
+        "python": sys.version.split()[0],
+        "huey": None,
+    }
     if huey:
         import huey as huey_module
 
@@ -629,13 +730,20 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
 def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     runs = r.get("huey_runs") or {}
     d = r["disk"]
-    print(f"\nspool bench, {r['date']}: {r['cores']} cores, load {r['load_before'][0]:.1f} before / "
-          f"{r.get('load_after', [float('nan')])[0]:.1f} after, Python {r['python']}, N = {r['jobs']}", file=out)
-    print(f"disk: --dir {Path(d['dir']).parent} is on {d['source']} mounted at {d['mount']}, {d['fstype']} "
-          f"(stat -f: {d['stat_f']}), journal: {d['journal']}; options {d['options']}", file=out)
+    print(
+        f"\nspool bench, {r['date']}: {r['cores']} cores, load {r['load_before'][0]:.1f} before / "
+        f"{r.get('load_after', [float('nan')])[0]:.1f} after, Python {r['python']}, N = {r['jobs']}",
+        file=out,
+    )
+    print(
+        f"disk: --dir {Path(d['dir']).parent} is on {d['source']} mounted at {d['mount']}, {d['fstype']} "
+        f"(stat -f: {d['stat_f']}), journal: {d['journal']}; options {d['options']}",
+        file=out,
+    )
     if r.get("huey"):
-        print(f"Huey {r['huey']} SqliteHuey, huey_consumer -k process -w 2; 5 ms poll = -d 0.005 -m 0.005 -b 1",
-              file=out)
+        print(
+            f"Huey {r['huey']} SqliteHuey, huey_consumer -k process -w 2; 5 ms poll = -d 0.005 -m 0.005 -b 1", file=out
+        )
     elif r.get("huey_missing"):
         print("Huey: not importable (pip install huey==3.5.4), its columns are empty", file=out)
     else:
@@ -646,8 +754,13 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         head += f" {'Huey ' + name:>18} {'spool/Huey':>10}"
     print(head + "   target", file=out)
 
-    def row(label: str, spool_value: float | str | None, huey_values: Sequence[float | None] = (), fmt: str = "{:.0f}",
-            target: str = "") -> None:
+    def row(
+        label: str,
+        spool_value: float | str | None,
+        huey_values: Sequence[float | None] = (),
+        fmt: str = "{:.0f}",
+        target: str = "",
+    ) -> None:
         def show(value: float | str | None) -> str:
             return "-" if value is None else value if isinstance(value, str) else fmt.format(value)
 
@@ -656,55 +769,94 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
             return
         line = f"  {label:<44} {show(spool_value):>20}"
         for value in list(huey_values) + [None] * (len(names) - len(huey_values)):
-            ratio = (spool_value / value if isinstance(spool_value, (int, float)) and value else None)
+            ratio = spool_value / value if isinstance(spool_value, (int, float)) and value else None
             line += f" {show(value):>18} {('-' if ratio is None else f'{ratio:.2f}'):>10}"
         print(line + (f"   {target}" if target else ""), file=out)
 
     s = r["submit"]
     hs = s.get("huey", {}).get("rate")
-    row(f"submit, Python API one by one, jobs/s ({s['spool']['jobs']})", s["spool"]["rate"], [hs] * len(names),
-        target=">= Huey's enqueue rate")
+    row(
+        f"submit, Python API one by one, jobs/s ({s['spool']['jobs']})",
+        s["spool"]["rate"],
+        [hs] * len(names),
+        target=">= Huey's enqueue rate",
+    )
     row("  p50 / p99 ms per submit", f"{s['spool']['p50_ms']:.1f} / {s['spool']['p99_ms']:.1f}")
     many = s.get("submit_many")
-    row(f"submit_many of {o.many_jobs:,}, jobs/s",
+    row(
+        f"submit_many of {o.many_jobs:,}, jobs/s",
         "n/a (not built yet)" if many is None else many.get("rate", "error: " + str(many.get("error"))),
-        target=">= 20,000 jobs/s")
+        target=">= 20,000 jobs/s",
+    )
     c, pp = s["cli"], s["python_pass"]
-    row(f"`spool submit` process, p50 / p99 ms ({c['jobs']})", f"{c['p50_ms']:.0f} / {c['p99_ms']:.0f}",
-        target=f"p50 <= 1.5 x python -c pass + 40 = {1.5 * pp['p50_ms'] + 40:.0f} ms")
+    row(
+        f"`spool submit` process, p50 / p99 ms ({c['jobs']})",
+        f"{c['p50_ms']:.0f} / {c['p99_ms']:.0f}",
+        target=f"p50 <= 1.5 x python -c pass + 40 = {1.5 * pp['p50_ms'] + 40:.0f} ms",
+    )
     row("`python -c pass`, p50 / p99 ms", f"{pp['p50_ms']:.0f} / {pp['p99_ms']:.0f}")
     dr = r["drain"]
-    row(f"end-to-end drain of {r['jobs']}, 2 workers, jobs/s", dr["rate"], [runs[n]["rate"] for n in names],
-        target="spool >= 1.5 x Huey default poll")
-    row("  producer's submit rate meanwhile, jobs/s", dr["producer"]["rate"], [runs[n]["producer"]["rate"] for n in names])
+    row(
+        f"end-to-end drain of {r['jobs']}, 2 workers, jobs/s",
+        dr["rate"],
+        [runs[n]["rate"] for n in names],
+        target="spool >= 1.5 x Huey default poll",
+    )
+    row(
+        "  producer's submit rate meanwhile, jobs/s",
+        dr["producer"]["rate"],
+        [runs[n]["producer"]["rate"] for n in names],
+    )
     if "pickup" in dr:
         pk = dr["pickup"]
-        row(f"idle pickup p50 ms ({pk['count']}, 0-50 ms gaps)", pk["p50_ms"],
-            [runs[n].get("pickup", {}).get("p50_ms") for n in names], "{:.1f}", "<= 2 ms")
-        row("idle pickup p99 ms", pk["p99_ms"], [runs[n].get("pickup", {}).get("p99_ms") for n in names], "{:.1f}",
-            "<= 10 ms")
+        row(
+            f"idle pickup p50 ms ({pk['count']}, 0-50 ms gaps)",
+            pk["p50_ms"],
+            [runs[n].get("pickup", {}).get("p50_ms") for n in names],
+            "{:.1f}",
+            "<= 2 ms",
+        )
+        row(
+            "idle pickup p99 ms",
+            pk["p99_ms"],
+            [runs[n].get("pickup", {}).get("p99_ms") for n in names],
+            "{:.1f}",
+            "<= 10 ms",
+        )
     cpu = dr["cpu_ms_per_job"]
     row("CPU ms per job, by process (drain)", ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     for n in names:
         row(f"  Huey {n}", ", ".join(f"{k} {v:.1f}" for k, v in runs[n]["cpu_ms_per_job"].items()))
     small, large = r["claims"]
-    row(f"claim p50 / p99 ms at {small['size']:,} pending", f"{small['claim_p50_ms']:.1f} / {small['claim_p99_ms']:.1f}")
-    row(f"claim p50 / p99 ms at {large['size']:,} pending", f"{large['claim_p50_ms']:.1f} / {large['claim_p99_ms']:.1f}",
-        target="within 1.2 x the 1,000 one")
-    row(f"  ratio of p50s, {large['size']:,} / {small['size']:,}", large["claim_p50_ms"] / small["claim_p50_ms"],
-        fmt="{:.2f}")
-    row(f"reconcile() ms at {small['size']:,} / {large['size']:,}",
-        f"{small['reconcile_ms']:.0f} / {large['reconcile_ms']:.0f}")
+    row(
+        f"claim p50 / p99 ms at {small['size']:,} pending", f"{small['claim_p50_ms']:.1f} / {small['claim_p99_ms']:.1f}"
+    )
+    row(
+        f"claim p50 / p99 ms at {large['size']:,} pending",
+        f"{large['claim_p50_ms']:.1f} / {large['claim_p99_ms']:.1f}",
+        target="within 1.2 x the 1,000 one",
+    )
+    row(
+        f"  ratio of p50s, {large['size']:,} / {small['size']:,}",
+        large["claim_p50_ms"] / small["claim_p50_ms"],
+        fmt="{:.2f}",
+    )
+    row(
+        f"reconcile() ms at {small['size']:,} / {large['size']:,}",
+        f"{small['reconcile_ms']:.0f} / {large['reconcile_ms']:.0f}",
+    )
     k, kb = r["kept"], r["kept_build"]
     row(f"drain with {kb['jobs']:,} finished kept, jobs/s", k["rate"], target="within 1.2 x the empty drain")
     row("  ratio to the drain on an empty spool", k["rate"] / dr["rate"], fmt="{:.2f}")
     row("  fsck of the kept spool (jobs, violations)", f"{kb['fsck_jobs']}, {kb['fsck_violations']}")
     for role in ("coordinator", "worker"):
         mb, empty = k["rss_mb"].get(role, {}), dr["rss_mb"].get(role, {})
-        row(f"{role} RSS MB at {kb['jobs']:,} (VmHWM / VmRSS)",
+        row(
+            f"{role} RSS MB at {kb['jobs']:,} (VmHWM / VmRSS)",
             f"{mb.get('VmHWM', 0):.0f} / {mb.get('VmRSS', 0):.0f}",
-            target="coordinator <= 80 MB" if role == "coordinator" else "")
-        row(f"  the same on the empty spool", f"{empty.get('VmHWM', 0):.0f} / {empty.get('VmRSS', 0):.0f}")
+            target="coordinator <= 80 MB" if role == "coordinator" else "",
+        )
+        row("  the same on the empty spool", f"{empty.get('VmHWM', 0):.0f} / {empty.get('VmRSS', 0):.0f}")
     st = r.get("strace")
     if st:
         row(f"file creations per job (strace, {st['jobs']} jobs)", st["creations_per_job"], fmt="{:.2f}")
@@ -726,8 +878,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if argv[:1] == ["--replay"]:  # the table again, from the JSON line a run printed
         report = json.loads(Path(argv[1]).read_text().strip().splitlines()[-1])
-        print_table(report, argparse.Namespace(many_jobs=report["many_jobs"], strace_jobs=report["strace_jobs"]),
-                    sys.stdout)
+        print_table(
+            report, argparse.Namespace(many_jobs=report["many_jobs"], strace_jobs=report["strace_jobs"]), sys.stdout
+        )
         return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="the folder (and so the disk) to measure on")
@@ -740,7 +893,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cli-submits", type=int, default=20, help="`spool submit` and `python -c pass` processes")
     parser.add_argument("--pickups", type=int, default=100, help="single jobs into the idle system")
     parser.add_argument("--claims", type=int, default=100, help="claims timed at each depth")
-    parser.add_argument("--depth", type=int, default=0, help="override the 100,000 (or --quick 10,000) of the depth rows")
+    parser.add_argument(
+        "--depth", type=int, default=0, help="override the 100,000 (or --quick 10,000) of the depth rows"
+    )
     parser.add_argument("--strace-jobs", type=int, default=200, help="jobs drained under strace (0: skip)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", action="store_true", help="keep the work folder")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from huey import SqliteHuey
+from huey import SqliteHuey  # type: ignore[import-untyped]
 
 huey = SqliteHuey("spool-bench", filename=os.environ.get("BENCH_HUEY_DB", "huey-bench.db"))
 
