@@ -13,7 +13,8 @@ What is measured (each in real processes unless said otherwise):
   (Huey: a fresh SQLite file) with nothing consuming. ``Spool.submit_many`` of 10,000 jobs if
   the class has it. ``spool submit`` as fresh processes (p50/p99) beside ``python -c pass``.
 - end-to-end drain: the consumer already running (``spool run --workers 2``; Huey:
-  ``huey_consumer -k process -w 2``) and warmed up by one job; a producer process submits N
+  ``huey_consumer -k process -w 2``), quiet (its start-up done: under 10% of a core over 0.5 s)
+  and warmed up by one job; a producer process submits N
   trivial jobs one by one through the Python API while the workers consume. drain = N / (first
   submit -> N-th result): spool's N-th result is the last ``complete`` in the ledger's history
   (stamped after the result and the move to done/ are durable); Huey's is the latest end time
@@ -49,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -471,14 +472,31 @@ def role_rss(pids: Sequence[int]) -> dict[str, dict[str, float]]:
     return out
 
 
+def settle(
+    cpu_by_role: Callable[[], dict[str, float]], ready: Callable[[dict[str, float]], bool], timeout: float = 180.0
+) -> dict[str, Any]:
+    """Wait until the consumer is up and quiet (< 10% of a core over 0.5 s): start-up work is not the drain's."""
+    started = time.monotonic()
+    last = cpu_by_role()
+    while time.monotonic() - started < timeout:
+        time.sleep(0.5)
+        now = cpu_by_role()
+        if ready(now) and sum(now.values()) - sum(last.values()) < 0.05:
+            break
+        last = now
+    return {"seconds": time.monotonic() - started, "cpu_s": now}
+
+
 def spool_drain(work: Path, root: Path, o: argparse.Namespace, jobs: int, label: str) -> dict[str, Any]:
     host = Host(root, 2, work / f"{label}.log")
     _HOSTS.append(host)
     try:
-        cpu0 = cpu_seconds_by_role(host.tree())
+        up = settle(lambda: cpu_seconds_by_role(host.tree()), lambda cpu: {"coordinator", "worker"} <= set(cpu))
+        cpu0 = up["cpu_s"]
         r = run_child("drain-spool", {"root": str(root), "jobs": jobs, "timeout": o.timeout}, o.timeout + 60)
         cpu1 = cpu_seconds_by_role(host.tree())
         r["rate"] = jobs / (r["last"] - r["first"])
+        r["startup"] = up
         r["cpu_ms_per_job"] = {
             role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / jobs
             for role in sorted(cpu1)
@@ -503,10 +521,12 @@ def huey_drain(work: Path, name: str, poll: Sequence[str], o: argparse.Namespace
     host = HueyHost(db, poll, work / f"huey-{name.replace(' ', '-')}.log")
     _HOSTS.append(host)
     try:
-        cpu0 = host.cpu_by_role()
+        up = settle(host.cpu_by_role, lambda cpu: {"consumer", "worker"} <= set(cpu))
+        cpu0 = up["cpu_s"]
         r = run_child("drain-huey", {"jobs": o.jobs, "timeout": o.timeout}, o.timeout + 60, env=huey_env(db))
         cpu1 = host.cpu_by_role()
         r["rate"] = o.jobs / (r["last"] - r["first"])
+        r["startup"] = up
         r["cpu_ms_per_job"] = {role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / o.jobs for role in sorted(cpu1)}
         r["cpu_ms_per_job"]["producer"] = r["producer_cpu"] * 1000 / o.jobs
         if o.pickups:
@@ -849,6 +869,15 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     row(f"drain with {kb['jobs']:,} finished kept, jobs/s", k["rate"], target="within 1.2 x the empty drain")
     row("  ratio to the drain on an empty spool", k["rate"] / dr["rate"], fmt="{:.2f}")
     row("  fsck of the kept spool (jobs, violations)", f"{kb['fsck_jobs']}, {kb['fsck_violations']}")
+    if "startup" in k and "startup" in dr:
+        row(
+            "consumer start-up until quiet, s (kept / empty)",
+            f"{k['startup']['seconds']:.1f} / {dr['startup']['seconds']:.1f}",
+        )
+        row(
+            "  coordinator CPU s by then (kept / empty)",
+            f"{k['startup']['cpu_s'].get('coordinator', 0):.2f} / {dr['startup']['cpu_s'].get('coordinator', 0):.2f}",
+        )
     for role in ("coordinator", "worker"):
         mb, empty = k["rss_mb"].get(role, {}), dr["rss_mb"].get(role, {})
         row(
