@@ -58,9 +58,11 @@ class CountingFS(fsio.RealFS):
         super().__init__()
         self.calls: Counter[str] = Counter()
 
-    def read_file(self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False) -> bytes:
+    def read_file(
+        self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False, settled: bool = False
+    ) -> bytes:
         self.calls["read_file"] += 1
-        return super().read_file(dir_fd, name, max_bytes, single_link=single_link)
+        return super().read_file(dir_fd, name, max_bytes, single_link=single_link, settled=settled)
 
     def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
         self.calls["write_new"] += 1

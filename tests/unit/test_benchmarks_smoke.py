@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support import ROOT
 
 
@@ -68,4 +70,48 @@ def test_throughput_drains_every_job_and_prints_the_table(tmp_path: Path) -> Non
     for label in ("submit, Python API", "drain, first claim -> last done", "idle pickup, ack -> handler start",
                   "fsyncs per job (seam)"):
         assert label in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+_BENCH_TINY = ("--jobs", "20", "--submit-jobs", "10", "--many-jobs", "20", "--cli-submits", "1", "--pickups", "3",
+               "--claims", "3", "--depth", "60", "--json")
+_BENCH_ROWS = ("submit, Python API one by one", "submit_many of 20", "`spool submit` process", "`python -c pass`",
+               "end-to-end drain of 20, 2 workers", "producer's submit rate meanwhile", "idle pickup p50 ms",
+               "idle pickup p99 ms", "CPU ms per job, by process", "claim p50 / p99 ms at 30 pending",
+               "claim p50 / p99 ms at 60 pending", "reconcile() ms at", "drain with 60 finished kept",
+               "ratio to the drain on an empty spool", "fsck of the kept spool", "coordinator RSS MB at 60",
+               "worker RSS MB at 60", "fsyncs per job at the fsio seam")
+
+
+def _bench_report(done: subprocess.CompletedProcess[str]) -> dict:
+    for label in _BENCH_ROWS:
+        assert label in done.stdout, f"{label!r} missing:\n{done.stdout}"
+    assert "disk: --dir" in done.stdout and "journal:" in done.stdout
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["drain"]["rate"] > 0 and report["kept"]["rate"] > 0
+    assert report["drain"]["pickup"]["count"] == 3
+    assert report["kept_build"]["fsck_violations"] == 0 and report["kept_build"]["fsck_jobs"] == 60
+    assert report["kept"]["rss_mb"]["coordinator"]["VmHWM"] > 0
+    return report
+
+
+def test_bench_prints_every_row_without_huey(tmp_path: Path) -> None:
+    strace_jobs = "3" if shutil.which("strace") else "0"
+    done = _run_benchmark(tmp_path, "bench.py", *_BENCH_TINY, "--no-huey", "--strace-jobs", strace_jobs)
+    report = _bench_report(done)
+    assert "Huey: skipped (--no-huey)" in done.stdout and "huey_runs" not in report
+    if strace_jobs != "0":
+        assert "file creations per job (strace" in done.stdout
+        assert report["strace"]["fsyncs_per_job"] > 0 and report["strace"]["creations_per_job"] > 0
+    assert list(tmp_path.iterdir()) == [], "the work folder is removed"
+
+
+def test_bench_runs_huey_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("huey")
+    done = _run_benchmark(tmp_path, "bench.py", *_BENCH_TINY, "--strace-jobs", "0")
+    report = _bench_report(done)
+    assert set(report["huey_runs"]) == {"default poll", "5 ms poll"}
+    for run in report["huey_runs"].values():
+        assert run["rate"] > 0 and run["pickup"]["count"] == 3
+    assert "Huey default poll" in done.stdout and "spool/Huey" in done.stdout
     assert list(tmp_path.iterdir()) == []
