@@ -342,7 +342,7 @@ def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
         with open_spool(Path(p["root"]), p["jobs"]) as sp:
             specs = [{"task": "echo", "args": {"i": n}} for n in range(p["jobs"])]
             started = time.perf_counter()
-            sp.submit_many(specs)  # type: ignore[attr-defined]
+            sp.submit_many(specs)
             elapsed = time.perf_counter() - started
             return {"jobs": p["jobs"], "seconds": elapsed, "rate": p["jobs"] / elapsed}
     if kind == "submit-huey":
@@ -767,7 +767,7 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
             f"Huey {r['huey']} SqliteHuey, huey_consumer -k process -w 2; 5 ms poll = -d 0.005 -m 0.005 -b 1", file=out
         )
     elif r.get("huey_missing"):
-        print("Huey: not importable (pip install huey==3.5.4), its columns are empty", file=out)
+        print("Huey: not importable (pip install -e .[bench]), its columns are empty", file=out)
     else:
         print("Huey: skipped (--no-huey)", file=out)
     names = list(runs)
