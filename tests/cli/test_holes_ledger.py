@@ -221,8 +221,11 @@ def test_a_ledger_deleted_under_running_processes_is_recreated_and_refilled(
     after = [_spool(spool_dir, "submit", "echo", "-a", f"n={n}").stdout.strip() for n in range(3, 5)]
     wait_until(lambda: all(_jobs(spool_dir).get(j) == "done" for j in after), timeout=60,
                message="jobs submitted after the deletion done")
-    wait_until(lambda: _stats(spool_dir)["counts"] == {"done": 5}, timeout=60,
-               message="stats to count the files again")
+    try:
+        wait_until(lambda: _stats(spool_dir)["counts"] == {"done": 5}, timeout=60,
+                   message="stats to count the files again")
+    except pytest.fail.Exception:  # seen once on a heavily loaded machine: keep what the processes said
+        pytest.fail(f"stats never counted the files again: {_stats(spool_dir)}\n{procs.output()}")
 
     repaired = _spool(spool_dir, "fsck", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
