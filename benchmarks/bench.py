@@ -473,9 +473,12 @@ def role_rss(pids: Sequence[int]) -> dict[str, dict[str, float]]:
 
 
 def settle(
-    cpu_by_role: Callable[[], dict[str, float]], ready: Callable[[dict[str, float]], bool], timeout: float = 180.0
+    cpu_by_role: Callable[[], dict[str, float]], ready: Callable[[dict[str, float]], bool], timeout: float = 30.0
 ) -> dict[str, Any]:
-    """Wait until the consumer is up and quiet (< 10% of a core over 0.5 s): start-up work is not the drain's."""
+    """Wait until the consumer is up and quiet (< 10% of a core over 0.5 s): start-up work is not the drain's.
+
+    At most ``timeout`` seconds (the row then shows that long): on a loaded machine an idle
+    consumer may never look quiet, and a benchmark must not wait minutes for it."""
     started = time.monotonic()
     last = cpu_by_role()
     while time.monotonic() - started < timeout:
