@@ -137,15 +137,7 @@ class RealFS:
                 _refuse_if_being_written(fd, name)
             if info.st_size > max_bytes:
                 raise InvalidJob(f"{name}: {info.st_size} bytes, over the limit of {max_bytes}")
-            chunks = []
-            remaining = max_bytes + 1
-            while remaining > 0:
-                chunk = os.read(fd, min(remaining, 1 << 16))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
-            data = b"".join(chunks)
+            data = _read_at_most(fd, max_bytes + 1)
             if len(data) > max_bytes:
                 raise InvalidJob(f"{name}: over the limit of {max_bytes} bytes")
             return data
@@ -183,15 +175,7 @@ class RealFS:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
-            chunks: list[bytes] = []
-            remaining = max_bytes
-            while remaining > 0:
-                chunk = os.read(fd, min(remaining, 1 << 16))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
-            return b"".join(chunks)
+            return _read_at_most(fd, max_bytes)
         finally:
             os.close(fd)
 
@@ -342,3 +326,16 @@ def use(impl: RealFS) -> RealFS:
 
 
 fs: RealFS = Seam(RealFS())  # type: ignore[assignment]  # it delegates every RealFS method
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd``'s position to its end, in 64 KiB reads."""
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)

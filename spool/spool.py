@@ -86,19 +86,17 @@ class Spool(Handle):
         Durable on return: the job file and its key reservation are fsync'd. Raises TryLater
         when the spool is full, InvalidJob for a bad spec, NotFound for an unknown dependency.
         """
-        return self.submit_spec(
-            build_spec(
-                task,
-                args,
-                key=key,
-                priority=priority,
-                max_tries=max_tries,
-                timeout=timeout,
-                delay_seconds=delay_seconds,
-                depends_on=depends_on,
-                clock=self.clock,
-            )
-        ).id
+        spec = self.spec(
+            task,
+            args,
+            key=key,
+            priority=priority,
+            max_tries=max_tries,
+            timeout=timeout,
+            delay_seconds=delay_seconds,
+            depends_on=depends_on,
+        )
+        return self.submit_spec(spec).id
 
     def submit_spec(self, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
         return submit(self, spec, where=where)
