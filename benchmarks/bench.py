@@ -295,6 +295,42 @@ def _spool_one(sp: Spool, timeout: float) -> tuple[float, float]:
     return started - acked, acked
 
 
+def _spool_recovery(sp: Spool, timeout: float) -> float:
+    """SIGKILL the worker running a 30 s ``sleep`` job; seconds until its next attempt is claimed.
+
+    The worker's pid is in its name (``host-pid-random``); the next attempt is the job's file in
+    leased/ with a higher attempt, polled every 5 ms. The job is cancelled afterwards."""
+    from spool.layout import State
+
+    job_id = sp.submit("sleep", {"seconds": 30.0}, max_tries=3)
+    deadline = time.monotonic() + timeout
+
+    def leased_attempt() -> tuple[int, str] | None:
+        try:
+            state, job_file = sp.job(job_id)
+        except Exception:  # noqa: BLE001 - a file caught between folders: look again
+            return None
+        if state is not State.LEASED or job_file.lease is None or job_file.lease.attempt != job_file.attempt:
+            return None
+        return job_file.attempt, job_file.lease.worker
+
+    while (held := leased_attempt()) is None:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{job_id} was never leased")
+        time.sleep(0.005)
+    attempt, worker = held
+    time.sleep(0.2)  # the attempt child is running the handler
+    os.kill(int(worker.rsplit("-", 2)[1]), signal.SIGKILL)
+    killed = time.monotonic()
+    while (now := leased_attempt()) is None or now[0] == attempt:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{job_id}: no attempt after {attempt} within {timeout:.0f}s of the SIGKILL")
+        time.sleep(0.005)
+    seconds = time.monotonic() - killed
+    sp.cancel(job_id, timeout_seconds=30)
+    return seconds
+
+
 def _huey_one(timeout: float) -> float:
     from benchmarks.huey_app import clock
 
@@ -419,6 +455,9 @@ def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
             "p50_ms": percentile(latencies, 0.5) * 1000,
             "p99_ms": percentile(latencies, 0.99) * 1000,
         }
+    if kind == "recover-spool":
+        with open_spool(Path(p["root"]), 1000) as sp:
+            return {"seconds": [_spool_recovery(sp, timeout) for _ in range(p["count"])]}
     raise SystemExit(f"unknown child {kind!r}")
 
 
@@ -509,6 +548,8 @@ def spool_drain(work: Path, root: Path, o: argparse.Namespace, jobs: int, label:
         r["rss_mb"] = role_rss(host.tree())
         if o.pickups and label == "drain":
             r["pickup"] = run_child("pickup-spool", {"root": str(root), "count": o.pickups, "timeout": 60}, o.timeout)
+        if o.recoveries and label == "drain":
+            r["recovery"] = run_child("recover-spool", {"root": str(root), "count": o.recoveries, "timeout": 60}, 600)
         if not host.alive():
             raise RuntimeError(f"spool run exited ({host.proc.returncode}); see {host.log_path}")
     except BaseException:
@@ -848,6 +889,13 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
             "{:.1f}",
             "<= 10 ms",
         )
+    if "recovery" in dr:
+        secs = dr["recovery"]["seconds"]
+        row(
+            f"SIGKILLed worker's job: next attempt after, s ({len(secs)})",
+            f"p50 {percentile(secs, 0.5):.2f} / max {max(secs):.2f}",
+            target="<= 1 s",
+        )
     cpu = dr["cpu_ms_per_job"]
     row("CPU ms per job, by process (drain)", ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     for n in names:
@@ -927,6 +975,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cli-submits", type=int, default=20, help="`spool submit` and `python -c pass` processes")
     parser.add_argument("--pickups", type=int, default=100, help="single jobs into the idle system")
     parser.add_argument("--claims", type=int, default=100, help="claims timed at each depth")
+    parser.add_argument("--recoveries", type=int, default=5, help="workers SIGKILLed mid-job (0: skip)")
     parser.add_argument(
         "--depth", type=int, default=0, help="override the 100,000 (or --quick 10,000) of the depth rows"
     )

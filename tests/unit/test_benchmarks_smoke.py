@@ -74,13 +74,14 @@ def test_throughput_drains_every_job_and_prints_the_table(tmp_path: Path) -> Non
 
 
 _BENCH_TINY = ("--jobs", "20", "--submit-jobs", "10", "--many-jobs", "20", "--cli-submits", "1", "--pickups", "3",
-               "--claims", "3", "--depth", "60", "--json")
+               "--claims", "3", "--depth", "60", "--recoveries", "1", "--json")
 _BENCH_ROWS = ("submit, Python API one by one", "submit_many of 20", "`spool submit` process", "`python -c pass`",
                "end-to-end drain of 20, 2 workers", "producer's submit rate meanwhile", "idle pickup p50 ms",
                "idle pickup p99 ms", "CPU ms per job, by process", "claim p50 / p99 ms at 30 pending",
                "claim p50 / p99 ms at 60 pending", "reconcile() ms at", "drain with 60 finished kept",
                "ratio to the drain on an empty spool", "fsck of the kept spool", "coordinator RSS MB at 60",
-               "worker RSS MB at 60", "fsyncs per job at the fsio seam")
+               "worker RSS MB at 60", "fsyncs per job at the fsio seam",
+               "SIGKILLed worker's job: next attempt after, s (1)")
 
 
 def _bench_report(done: subprocess.CompletedProcess[str]) -> dict:
@@ -90,6 +91,7 @@ def _bench_report(done: subprocess.CompletedProcess[str]) -> dict:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["drain"]["rate"] > 0 and report["kept"]["rate"] > 0
     assert report["drain"]["pickup"]["count"] == 3
+    assert len(report["drain"]["recovery"]["seconds"]) == 1 and 0 < report["drain"]["recovery"]["seconds"][0] < 60
     assert report["kept_build"]["fsck_violations"] == 0 and report["kept_build"]["fsck_jobs"] == 60
     assert report["kept"]["rss_mb"]["coordinator"]["VmHWM"] > 0
     return report
