@@ -24,7 +24,7 @@ from spool.job import JobFile
 from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name
 from spool.records import Lease, LeaseStatus
 from spool.recovery import resync
-from spool.store import decode_job, only_in, read_job_bytes, write_dot_file
+from spool.store import copy_in, decode_job, only_in, read_job_bytes, write_dot_file
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -62,6 +62,13 @@ def lease_status(sp: Handle, lease: Lease, held: Held | None = None) -> LeaseSta
     return LeaseStatus.HELD
 
 
+# The copies that stop a live attempt's move: a more advanced one (a crash inside publish_job
+# left done/ or dead/ beside leased/), or one in pending/, where a retry or a release renames to
+# (a planted file there is a drop: resync ingests it). waiting/ is never a move's target from
+# leased/: a copy there is left to the coordinator's reconcile, which lists every folder.
+_BESIDE_LEASED = (State.DONE, State.DEAD, State.PENDING)
+
+
 def check_fence(sp: Handle, lease: Lease, held: Held | None = None) -> JobFile:
     """The job file if ``lease`` still holds it (caller holds the job's lock), else LeaseLost.
     An unreadable file raises InvalidJob, as a parse of it always has."""
@@ -72,7 +79,7 @@ def check_fence(sp: Handle, lease: Lease, held: Held | None = None) -> JobFile:
     current = job_file.lease
     if job_file.attempt != lease.attempt or current is None or current.attempt != lease.attempt:
         raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
-    if not only_in(sp, lease.job_id, State.LEASED):
+    if copy_in(sp, lease.job_id, _BESIDE_LEASED):
         resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won
         if only_in(sp, lease.job_id, State.LEASED):
             return job_file  # the other copy was a user's (a drop named like this job): ours holds

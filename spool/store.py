@@ -199,6 +199,12 @@ def only_in(sp: Handle, job_id: str, state: State) -> bool:
     return folders_of(sp, job_id) == [state]
 
 
+def copy_in(sp: Handle, job_id: str, folders: tuple[State, ...]) -> bool:
+    """Whether the job has a file in any of ``folders``: the healthy path's two-copies check,
+    one stat per folder that can matter to the caller (``only_in`` stats all five)."""
+    return any(fs.exists(sp.layout.fd(state), job_name(job_id)) for state in folders)
+
+
 def state_of(sp: Handle, job_id: str) -> State | None:
     """The job's state as the files say: a result makes it done whatever folder it is in."""
     folders = folders_of(sp, job_id)

@@ -32,6 +32,7 @@ from spool.records import Attempt, Lease
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import (
     clear_lease_files,
+    copy_in,
     has_result,
     job_lock,
     move_job,
@@ -117,6 +118,13 @@ def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
         log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
+# The copies that stop a claim: a more advanced one (a crash inside publish_job leaves its new
+# copy in done/ or dead/ beside the old; a claim's own rename refuses a leased/ one). A copy in
+# waiting/ is never the runner's beside one in pending/ (promote and requeue are single renames):
+# it cannot stop this move, and the coordinator's reconcile, which lists every folder, settles it.
+_BEYOND_PENDING = (State.LEASED, State.DEAD, State.DONE)
+
+
 def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
     try:
         job_file = read_job(sp, State.PENDING, job_id)
@@ -126,7 +134,7 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
     if (
         has_result(sp, job_id)
         or job_file.backoff_seconds is not None
-        or not only_in(sp, job_id, State.PENDING)
+        or copy_in(sp, job_id, _BEYOND_PENDING)
         or moved_back_by_hand(job_file)
     ):
         resync(sp, job_id)  # a hand move back to pending/ is settled as a requeue, never run as it is
