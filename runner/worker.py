@@ -24,14 +24,13 @@ from types import FrameType
 from spool import crash, registry
 from spool.attemptlog import AttemptLog
 from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
-from spool.job import JobFile
 from spool.layout import State, log_name, worker_lock_name
 from spool.locks import Lock, acquire_within
 from spool.records import LeaseStatus
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.wake import Waker
 from spool.spool import Spool
-from spool.transitions import Lease, cancel_leased, claim, complete, fail, heartbeat, lease_status, release
+from spool.transitions import Held, Lease, cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
 from spool.workers import advertisement, check_worker_name
 
 log = logging.getLogger("spool.worker")
@@ -100,14 +99,14 @@ class Worker:
         try:
             while not self._signals:
                 try:
-                    job_file = self._claim()
+                    held = self._claim()
                     self._ledger_waiting = False
-                    if job_file is not None:
-                        self._run_attempt(job_file)
+                    if held is not None:
+                        self._run_attempt(held)
                 except LedgerError as err:
                     self._ledger_trouble(err)
-                    job_file = None
-                if job_file is None:
+                    held = None
+                if held is None:
                     if self.burst:
                         break
                     self._waker.wait(self.sp.settings.poll_seconds)
@@ -153,19 +152,19 @@ class Worker:
             self._ledger_waiting = True
             log.warning("worker %s: the ledger failed (%s); waiting for it to be usable again", self.name, err)
 
-    def _claim(self) -> JobFile | None:
+    def _claim(self) -> Held | None:
         """``claim``, except that a full disk pauses claiming with a backoff instead of ending us:
         each exit would cost the job we were claiming a try, and the next worker meets the same
         disk. A claim that met the full disk took nothing (``claim`` puts the job back)."""
         try:
-            job_file = claim(self.sp, self.name, self.tasks)
+            held = claim_held(self.sp, self.name, self.tasks)
         except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
         if self._disk_full_since is not None:
             log.info("worker %s: the disk has room again; claiming resumes", self.name)
             self._disk_full_since, self._disk_full_delay = None, 0.0
-        return job_file
+        return held
 
     def _disk_full_pause(self, what: str, at_most: float = DISK_FULL_MAX_BACKOFF_SECONDS) -> None:
         """Log once per full-disk episode, then back off (0.2 s doubling to 5 s, or ``at_most``)."""
@@ -213,10 +212,10 @@ class Worker:
             return derived
         return explicit
 
-    def _run_attempt(self, job_file: JobFile) -> None:
-        lease = Lease(job_file.id, self.name, job_file.attempt)
-        heartbeat(self.sp, lease, 0)
-        name = log_name(job_file.id, lease.attempt)
+    def _run_attempt(self, held: Held) -> None:
+        # Its first heartbeat (counter 0) was written by the claim, before its rename.
+        lease = Lease(held.job_file.id, self.name, held.job_file.attempt)
+        name = log_name(lease.job_id, lease.attempt)
         try:
             # Through the folders' fds: a spool renamed while we run keeps working.
             attempt_log = AttemptLog(
@@ -225,6 +224,7 @@ class Worker:
         except OSError as err:
             self._report(
                 lease,
+                held,
                 Outcome(
                     ok=False,
                     value=None,
@@ -234,7 +234,7 @@ class Worker:
             )
             return
         try:
-            self._watch_attempt(job_file, lease, attempt_log)
+            self._watch_attempt(held, lease, attempt_log)
         finally:
             attempt_log.close()
             if attempt_log.error is not None:
@@ -245,7 +245,8 @@ class Worker:
                     attempt_log.error.strerror or attempt_log.error,
                 )
 
-    def _watch_attempt(self, job_file: JobFile, lease: Lease, attempt_log: AttemptLog) -> None:
+    def _watch_attempt(self, held: Held, lease: Lease, attempt_log: AttemptLog) -> None:
+        job_file = held.job_file
         job = job_file.job
         interval = self._heartbeat_seconds()
         beats = 0
@@ -265,23 +266,23 @@ class Worker:
             outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
             if outcome is not None:
                 attempt_log.close()  # trimmed before the job moves on: a follower then sees it whole
-                self._report(lease, outcome)
+                self._report(lease, held, outcome)
                 return
             if self._must_stop_now():
                 self.child.kill()
                 attempt_log.close()
-                self._release(lease)
+                self._release(lease, held)
                 return
             if time.monotonic() >= next_beat:
                 beats += 1
                 heartbeat(self.sp, lease, beats)
                 interval = self._heartbeat_seconds()  # a coordinator restarted with a shorter term
                 next_beat = time.monotonic() + interval
-                status = lease_status(self.sp, lease)
+                status = lease_status(self.sp, lease, held)
                 if status is not LeaseStatus.HELD:
                     self.child.kill()
                     attempt_log.close()
-                    self._give_up(lease, status)
+                    self._give_up(lease, held, status)
                     return
 
     def _must_stop_now(self) -> bool:
@@ -289,16 +290,16 @@ class Worker:
             return False
         return self._signals > 1 or time.monotonic() - self._stop_requested_at > self.sp.settings.grace_seconds
 
-    def _report(self, lease: Lease, outcome: Outcome) -> None:
+    def _report(self, lease: Lease, held: Held, outcome: Outcome) -> None:
         """Complete or fail the attempt. A full disk doesn't throw a finished attempt away: we
         keep the lease alive and retry until the move goes through or the lease is lost."""
         keep_alive = KEEP_ALIVE_BEATS  # counters of their own, never equal to the attempt's beats
         while True:
             try:
                 if outcome.ok:
-                    complete(self.sp, lease, json.dumps(outcome.value, allow_nan=False).encode())
+                    complete(self.sp, lease, json.dumps(outcome.value, allow_nan=False).encode(), held)
                 else:
-                    fail(self.sp, lease, outcome.error or "failed", reject=outcome.reject)
+                    fail(self.sp, lease, outcome.error or "failed", reject=outcome.reject, held=held)
                 break
             except LeaseLost as err:
                 log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, err)
@@ -318,7 +319,7 @@ class Worker:
             )
             keep_alive += 1
             heartbeat(self.sp, lease, keep_alive)
-            status = lease_status(self.sp, lease)
+            status = lease_status(self.sp, lease, held)
             if status is not LeaseStatus.HELD:
                 log.warning(
                     "attempt %d of %s dropped while the disk was full: the lease was lost (%s)",
@@ -333,16 +334,16 @@ class Worker:
             )
             self._disk_full_since, self._disk_full_delay = None, 0.0
 
-    def _release(self, lease: Lease) -> None:
+    def _release(self, lease: Lease, held: Held) -> None:
         try:
-            release(self.sp, lease)
+            release(self.sp, lease, held)
         except LeaseLost as err:
             log.warning("release of %s skipped: %s", lease.job_id, err)
 
-    def _give_up(self, lease: Lease, status: LeaseStatus) -> None:
+    def _give_up(self, lease: Lease, held: Held, status: LeaseStatus) -> None:
         if status is LeaseStatus.CANCEL:
             try:
-                cancel_leased(self.sp, lease)
+                cancel_leased(self.sp, lease, held)
             except LeaseLost as err:
                 log.warning("cancel of %s: %s", lease.job_id, err)
         else:

@@ -11,7 +11,10 @@ the first line of a trimmed log::
     [spool: 18874368 bytes cut from the front; max_log_bytes 1048576]
 
 Logs are diagnostics, not promises: nothing here is fsync'd, and a write that fails (a full
-disk) stops the logging of that attempt, never the attempt itself.
+disk) stops the logging of that attempt, never the attempt itself. The file is created at the
+first output, not at the attempt's start (creating a file is the dearest step on some disks,
+docs/performance.md): an attempt that printed nothing has no log file, which ``spool logs``
+shows exactly as an empty one (``LogReader`` yields nothing while there is no file).
 
 ``LogReader`` streams a log in chunks for ``spool logs`` and, following, survives a trim: it
 knows from the marker which bytes of the output a new file starts at.
@@ -47,25 +50,39 @@ def parse_marker(head: bytes) -> tuple[int, int]:
 
 
 class AttemptLog:
-    """One attempt's log, opened (created) by the worker; ``write`` appends, ``close`` trims.
+    """One attempt's log, written by the worker; ``write`` appends, ``close`` trims.
 
-    Raises OSError from the constructor when the log cannot be opened (a planted symlink, a
-    directory or FIFO in its place); after that, no method raises.
+    The file is created by the first ``write`` with output in it. Raises OSError from the
+    constructor when something already holds the log's name and cannot be opened as a log (a
+    planted symlink, a directory or FIFO); after that, no method raises (an entry planted later
+    makes the first write fail, which stops the log as any failed write does).
     """
 
     def __init__(self, logs_fd: int, tmp_fd: int, name: str, max_bytes: int) -> None:
         self.name, self.max_bytes = name, max_bytes
         self._logs_fd, self._tmp_fd = logs_fd, tmp_fd
-        self._fd: int | None = fs.open_log(logs_fd, name)
-        self._size = os.fstat(self._fd).st_size  # what the file holds (marker included)
+        self._fd: int | None = None
+        self._size = 0  # what the file holds (marker included)
+        self._unopened = fs.lstat(logs_fd, name) is None  # created at the first output
+        if not self._unopened:
+            self._open()
         self._header = 0  # the marker's length, once trimmed
         self.cut = 0  # output bytes dropped from the front
         self.error: OSError | None = None  # the write that stopped this log, if one failed
 
+    def _open(self) -> None:
+        self._unopened = False
+        self._fd = fs.open_log(self._logs_fd, self.name)
+        self._size = os.fstat(self._fd).st_size
+
     def write(self, data: bytes) -> None:
-        if self._fd is None or not data:
+        if not data:
             return
         try:
+            if self._unopened:
+                self._open()
+            if self._fd is None:
+                return
             if self._size - self._header + len(data) > 2 * self.max_bytes:
                 self._trim(data)
             else:
@@ -76,7 +93,8 @@ class AttemptLog:
             self._close_fd()
 
     def close(self) -> None:
-        """Trim to the cap and close; harmless twice."""
+        """Trim to the cap and close; harmless twice. Never creates the file."""
+        self._unopened = False
         if self._fd is not None and self._size - self._header > self.max_bytes:
             try:
                 self._trim(b"")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 # role -> the steps that role's process can reach, in the order `spool crash-points` lists them.
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "worker": (
+        "claim-after-heartbeat",  # the lease's first heartbeat written, the job still in pending/
         "claim-after-rename",
         "after-claim",
         "complete-after-stage",

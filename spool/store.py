@@ -100,9 +100,19 @@ def job_lock(
 
 def read_job(sp: Handle, state: State, job_id: str) -> JobFile:
     """Read and decode ``<state>/<id>.yaml``; FileNotFoundError when absent, InvalidJob if torn."""
-    limit = RUNNER_FILE_MAX_BYTES
-    data = fs.read_file(sp.layout.fd(state), job_name(job_id), limit)
-    return jobs.decode(data, source=f"{state.value}/{job_name(job_id)}", expected_id=job_id, max_bytes=limit)
+    return decode_job(state, job_id, read_job_bytes(sp, state, job_id))
+
+
+def read_job_bytes(sp: Handle, state: State, job_id: str) -> bytes:
+    """The raw bytes of ``<state>/<id>.yaml`` (FileNotFoundError when absent), for a caller that
+    can tell them from bytes it wrote itself before paying for a parse (``spool.fence``)."""
+    return fs.read_file(sp.layout.fd(state), job_name(job_id), RUNNER_FILE_MAX_BYTES)
+
+
+def decode_job(state: State, job_id: str, data: bytes) -> JobFile:
+    """Decode the bytes of ``<state>/<id>.yaml`` (hostile input: the safe parser and every check)."""
+    source = f"{state.value}/{job_name(job_id)}"
+    return jobs.decode(data, source=source, expected_id=job_id, max_bytes=RUNNER_FILE_MAX_BYTES)
 
 
 def stage(sp: Handle, data: bytes, *, sync: bool) -> str:
@@ -123,29 +133,33 @@ def create_job(sp: Handle, state: State, job_file: JobFile, data: bytes | None =
     _place(sp, job_file, state, replace=False, data=data)
 
 
-def _place(sp: Handle, job_file: JobFile, state: State, *, replace: bool, data: bytes | None = None) -> None:
-    """Write the job's whole content in tmp/, fsync it, and rename it to ``state``/<id>.yaml."""
-    staged = stage(sp, jobs.encode(job_file) if data is None else data, sync=True)
+def _place(sp: Handle, job_file: JobFile, state: State, *, replace: bool, data: bytes | None = None) -> bytes:
+    """Write the job's whole content in tmp/, fsync it, and rename it to ``state``/<id>.yaml.
+    Returns the bytes written."""
+    data = jobs.encode(job_file) if data is None else data
+    staged = stage(sp, data, sync=True)
     move = fs.rename_replace if replace else fs.rename_noreplace
     try:
         move(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
     except BaseException:
         unstage(sp, staged)
         raise
+    return data
 
 
-def rewrite_job(sp: Handle, state: State, job_file: JobFile, *, sync: bool) -> None:
+def rewrite_job(sp: Handle, state: State, job_file: JobFile, *, sync: bool) -> bytes:
     """Replace a job file's content in place, atomically (the caller holds the job's lock).
 
     The new content is always fsync'd before the rename: renamed over the old file unsynced,
     a power cut could leave the name pointing at an empty or torn file, losing an acknowledged
     job (the power-loss model finds it). ``sync`` decides only whether the folder is fsync'd,
     i.e. whether the rewrite itself must survive; without it a power cut may bring back the
-    old, whole content.
+    old, whole content. Returns the bytes written (a claim keeps them: ``spool.fence``).
     """
-    _place(sp, job_file, state, replace=True)
+    data = _place(sp, job_file, state, replace=True)
     if sync:
         fs.fsync_dir(sp.layout.fd(state))
+    return data
 
 
 def publish_job(sp: Handle, job_file: JobFile, source: State, target: State, *, crash_step: str) -> None:
@@ -183,6 +197,12 @@ def only_in(sp: Handle, job_id: str, state: State) -> bool:
     """The job's file is in ``state`` and no other folder. A crash between ``publish_job``'s two
     steps leaves two copies; a move must then settle the job (resync), never act on the stale one."""
     return folders_of(sp, job_id) == [state]
+
+
+def copy_in(sp: Handle, job_id: str, folders: tuple[State, ...]) -> bool:
+    """Whether the job has a file in any of ``folders``: the healthy path's two-copies check,
+    one stat per folder that can matter to the caller (``only_in`` stats all five)."""
+    return any(fs.exists(sp.layout.fd(state), job_name(job_id)) for state in folders)
 
 
 def state_of(sp: Handle, job_id: str) -> State | None:

@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
+from spool.fence import Held, check_fence, drop_first_beat, first_beat, heartbeat, lease_status
 from spool.fsio import fs
 from spool.job import JobFile, tail
-from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name, result_name
+from spool.layout import State, cancel_name, result_name
 from spool.moves import bury, finish_done, retry_or_bury
-from spool.records import Attempt, Lease, LeaseStatus
+from spool.records import Attempt, Lease
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import (
     clear_lease_files,
+    copy_in,
     has_result,
     job_lock,
     move_job,
@@ -40,7 +42,6 @@ from spool.store import (
     stage,
     unstage,
     wake,
-    write_dot_file,
 )
 from spool.timetext import now_text
 
@@ -49,19 +50,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spool.transitions")
 
+__all__ = ["Held", "Lease", "cancel_leased", "claim", "claim_held", "complete", "expire", "fail", "heartbeat"]
+__all__ += ["lease_status", "release"]
+
 
 # -- claim ------------------------------------------------------------------------------------
 
 
 def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | None:
-    """PENDING -> LEASED: the best ready job of ``tasks``, or None.
+    """PENDING -> LEASED: the best ready job of ``tasks``, or None (``claim_held``'s JobFile)."""
+    held = claim_held(sp, worker, tasks)
+    return held.job_file if held is not None else None
+
+
+def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held | None:
+    """PENDING -> LEASED: the best ready job of ``tasks``, or None; with the bytes written, so
+    the attempt's later steps can check their fence without a parse (``spool.fence``).
 
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
     attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
     counted try survives a power cut. Crash before the commit: nothing changed (a ledger row
     left 'leased' is put back by the coordinator's reconcile). Crash between commit and
     rewrite: a file in leased/ with no lease for its attempt; ``settle`` (coordinator, under
-    the lock) counts it as a spent try and expires it.
+    the lock) counts it as a spent try and expires it. The lease's first heartbeat file is
+    written before the rename (``fence.first_beat``), so the coordinator never parses a new lease.
     """
     busy: list[str] = []
     try:
@@ -83,9 +95,9 @@ def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | N
                     raise
                 if claimed is not None:
                     # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
-                    _record_claim(sp, claimed, worker)
+                    _record_claim(sp, claimed.job_file, worker)
             if claimed is not None:
-                log.info("claim %s attempt=%d worker=%s", job_id, claimed.attempt, worker)
+                log.info("claim %s attempt=%d worker=%s", job_id, claimed.job_file.attempt, worker)
                 crash.point("after-claim")
                 return claimed
         return None
@@ -106,7 +118,14 @@ def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
         log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 
-def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
+# The copies that stop a claim: a more advanced one (a crash inside publish_job leaves its new
+# copy in done/ or dead/ beside the old; a claim's own rename refuses a leased/ one). A copy in
+# waiting/ is never the runner's beside one in pending/ (promote and requeue are single renames):
+# it cannot stop this move, and the coordinator's reconcile, which lists every folder, settles it.
+_BEYOND_PENDING = (State.LEASED, State.DEAD, State.DONE)
+
+
+def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
     try:
         job_file = read_job(sp, State.PENDING, job_id)
     except (FileNotFoundError, InvalidJob):
@@ -115,7 +134,7 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     if (
         has_result(sp, job_id)
         or job_file.backoff_seconds is not None
-        or not only_in(sp, job_id, State.PENDING)
+        or copy_in(sp, job_id, _BEYOND_PENDING)
         or moved_back_by_hand(job_file)
     ):
         resync(sp, job_id)  # a hand move back to pending/ is settled as a requeue, never run as it is
@@ -123,13 +142,16 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
     # A cancel request is only ever written for a lease that holds: one still here is an earlier
     # lease's, left by a crash between a move out of leased/ and its cleanup. It must not kill this one.
     fs.unlink(sp.layout.fd(State.LEASED), cancel_name(job_id), missing_ok=True)
+    attempt = job_file.attempt + 1
+    first_beat(sp, job_id, attempt, worker)
+    crash.point("claim-after-heartbeat")
     try:
         move_job(sp, job_id, State.PENDING, State.LEASED)
     except (FileNotFoundError, FileExistsError):
+        drop_first_beat(sp, job_id, attempt)
         resync(sp, job_id)
         return None
     crash.point("claim-after-rename")
-    attempt = job_file.attempt + 1
     now = now_text(sp.clock)
     records = job_file.end_attempt(outcome="lost", ended=now)
     claimed = job_file.replace(
@@ -140,66 +162,21 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> JobFile | None:
         attempts=records + (Attempt(attempt, worker, started=now),),
     )
     try:
-        rewrite_job(sp, State.LEASED, claimed, sync=True)
+        data = rewrite_job(sp, State.LEASED, claimed, sync=True)
     except DiskFull:
         # No room for the counted try: undo the claim under our lock, so a full disk costs the
         # job nothing (left in leased/ it would be settled as a spent try). A crash before this
         # rename is the crash after claim-after-rename; after it, nothing happened.
         move_job(sp, job_id, State.LEASED, State.PENDING)
+        drop_first_beat(sp, job_id, attempt)
         raise
-    return claimed
-
-
-# -- heartbeat (not a move) -------------------------------------------------------------------
-
-
-def heartbeat(sp: Handle, lease: Lease, counter: int) -> None:
-    """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
-    change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
-    also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
-    try:
-        write_dot_file(
-            sp, State.LEASED, heartbeat_name(lease.job_id, lease.attempt), heartbeat_content(counter, lease.worker)
-        )
-    except OSError as err:
-        # A missed beat (a full disk, say) is not fatal: the next one may land; if none does
-        # within the term, the lease expires and the worker learns it at lease_status.
-        log.warning("heartbeat of %s attempt %d not written: %s", lease.job_id, lease.attempt, err)
-
-
-def lease_status(sp: Handle, lease: Lease) -> LeaseStatus:
-    """HELD, LOST (expired, requeued or finished elsewhere) or CANCEL (a cancel request)."""
-    try:
-        current = read_job(sp, State.LEASED, lease.job_id)
-    except (FileNotFoundError, InvalidJob):
-        return LeaseStatus.LOST
-    if current.attempt != lease.attempt:
-        return LeaseStatus.LOST
-    if fs.exists(sp.layout.fd(State.LEASED), cancel_name(lease.job_id)):
-        return LeaseStatus.CANCEL
-    return LeaseStatus.HELD
-
-
-def _check_fence(sp: Handle, lease: Lease) -> JobFile:
-    try:
-        job_file = read_job(sp, State.LEASED, lease.job_id)
-    except FileNotFoundError:
-        raise LeaseLost(f"{lease.job_id}: no longer leased (attempt {lease.attempt} expired or ended)") from None
-    held = job_file.lease
-    if job_file.attempt != lease.attempt or held is None or held.attempt != lease.attempt:
-        raise LeaseLost(f"{lease.job_id}: attempt {lease.attempt} is stale (now attempt {job_file.attempt})")
-    if not only_in(sp, lease.job_id, State.LEASED):
-        resync(sp, lease.job_id)  # a crashed move to done/ or dead/ left this copy behind: it won
-        if only_in(sp, lease.job_id, State.LEASED):
-            return job_file  # the other copy was a user's (a drop named like this job): ours holds
-        raise LeaseLost(f"{lease.job_id}: moved on by a move a crash interrupted; attempt {lease.attempt} dropped")
-    return job_file
+    return Held(data, claimed)
 
 
 # -- complete ---------------------------------------------------------------------------------
 
 
-def complete(sp: Handle, lease: Lease, result_json: bytes) -> None:
+def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = None) -> None:
     """LEASED -> DONE with ``result_json`` as results/<id>.json.
 
     Commit point: link(tmp/X, results/<id>.json), after the result was written whole and
@@ -207,13 +184,13 @@ def complete(sp: Handle, lease: Lease, result_json: bytes) -> None:
     expires and the job is retried. Crash after it: the job is done; its file still in leased/
     is moved to done/ by whoever takes its lock next (``settle`` via the coordinator, or a
     claim). A stale attempt (fence mismatch) raises LeaseLost and links nothing: the first
-    result wins and a late one is dropped.
+    result wins and a late one is dropped. ``held``: what the claim wrote (``spool.fence``).
     """
     staged = stage(sp, result_json, sync=True)
     crash.point("complete-after-stage")
     try:
         with job_lock(sp, lease.job_id, blocking=True):
-            job_file = _check_fence(sp, lease)
+            job_file = check_fence(sp, lease, held)
             try:
                 fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
             except FileExistsError:
@@ -224,14 +201,16 @@ def complete(sp: Handle, lease: Lease, result_json: bytes) -> None:
             sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     finally:
         unstage(sp, staged)
+    # No done/.wake: nothing waits on one (the coordinator's watch ignores dot-files outside
+    # pending/ and already sees the done file land; Spool.wait polls). It cost 3 syscalls and
+    # a coordinator pass per job.
     log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
-    wake(sp, State.DONE)
 
 
 # -- fail -------------------------------------------------------------------------------------
 
 
-def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False) -> State:
+def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False, held: Held | None = None) -> State:
     """LEASED -> PENDING after a backoff, or -> DEAD (failed) when tries are spent or rejected.
 
     Commit point: rename leased/ -> pending/ or dead/. A move to dead is fsync'd; a return to
@@ -242,7 +221,7 @@ def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False) -> State
     """
     error = tail(error)
     with job_lock(sp, lease.job_id, blocking=True):
-        job_file = _check_fence(sp, lease)
+        job_file = check_fence(sp, lease, held)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the failure is dropped")
@@ -295,6 +274,11 @@ def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
             job_file = read_job(sp, State.LEASED, job_id)
         except (FileNotFoundError, InvalidJob):
             return None
+        if job_file.attempt == attempt - 1:
+            settled = _lost_claim(sp, job_file)
+            if settled is not None:
+                return settled
+            attempt = job_file.attempt  # the lease the file holds (an older attempt's) is what expires
         if job_file.attempt != attempt:
             return None
         if not only_in(sp, job_id, State.LEASED):
@@ -308,6 +292,20 @@ def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
     log.info("expire %s attempt=%d -> %s (%s)", job_id, attempt, state.value, why)
     if state is State.DONE:
         wake(sp, State.DONE)
+    return state
+
+
+def _lost_claim(sp: Handle, job_file: JobFile) -> State | None:
+    """The file is one attempt behind the heartbeat we expire: only a claim writes a heartbeat
+    for an attempt the file does not have yet (``fence.first_beat``), before its rename, so that
+    claim died after its rename and before its rewrite (it held the lock we now hold). ``resync``
+    counts the spent try and sends the job back (or to dead/): its new state, or None if the
+    file stays leased (it holds an older attempt's lease, which the caller expires as usual)."""
+    state = resync(sp, job_file.id)
+    if state is State.LEASED:
+        return None
+    clear_lease_files(sp, job_file.id)
+    log.info("expire %s attempt=%d: its claim died before recording it", job_file.id, job_file.attempt + 1)
     return state
 
 
@@ -339,14 +337,14 @@ def _expire_locked(sp: Handle, job_file: JobFile, why: str) -> tuple[State, JobF
 # -- release ----------------------------------------------------------------------------------
 
 
-def release(sp: Handle, lease: Lease) -> None:
+def release(sp: Handle, lease: Lease, held: Held | None = None) -> None:
     """LEASED -> PENDING at graceful shutdown, giving back the try it spent; ready at once.
 
     Commit point: the rename. Not fsync'd: lost in a power cut, the lease expires instead
     (which spends the try). Crash after the commit: a claim closes the record as 'lost'.
     """
     with job_lock(sp, lease.job_id, blocking=True):
-        job_file = _check_fence(sp, lease)
+        job_file = check_fence(sp, lease, held)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             return
@@ -367,14 +365,14 @@ def release(sp: Handle, lease: Lease) -> None:
 # -- cancel of a leased job (by its worker) ---------------------------------------------------
 
 
-def cancel_leased(sp: Handle, lease: Lease) -> None:
+def cancel_leased(sp: Handle, lease: Lease, held: Held | None = None) -> None:
     """LEASED -> DEAD (cancelled): the worker acts on a cancel request after killing the attempt.
 
     Commit point: ``bury``'s rename (durable). Crash before: the request stays, and expiry
     honours it. A job that got a result first stays done: the first result wins.
     """
     with job_lock(sp, lease.job_id, blocking=True):
-        job_file = _check_fence(sp, lease)
+        job_file = check_fence(sp, lease, held)
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             raise LeaseLost(f"{lease.job_id}: already has a result; the cancel came too late")

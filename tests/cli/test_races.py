@@ -186,6 +186,7 @@ def test_eight_processes_claim_each_of_a_thousand_jobs_exactly_once(fast_spool: 
 # (submit's points are crashed through the command line in tests/faults/test_crash_matrix.py)
 
 WORKER_POINTS = {  # point -> the task whose run reaches it
+    "worker:claim-after-heartbeat": "echo",
     "worker:claim-after-rename": "echo", "worker:after-claim": "echo", "worker:complete-after-stage": "echo",
     "worker:after-result": "echo", "worker:complete-after-move": "echo",
     "worker:fail-after-rename": "fail_until", "worker:after-fail": "fail_until",

@@ -414,6 +414,11 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "submit:batch-after-keys": _batch_scenarios(0),
     "submit:batch-after-commit": _batch_scenarios(1),  # killed after the first member's rename
     "submit:batch-after-submit": _batch_scenarios(2),
+    # Nothing changed but a stray heartbeat file beside a job still in pending/: not even a try is spent.
+    "worker:claim-after-heartbeat": [
+        Scenario("untouched", as_worker(), setup=echo_job()),
+        Scenario("last-try-kept", as_worker(), setup=echo_job(max_tries=1)),
+    ],
     "worker:claim-after-rename": [
         Scenario("retried", as_worker(), setup=echo_job()),
         Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),

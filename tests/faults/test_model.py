@@ -451,6 +451,16 @@ class SpoolMachine(RuleBasedStateMachine):
     def crash_claim(self, step: str) -> None:
         self._crash_claim(f"worker:{step}", step)
 
+    @rule()
+    def crash_claim_after_heartbeat(self) -> None:
+        """A claim killed after its lease's first heartbeat, before its rename: nothing was taken
+        and no try spent; the job's reserved ledger row is put back by the recovery's resync."""
+        ready = self.model.ready_ids()
+        self._in_child("worker:claim-after-heartbeat", bool(ready), lambda sp: claim(sp, "crasher", None))
+        assert all(folders_of(self.sp, job_id) == [State.PENDING] for job_id in ready), "the claim took a job"
+        for job_id in ready:
+            self._recover(job_id)
+
     @precondition(lambda self: self.model.leases)
     @rule(step=st.sampled_from(["complete-after-stage", "after-result", "complete-after-move", "fail-after-rename",
                                 "bury-after-rename", "after-fail", "release-after-rename"]), index=st.integers(0, 100))
@@ -708,6 +718,11 @@ def test_a_batch_split_at_its_crash_point_then_run(machine: SpoolMachine, step: 
 def test_a_claim_split_at_its_crash_point(machine: SpoolMachine, step: str) -> None:
     _steps(machine, SUBMIT, ("crash_claim", {"step": step}), ("expire", {"index": 0, "older": 0}),
            ("make_ready", {"index": 0}), ("claim", {"worker": "w1", "count": 1}), ("complete", {"index": 1}))
+
+
+def test_a_claim_killed_after_its_first_heartbeat(machine: SpoolMachine) -> None:
+    _steps(machine, SUBMIT, ("crash_claim_after_heartbeat", {}), ("claim", {"worker": "w1", "count": 1}),
+           ("complete", {"index": 0}))
 
 
 @pytest.mark.parametrize("step", ["complete-after-stage", "after-result", "complete-after-move", "fail-after-rename",

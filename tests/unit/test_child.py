@@ -310,7 +310,7 @@ def test_prints_land_in_the_log_not_the_protocol(run: Runner) -> None:
 
 
 def test_log_is_private_and_never_followed(run: Runner, tmp_path: Path) -> None:
-    run.run("t.echo")
+    run.run("t.print", marker="m")  # the log is created by the first output (an echo prints nothing)
     assert (tmp_path / "attempt-1.log").stat().st_mode & 0o777 == 0o600
     target = tmp_path / "elsewhere"
     (tmp_path / "attempt-2.log").symlink_to(target)
@@ -318,6 +318,13 @@ def test_log_is_private_and_never_followed(run: Runner, tmp_path: Path) -> None:
     with pytest.raises(OSError, match="symbolic links"):
         run.request("t.echo")
     assert not target.exists()
+
+
+def test_an_attempt_that_prints_nothing_creates_no_log_file(run: Runner, tmp_path: Path) -> None:
+    assert run.run("t.echo").ok
+    assert not (tmp_path / "attempt-1.log").exists()
+    run.run("t.print", marker="m")
+    assert "stdout m" in run.log()
 
 
 def test_handlers_see_the_workers_own_pythonpath(
