@@ -20,6 +20,7 @@ method as a typed error: ``DiskFull`` (SQLITE_FULL), ``LedgerUnusable`` (not a d
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
@@ -33,6 +34,8 @@ from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.layout import LEDGER_NAME, Layout, State
 from spool.ledger_schema import migrate
+
+_OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
 
 
 class Ledger:
@@ -50,6 +53,7 @@ class Ledger:
         self._mutex = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
+        self._generation = 0  # ``generation``: which open of a file at the name this is
         with self._errors():
             self._connect()
 
@@ -90,6 +94,7 @@ class Ledger:
                         lf.prepare(db)
                         migrate(db)
                     self._db, self._ident = db, before
+                    self._generation = next(_OPENS)
                     return
                 except BaseException:
                     lf.close_quietly(db)
@@ -320,6 +325,24 @@ class Ledger:
 
     def workers(self) -> list[tuple[str, int, str, float, float]]:
         return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
+
+    def generation(self) -> int:
+        """A new number whenever a file is opened at the name (the ledger was replaced), across
+        Ledger objects; checked at the name now. ``recovery.reconcile`` then lists every folder."""
+        with self._mutex, self._errors():
+            self._current()
+            return self._generation
+
+    def states_in(self, states: Collection[str]) -> dict[str, str]:
+        """id -> state of the rows in ``states``, by the by_state index (no other row is read)."""
+        return dict(self._read(f"SELECT id, state FROM jobs WHERE state IN ({','.join('?' * len(states))})", states))
+
+    def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
+        """id -> state of these jobs' rows (a job without a row is not in the answer)."""
+        ids, found = list(job_ids), dict[str, str]()
+        for chunk in (ids[start : start + 500] for start in range(0, len(ids), 500)):
+            found.update(self._read(f"SELECT id, state FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+        return found
 
     def updated_before(self, states: Collection[str], before: float) -> list[str]:
         marks = ",".join("?" * len(states))

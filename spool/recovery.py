@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,9 +55,10 @@ class Listing:
     strays: list[tuple[State, str]] = field(default_factory=list)  # non-job names in other folders
 
 
-def list_folders(sp: Handle) -> Listing:
+def list_folders(sp: Handle, states: Iterable[State] = State) -> Listing:
+    """The job names in ``states``' folders (every state folder by default)."""
     listing = Listing()
-    for state in State:
+    for state in states:
         for name in fs.list_dir(sp.layout.fd(state)):
             if is_ignored_name(name):
                 continue
@@ -293,10 +296,46 @@ def resync_locked(sp: Handle, job_id: str, *, blocking: bool = False) -> bool:
     return True
 
 
-def reconcile(sp: Handle, listing: Listing | None = None) -> Listing:
-    """Make the ledger agree with the folders; returns the listing (with the drops to ingest)."""
-    listing = listing or list_folders(sp)
-    known = sp.ledger.states()
+# The folders a job passes through; done/ and dead/ only grow (a purge aside), so they are
+# listed by a full pass only: at start, when the ledger was replaced, and every FULL_SECONDS.
+ACTIVE = (State.PENDING, State.WAITING, State.LEASED)
+FULL_SECONDS = 60.0
+
+
+@dataclass
+class _LastFull:
+    at: float  # sp.clock.monotonic()
+    ledger: int  # sp.ledger.generation() then
+
+
+_last_full: weakref.WeakKeyDictionary[Handle, _LastFull] = weakref.WeakKeyDictionary()
+
+
+def reconcile(sp: Handle, listing: Listing | None = None, *, full: bool = True) -> Listing:
+    """Make the ledger agree with the folders; returns the listing (with the drops to ingest).
+
+    ``full=False`` (the coordinator's frequent pass) looks only at the jobs in pending/,
+    waiting/ and leased/ and at the rows that say they are there, so its cost follows the jobs
+    in flight, not the finished ones kept: a job that left those folders without its row
+    following (a crash or a failed ledger commit after the move) still has a row there and is
+    resynced. What only done/ and dead/ can show (a row lost with a replaced ledger, a file
+    put there or removed by hand) waits for the next full pass, which ``full=False`` makes
+    itself on this handle's first call, when the ledger file was replaced (a new
+    ``Ledger.generation``), and every ``FULL_SECONDS``. A ``listing`` given is a full one.
+    """
+    now = sp.clock.monotonic()
+    generation = sp.ledger.generation()
+    last = _last_full.get(sp)
+    if listing is not None or last is None or last.ledger != generation or now - last.at >= FULL_SECONDS:
+        full = True
+    if full:
+        listing = listing or list_folders(sp)
+        known = sp.ledger.states()
+        _last_full[sp] = _LastFull(now, generation)
+    else:
+        listing = list_folders(sp, ACTIVE)
+        known = sp.ledger.states_in([state.value for state in ACTIVE])
+        known.update(sp.ledger.states_of([job_id for job_id in listing.jobs if job_id not in known]))
     for job_id, folders in listing.jobs.items():
         best = max(folders, key=lambda state: ADVANCEMENT[state])
         if len(folders) > 1 or known.get(job_id) != best.value:
