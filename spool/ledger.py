@@ -272,8 +272,10 @@ class Ledger:
         rows = self._read("SELECT value FROM meta WHERE name = ?", (name,))
         return rows[0][0] if rows else None
 
-    def states(self) -> dict[str, str]:
-        return dict(self._read("SELECT id, state FROM jobs"))
+    def states(self, among: Collection[str] = ()) -> dict[str, str]:
+        """id -> state of every row, or of the rows in the states ``among`` (by the by_state index)."""
+        where = f" WHERE state IN ({','.join('?' * len(among))})" if among else ""
+        return dict(self._read("SELECT id, state FROM jobs" + where, among))
 
     def row(self, job_id: str) -> dict[str, Any] | None:
         with self._mutex, self._errors():
@@ -327,22 +329,21 @@ class Ledger:
         return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
 
     def generation(self) -> int:
-        """A new number whenever a file is opened at the name (the ledger was replaced), across
-        Ledger objects; checked at the name now. ``recovery.reconcile`` then lists every folder."""
+        """A new number (in this process) each time a file is opened at the name: it was replaced."""
         with self._mutex, self._errors():
             self._current()
             return self._generation
 
-    def states_in(self, states: Collection[str]) -> dict[str, str]:
-        """id -> state of the rows in ``states``, by the by_state index (no other row is read)."""
-        return dict(self._read(f"SELECT id, state FROM jobs WHERE state IN ({','.join('?' * len(states))})", states))
-
     def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
         """id -> state of these jobs' rows (a job without a row is not in the answer)."""
-        ids, found = list(job_ids), dict[str, str]()
-        for chunk in (ids[start : start + 500] for start in range(0, len(ids), 500)):
-            found.update(self._read(f"SELECT id, state FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk))
-        return found
+        ids, sql = list(job_ids), "SELECT id, state FROM jobs WHERE id IN ({})"
+        chunks = (ids[start : start + 500] for start in range(0, len(ids), 500))
+        return {i: s for chunk in chunks for i, s in self._read(sql.format(",".join("?" * len(chunk))), chunk)}
+
+    def ids_in_state(self, state: str, *, after: str, limit: int) -> list[str]:
+        """The next ``limit`` ids of the rows in ``state`` after id ``after``, in id order."""
+        sql = "SELECT id FROM jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?"
+        return [row[0] for row in self._read(sql, (state, after, limit))]
 
     def updated_before(self, states: Collection[str], before: float) -> list[str]:
         marks = ",".join("?" * len(states))

@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from spool import recovery
+from spool import fsio, recovery
 from spool.clock import FakeClock
 from spool.layout import State, job_name
-from spool.recovery import FULL_SECONDS, reconcile
+from spool.recovery import ACTIVE, FULL_SECONDS
 from spool.spool import Spool
 from spool.transitions import Lease, claim, complete
 
@@ -38,24 +39,39 @@ def finished(sp: Spool) -> str:
     return job_id
 
 
-def listed_folders(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> list[list[State]]:
-    """What each later list_folders call lists (every state: a full pass)."""
-    calls: list[list[State]] = []
-    real = recovery.list_folders
+def listed_folders(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> list[set[State]]:
+    """The state folders each later reconcile lists (a full pass: all five)."""
+    calls: list[set[State]] = []
+    by_fd = {sp.layout.fd(state): state for state in State}
 
-    def spy(sp: Spool, states: object = State) -> recovery.Listing:
-        calls.append(list(states))  # type: ignore[call-overload]
-        return real(sp, calls[-1])
+    class Listing(fsio.RealFS):
+        def list_dir(self, dir_fd: int) -> list[str]:
+            calls[-1].add(by_fd[dir_fd])
+            return super().list_dir(dir_fd)
 
-    monkeypatch.setattr(recovery, "list_folders", spy)
+    real_reconcile = recovery.reconcile
+
+    def counted(*args: Any, **kwargs: Any) -> recovery.Listing:
+        calls.append(set())
+        previous = fsio.use(Listing())
+        try:
+            return real_reconcile(*args, **kwargs)
+        finally:
+            fsio.use(previous)
+
+    monkeypatch.setattr(recovery, "reconcile", counted)
     return calls
+
+
+def reconcile(sp: Spool, *, full: bool = True) -> None:
+    recovery.reconcile(sp, full=full)  # looked up at each call: listed_folders counts them
 
 
 def test_the_first_pass_is_full_then_only_the_active_folders(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = listed_folders(sp, monkeypatch)
     reconcile(sp, full=False)
     reconcile(sp, full=False)
-    assert calls == [list(State), [State.PENDING, State.WAITING, State.LEASED]]
+    assert calls == [set(State), set(ACTIVE)]
 
 
 def test_a_job_that_left_the_active_folders_without_its_row_is_resynced(sp: Spool, clock: FakeClock) -> None:
@@ -99,7 +115,21 @@ def test_a_replaced_ledger_makes_the_next_pass_full(sp: Spool, monkeypatch: pyte
     sp.set_ledger_aside()  # as the coordinator does with an unreadable one: a fresh, empty ledger
     calls = listed_folders(sp, monkeypatch)
     reconcile(sp, full=False)
-    assert calls == [list(State)] and sp.ledger.states() == {done: "done"}
+    assert calls == [set(State)] and sp.ledger.states() == {done: "done"}
     os.unlink(sp.root / "ledger.sqlite3")  # deleted by hand under a running process
     reconcile(sp, full=False)
-    assert calls[-1] == list(State) and sp.ledger.states() == {done: "done"}
+    assert calls[-1] == set(State) and sp.ledger.states() == {done: "done"}
+
+
+def test_a_full_pass_compares_done_and_dead_a_page_at_a_time(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recovery, "PAGE", 2)
+    jobs = [finished(sp) for _ in range(5)]
+    no_row, no_file, twice, wrong_row = jobs[0], jobs[1], jobs[2], jobs[3]
+    reconcile(sp, full=False)
+    sp.ledger.forget([no_row])
+    os.unlink(sp.root / "done" / job_name(no_file))  # removed by hand (its result stays)
+    os.link(sp.root / "done" / job_name(twice), sp.root / "dead" / job_name(twice))  # a move's source survived
+    sp.ledger.record(sp.job(wrong_row)[1], State.DEAD, ready=False, event="test")
+    reconcile(sp)
+    assert not (sp.root / "dead" / job_name(twice)).exists()
+    assert sp.ledger.states() == {job_id: "done" for job_id in jobs if job_id != no_file}
