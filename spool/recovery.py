@@ -16,7 +16,11 @@ lock, whoever comes next:
                                        reservation says so): finish_ingest; without them, a drop
 
 ``reconcile`` compares folder listings with the ledger (names only, no parsing) and resyncs
-the jobs that differ: cheap enough for every coordinator pass even at 100,000 jobs.
+the jobs that differ. The coordinator's pass every few seconds (``full=False``) looks only at
+pending/, waiting/ and leased/ and the rows that say they are there, so it costs what is in
+flight, not the finished jobs kept; a full pass (done/ and dead/ too) comes at start, when the
+ledger file was replaced, and every minute. Nothing here is a transition: a pass interrupted
+anywhere is simply made again by the next one.
 """
 
 from __future__ import annotations
