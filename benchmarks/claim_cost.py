@@ -6,7 +6,8 @@ For each size it builds a spool with that many ready ``echo`` jobs in pending/, 
 process, times ``transitions.claim`` (the worker's PENDING -> LEASED) for ``--claims`` jobs and
 ``transitions.complete`` for each of them, counting the filesystem calls each one makes through
 the ``spool.fsio`` seam. Then it times the coordinator's ``recovery.reconcile`` (folder listings
-against the ledger) on the spool at rest.
+against the ledger) on the spool at rest: a full pass, and the ``full=False`` one the coordinator
+makes between full ones.
 
 How the spool is built: not through ``submit`` (two fsyncs a job; 100,000 of them take
 minutes and are not what is measured here). Each job file is encoded with the real encoder
@@ -176,7 +177,7 @@ def measure(root: Path, claims: int, reconcile_runs: int = 3) -> dict[str, Any]:
             complete(sp, Lease(job_file.id, "bench-worker", job_file.attempt), b'{"ok": true}')
             complete_ms.append((time.perf_counter() - started) * 1000)
             complete_calls.update(counting.calls)
-        listing_s, reconcile_s = [], []
+        listing_s, reconcile_s, active_s = [], [], []
         for _ in range(reconcile_runs):
             started = time.perf_counter()
             list_folders(sp)
@@ -186,11 +187,16 @@ def measure(root: Path, claims: int, reconcile_runs: int = 3) -> dict[str, Any]:
             reconcile(sp)
             reconcile_s.append(time.perf_counter() - started)
         reconcile_calls = dict(counting.calls)
+        for _ in range(reconcile_runs):  # the coordinator's pass between full ones (pending/ is in it)
+            started = time.perf_counter()
+            reconcile(sp, full=False)
+            active_s.append(time.perf_counter() - started)
     return {
         "claim_ms": claim_ms, "complete_ms": complete_ms,
         "claim_calls": {k: v / claims for k, v in claim_calls.items()},
         "complete_calls": {k: v / claims for k, v in complete_calls.items()},
         "listing_s": listing_s, "reconcile_s": reconcile_s, "reconcile_calls": reconcile_calls,
+        "reconcile_active_s": active_s,
     }
 
 
@@ -224,7 +230,8 @@ def run(sizes: Sequence[int], claims: int, base: Path | None, keep: bool, out: T
               file=out)
         print(f"  reconcile {statistics.median(result['reconcile_s']) * 1000:8.1f} ms median of "
               f"{len(result['reconcile_s'])} (folder listing alone {statistics.median(result['listing_s']) * 1000:.1f} ms; "
-              f"{_calls(result['reconcile_calls'], 'list_dir', 'read_file', 'stat')})", file=out, flush=True)
+              f"{_calls(result['reconcile_calls'], 'list_dir', 'read_file', 'stat')}; "
+              f"full=False {statistics.median(result['reconcile_active_s']) * 1000:.1f} ms)", file=out, flush=True)
     print(f"\nclaim cost: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end", file=out)
     print("  pending  claims  claim p50  claim p99  files read/claim  complete p50  complete p99  reconcile",
           file=out)

@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from spool.cli import logview
 from spool.cli.app import App, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 from spool.errors import InvalidJob, NotFound, UsageError
@@ -202,6 +201,8 @@ def logs(app: App, job_id: str, attempt: int | None, follow: bool) -> None:
     if follow and app.json_output:
         raise UsageError("--json prints one document; it does not go with --follow")
     sp = app.spool()
+    from spool.cli import logview  # start-up: only `spool logs` reads attempt logs
+
     number = logview.attempt_to_show(sp, job_id, attempt, follow)
     if app.json_output:
         logview.print_log_json(sp, job_id, number)

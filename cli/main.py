@@ -10,17 +10,17 @@ traceback.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 import click
 
 from spool import crash
-from spool.cli import inspecting, managing, processes, submitting
 from spool.cli.app import App
 from spool.errors import SpoolError, UsageError
 from spool.settings import environment_warnings, setting_names
@@ -42,30 +42,64 @@ def _setting_options(fn: F) -> F:
     return fn
 
 
-# Every command the group holds, named here rather than registered by importing its module.
-COMMANDS: list[click.Command] = [
-    managing.init,
-    submitting.submit,
-    inspecting.status,
-    inspecting.result,
-    inspecting.wait,
-    inspecting.ls_command,
-    inspecting.stats,
-    managing.requeue,
-    managing.cancel,
-    managing.fsck,
-    managing.purge,
-    inspecting.logs,
-    inspecting.config,
-    managing.crash_points,
-    processes.coordinator,
-    processes.worker,
-    processes.run,
-    processes.demo,
-]
+# Every command the group holds, named here rather than registered by importing its module: a
+# command's module (and all it imports: the ledger, YAML, the runner) loads when that command
+# runs, or when the group's help lists it, never for another command (`spool submit` starts fast).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("managing", "init"),
+    "submit": ("submitting", "submit"),
+    "status": ("inspecting", "status"),
+    "result": ("inspecting", "result"),
+    "wait": ("inspecting", "wait"),
+    "ls": ("inspecting", "ls_command"),
+    "stats": ("inspecting", "stats"),
+    "requeue": ("managing", "requeue"),
+    "cancel": ("managing", "cancel"),
+    "fsck": ("managing", "fsck"),
+    "purge": ("managing", "purge"),
+    "logs": ("inspecting", "logs"),
+    "config": ("inspecting", "config"),
+    "crash-points": ("managing", "crash_points"),
+    "coordinator": ("processes", "coordinator"),
+    "worker": ("processes", "worker"),
+    "run": ("processes", "run"),
+    "demo": ("processes", "demo"),
+}
 
 
-@click.group(commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyCommands(MutableMapping[str, click.Command]):
+    """The group's commands by name, each imported from its module on first use."""
+
+    def __init__(self, where: Mapping[str, tuple[str, str]]) -> None:
+        self._where = dict(where)
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            module, attr = self._where[name]  # KeyError: no such command
+            loaded = getattr(importlib.import_module(f"spool.cli.{module}"), attr)
+            assert isinstance(loaded, click.Command) and loaded.name == name, (name, loaded)
+            self._loaded[name] = loaded
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._where.pop(name, None)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self._where.pop(name, None)
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*self._where, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(set(self._where) | set(self._loaded))
+
+
+@click.group(
+    commands=LazyCommands(COMMANDS), context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.option(
     "--spool",
     "spool_dir",

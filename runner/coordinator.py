@@ -157,7 +157,7 @@ class Coordinator:
         listing_drops = None
         if now - self.last_reconcile >= RECONCILE_SECONDS:
             self.last_reconcile = now
-            listing = reconcile(self.sp)
+            listing = reconcile(self.sp, full=False)  # a full pass at start and every minute (FULL_SECONDS)
             drops = listing_drops = listing.drops
             arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
             sweep_tmp(self.sp)

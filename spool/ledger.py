@@ -20,6 +20,7 @@ method as a typed error: ``DiskFull`` (SQLITE_FULL), ``LedgerUnusable`` (not a d
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
@@ -33,6 +34,8 @@ from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.layout import LEDGER_NAME, Layout, State
 from spool.ledger_schema import migrate
+
+_OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
 
 
 class Ledger:
@@ -50,6 +53,7 @@ class Ledger:
         self._mutex = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
+        self._generation = 0  # ``generation``: which open of a file at the name this is
         with self._errors():
             self._connect()
 
@@ -90,6 +94,7 @@ class Ledger:
                         lf.prepare(db)
                         migrate(db)
                     self._db, self._ident = db, before
+                    self._generation = next(_OPENS)
                     return
                 except BaseException:
                     lf.close_quietly(db)
@@ -267,8 +272,10 @@ class Ledger:
         rows = self._read("SELECT value FROM meta WHERE name = ?", (name,))
         return rows[0][0] if rows else None
 
-    def states(self) -> dict[str, str]:
-        return dict(self._read("SELECT id, state FROM jobs"))
+    def states(self, among: Collection[str] = ()) -> dict[str, str]:
+        """id -> state of every row, or of the rows in the states ``among`` (by the by_state index)."""
+        where = f" WHERE state IN ({','.join('?' * len(among))})" if among else ""
+        return dict(self._read("SELECT id, state FROM jobs" + where, among))
 
     def row(self, job_id: str) -> dict[str, Any] | None:
         with self._mutex, self._errors():
@@ -320,6 +327,23 @@ class Ledger:
 
     def workers(self) -> list[tuple[str, int, str, float, float]]:
         return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
+
+    def generation(self) -> int:
+        """A new number (in this process) each time a file is opened at the name: it was replaced."""
+        with self._mutex, self._errors():
+            self._current()
+            return self._generation
+
+    def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
+        """id -> state of these jobs' rows (a job without a row is not in the answer)."""
+        ids, sql = list(job_ids), "SELECT id, state FROM jobs WHERE id IN ({})"
+        chunks = (ids[start : start + 500] for start in range(0, len(ids), 500))
+        return {i: s for chunk in chunks for i, s in self._read(sql.format(",".join("?" * len(chunk))), chunk)}
+
+    def ids_in_state(self, state: str, *, after: str, limit: int) -> list[str]:
+        """The next ``limit`` ids of the rows in ``state`` after id ``after``, in id order."""
+        sql = "SELECT id FROM jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?"
+        return [row[0] for row in self._read(sql, (state, after, limit))]
 
     def updated_before(self, states: Collection[str], before: float) -> list[str]:
         marks = ",".join("?" * len(states))

@@ -16,13 +16,19 @@ lock, whoever comes next:
                                        reservation says so): finish_ingest; without them, a drop
 
 ``reconcile`` compares folder listings with the ledger (names only, no parsing) and resyncs
-the jobs that differ: cheap enough for every coordinator pass even at 100,000 jobs.
+the jobs that differ. The coordinator's pass every few seconds (``full=False``) looks only at
+pending/, waiting/ and leased/ and the rows that say they are there, so it costs what is in
+flight, not the finished jobs kept; a full pass (done/ and dead/ too) comes at start, when the
+ledger file was replaced, and every minute. Nothing here is a transition: a pass interrupted
+anywhere is simply made again by the next one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,9 +59,10 @@ class Listing:
     strays: list[tuple[State, str]] = field(default_factory=list)  # non-job names in other folders
 
 
-def list_folders(sp: Handle) -> Listing:
+def list_folders(sp: Handle, states: Iterable[State] = State) -> Listing:
+    """The job names in ``states``' folders (every state folder by default)."""
     listing = Listing()
-    for state in State:
+    for state in states:
         for name in fs.list_dir(sp.layout.fd(state)):
             if is_ignored_name(name):
                 continue
@@ -293,16 +300,89 @@ def resync_locked(sp: Handle, job_id: str, *, blocking: bool = False) -> bool:
     return True
 
 
-def reconcile(sp: Handle, listing: Listing | None = None) -> Listing:
-    """Make the ledger agree with the folders; returns the listing (with the drops to ingest)."""
-    listing = listing or list_folders(sp)
-    known = sp.ledger.states()
-    for job_id, folders in listing.jobs.items():
-        best = max(folders, key=lambda state: ADVANCEMENT[state])
-        if len(folders) > 1 or known.get(job_id) != best.value:
-            resync_locked(sp, job_id)
-    gone = [job_id for job_id in known if job_id not in listing.jobs]
-    for job_id in gone:
-        resync_locked(sp, job_id)
+# The folders a job passes through; done/ and dead/ only grow (a purge aside), so they are
+# listed by a full pass only: at start, when the ledger was replaced, and every FULL_SECONDS.
+ACTIVE = (State.PENDING, State.WAITING, State.LEASED)
+FULL_SECONDS = 60.0
+PAGE = 5000  # rows a full pass reads from the ledger at a time (one short read each)
+
+
+@dataclass
+class _LastFull:
+    at: float  # sp.clock.monotonic()
+    ledger: int  # sp.ledger.generation() then
+
+
+_last_full: weakref.WeakKeyDictionary[Handle, _LastFull] = weakref.WeakKeyDictionary()
+
+
+def reconcile(sp: Handle, listing: Listing | None = None, *, full: bool = True) -> Listing:
+    """Make the ledger agree with the folders; returns the listing of pending/, waiting/ and
+    leased/ (with the drops to ingest), or the ``listing`` given (a full one, all compared).
+
+    Every pass compares the jobs in pending/, waiting/ and leased/ with their rows and the rows
+    that say they are there (by query), so a job that left them without its row following (a
+    crash or a failed ledger commit after the move) is resynced. ``full=False`` (the
+    coordinator's frequent pass) stops there: its cost follows the jobs in flight, not the
+    finished ones kept. A full pass also lists done/ and dead/ against their rows, a page of
+    ids at a time (``_reconcile_finished``), for what only they can show (a row lost with a
+    replaced ledger, a file put there or removed by hand); ``full=False`` makes one itself at
+    this handle's first call, when the ledger file was replaced (``Ledger.generation``) and
+    every ``FULL_SECONDS``.
+    """
+    now, generation, last = sp.clock.monotonic(), sp.ledger.generation(), _last_full.get(sp)
+    full = full or listing is not None or last is None or last.ledger != generation or now - last.at >= FULL_SECONDS
+    if listing is not None:
+        _resync_differing(sp, listing, sp.ledger.states())
+    else:
+        listing = list_folders(sp, ACTIVE)
+        known = sp.ledger.states([state.value for state in ACTIVE])
+        known.update(sp.ledger.states_of([job_id for job_id in listing.jobs if job_id not in known]))
+        checked = _resync_differing(sp, listing, known)
+        if full:
+            _reconcile_finished(sp, listing, checked)
+    if full:
+        _last_full[sp] = _LastFull(now, generation)
     sp.ledger.set_meta(drops=len(listing.drops))
     return listing
+
+
+def _resync_differing(sp: Handle, listing: Listing, known: dict[str, str]) -> set[str]:
+    """Resync each listed job whose row differs or that is in two folders, and each job with a
+    row in ``known`` that is not listed; returns the ids resynced."""
+    differing = {
+        job_id
+        for job_id, folders in listing.jobs.items()
+        if len(folders) > 1 or known.get(job_id) != max(folders, key=lambda state: ADVANCEMENT[state]).value
+    }
+    differing.update(job_id for job_id in known if job_id not in listing.jobs)
+    for job_id in differing:
+        resync_locked(sp, job_id)
+    return differing
+
+
+def _reconcile_finished(sp: Handle, active: Listing, checked: set[str]) -> None:
+    """done/ and dead/ against their rows (after the active folders were, ``active``): a set of
+    each folder's ids, each row of that state crossed off it a page at a time; what is left, the
+    rows not crossed, and the ids also found in another folder are resynced."""
+    found = {state: _ids_in(sp, state) for state in (State.DONE, State.DEAD)}
+    done, dead = found[State.DONE], found[State.DEAD]
+    differing = {job_id for job_id in active.jobs if job_id in done or job_id in dead}
+    differing.update(job_id for job_id in dead if job_id in done)
+    for state, ids in found.items():
+        after = ""
+        while page := sp.ledger.ids_in_state(state.value, after=after, limit=PAGE):
+            for job_id in page:
+                if job_id in ids:
+                    ids.discard(job_id)
+                else:
+                    differing.add(job_id)
+            after = page[-1]
+        differing.update(ids)
+    for job_id in differing - checked:
+        resync_locked(sp, job_id)
+
+
+def _ids_in(sp: Handle, state: State) -> set[str]:
+    """The ids of the job files in done/ or dead/ (as ``list_folders`` finds them)."""
+    return {job_id for job_id in map(job_id_of, fs.list_dir(sp.layout.fd(state))) if is_valid_id(job_id)}

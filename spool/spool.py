@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spool import admin, stats, store
+from spool import store
 from spool.batch import submit_many
 from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
@@ -209,12 +209,16 @@ class Spool(Handle):
         self, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
     ) -> str:
         _check_id(job_id)
+        from spool import admin  # start-up: recovery, ingest and moves are not a producer's
+
         return admin.cancel(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
     def requeue(
         self, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
     ) -> State:
         _check_id(job_id)
+        from spool import admin  # start-up: recovery, ingest and moves are not a producer's
+
         return admin.requeue(self, job_id, timeout_seconds=timeout_seconds, on_wait=on_wait)
 
     # -- for tools that must answer without the ledger ----------------------------------------
@@ -236,6 +240,8 @@ class Spool(Handle):
         try:
             return self.ledger.ids(state=state, reason=reason, limit=limit)
         except LedgerError as err:
+            from spool import stats  # start-up: the folder-listing fallback is not a producer's
+
             if on_trouble is not None:
                 on_trouble(stats.ledger_trouble(self, err))
             return stats.ids_from_files(self, state)
@@ -246,6 +252,8 @@ class Spool(Handle):
         try:
             self.ledger.meta("coordinator_seen")
         except LedgerError as err:
+            from spool import stats  # start-up: the folder-listing fallback is not a producer's
+
             return stats.ledger_trouble(self, err)
         return None
 

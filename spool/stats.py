@@ -13,7 +13,6 @@ from spool.errors import LedgerError
 from spool.fsio import fs
 from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_lock_name, worker_of_lock_name
 from spool.locks import is_held
-from spool.recovery import list_folders
 from spool.timetext import format_time, parse_time
 from spool.workers import unhandled_ready
 
@@ -78,6 +77,8 @@ def _from_ledger(sp: Handle) -> dict[str, Any]:
 
 
 def _from_files(sp: Handle, why: str) -> dict[str, Any]:
+    from spool.recovery import list_folders  # start-up: recovery (ingest, moves) only when the ledger failed
+
     counts: dict[str, int] = {}
     for folders in list_folders(sp).jobs.values():
         state = max(folders, key=lambda s: ADVANCEMENT[s]).value
@@ -103,6 +104,8 @@ def _from_files(sp: Handle, why: str) -> dict[str, Any]:
 def ids_from_files(sp: Handle, state: str | None = None) -> list[str]:
     """Job ids as the folders list them, newest first (ids are time-sortable ULIDs): ``spool ls``
     without a ledger."""
+    from spool.recovery import list_folders  # start-up: recovery (ingest, moves) only when the ledger failed
+
     jobs = list_folders(sp).jobs
     wanted = None if state is None else State(state)
     return sorted(
