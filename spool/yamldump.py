@@ -22,6 +22,17 @@ class _Representer(yaml.representer.SafeRepresenter):
 
     _depth = 0
 
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
+        # Asked twice per scalar by both serializers; upstream's answer without its per-call
+        # list building and path-resolver walk (the tables have neither wildcards nor paths).
+        if kind is not yaml.ScalarNode:
+            return super().resolve(kind, value, implicit)  # type: ignore[misc]
+        if implicit[0]:
+            for tag, pattern in _RESOLVERS_BY_FIRST.get(value[:1], ()):
+                if pattern.match(value):
+                    return tag
+        return STR
+
     def ignore_aliases(self, data: object) -> bool:
         # A value seen twice is written twice: the loader refuses anchors and aliases.
         return True
@@ -70,6 +81,8 @@ for _first_char, _entries in yaml.resolver.Resolver.yaml_implicit_resolvers.item
     for _tag, _pattern in _entries:
         _Dumper.add_implicit_resolver(YAML11, _pattern, [_first_char])
 _Dumper.add_implicit_resolver(YAML11, re.compile(r"(?:y|Y|n|N)\Z"), list("yYnN"))
+assert None not in _Dumper.yaml_implicit_resolvers and not _Dumper.yaml_path_resolvers
+_RESOLVERS_BY_FIRST: dict[str, list[tuple[str, re.Pattern[str]]]] = _Dumper.yaml_implicit_resolvers
 
 _Dumper.add_representer(type(None), yaml.SafeDumper.represent_none)
 _Dumper.add_representer(bool, yaml.SafeDumper.represent_bool)
