@@ -15,10 +15,19 @@ __all__ = ["format_time", "now_text", "parse_time"]
 
 
 def format_time(moment: float | datetime) -> str:
-    """RFC 3339 UTC with milliseconds: 2026-11-30T12:00:00.000Z."""
-    if not isinstance(moment, datetime):
+    """RFC 3339 UTC with milliseconds: 2026-11-30T12:00:00.000Z.
+
+    The year has four digits even before 1000 (``strftime("%Y")`` writes 999, which no RFC 3339
+    reader, ``parse_time`` included, reads back).
+    """
+    if isinstance(moment, datetime):
+        moment = moment.astimezone(UTC)
+    else:
         moment = datetime.fromtimestamp(moment, tz=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+        f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond // 1000:03d}Z"
+    )
 
 
 def now_text(clock: Clock = SYSTEM) -> str:

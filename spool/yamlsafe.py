@@ -1,14 +1,16 @@
 """The only way spool reads or writes YAML: job files and ``config.yaml`` are untrusted input.
 
-``load_yaml`` caps the size before parsing, decodes strict UTF-8 and parses with a subclass of
-PyYAML's pure-Python ``SafeLoader`` (``CSafeLoader`` segfaults, killing the process, on 60 KB of nested ``[``)
-that refuses anchors, aliases, explicit tags and duplicate keys, stops at 32 levels of nesting,
-and resolves plain scalars by YAML 1.2's core schema (no yes/no booleans, no octal ``0123``, no
-implicit dates). It returns only dict, list, str, int, float, bool and None; every failure is
-one ``InvalidJob`` line that starts with the source and says what and where.
+``load_yaml`` caps the size before parsing, decodes strict UTF-8, parses into values straight
+from parser events and refuses anchors, aliases, explicit tags and duplicate keys, stops at 32
+levels of nesting, and resolves plain scalars by YAML 1.2's core schema (no yes/no booleans, no
+octal ``0123``, no implicit dates). It returns only dict, list, str, int, float, bool and None;
+every failure is one ``InvalidJob`` line that starts with the source and says what and where.
+The events come from libyaml where the document allows it and from PyYAML's pure-Python parser,
+the reference, otherwise and on any error (see ``_libyaml_may_parse``); never from a composer
+(``CSafeLoader``'s recurses on the C stack: it segfaulted on 60 KB of nested ``[``).
 
-``dump_yaml`` writes block style with the same resolvers, so a string that would read back as
-anything else is quoted, and also quotes what a YAML 1.1 reader would misread (``on``, dates).
+``dump_yaml`` (``spool.yamldump``) writes block style with the same resolvers, so a string that
+would read back as anything else is quoted, and also quotes what a YAML 1.1 reader would misread.
 """
 
 # types-PyYAML leaves the event API (get_event, peek_event, resolve) untyped.
@@ -16,9 +18,9 @@ anything else is quoted, and also quotes what a YAML 1.1 reader would misread (`
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 import yaml
 from yaml.events import (
@@ -30,91 +32,30 @@ from yaml.events import (
     SequenceStartEvent,
     StreamEndEvent,
 )
-from yaml.nodes import ScalarNode
 
 from spool.errors import InvalidJob
+from spool.yamldump import dump_yaml
+from spool.yamlschema import CONVERT, CORE_SCHEMA, MAX_DEPTH
 
 __all__ = ["MAX_DEPTH", "dump_yaml", "load_yaml"]
-
-MAX_DEPTH = 32
-
-_NULL = "tag:yaml.org,2002:null"
-_BOOL = "tag:yaml.org,2002:bool"
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_STR = "tag:yaml.org,2002:str"
-# Any tag but str makes the dumper quote a string; this one marks YAML 1.1 readings.
-_YAML11 = "tag:spool,2026:yaml11-trap"
-
-# YAML 1.2 core schema (tag, pattern, first characters). ``\Z``, not ``$``: ``$`` also matches
-# before a final newline. int is listed before float so "123" is an int.
-_CORE_SCHEMA: list[tuple[str, re.Pattern[str], list[str]]] = [
-    (_NULL, re.compile(r"(?:~|null|Null|NULL|)\Z"), ["~", "n", "N", ""]),
-    (_BOOL, re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")),
-    (_INT, re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z"), list("-+0123456789")),
-    (
-        _FLOAT,
-        re.compile(
-            r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
-        ),
-        list("-+.0123456789"),
-    ),
-]
-
-
-def _to_int(text: str) -> int:
-    if text.startswith(("0o", "0x")):
-        return int(text, 0)
-    return int(text, 10)  # base 10 even with leading zeros: 0123 is 123, never octal
-
-
-def _to_float(text: str) -> float:
-    if text[-1] in "fF":
-        return -math.inf if text[0] == "-" else math.inf
-    if text[-1] in "nN":
-        return math.nan
-    return float(text)
-
-
-_CONVERT: dict[str, Callable[[str], object]] = {
-    _NULL: lambda text: None,
-    _BOOL: lambda text: text[0] in "tT",
-    _INT: _to_int,
-    _FLOAT: _to_float,
-}
 
 
 class _Refused(yaml.MarkedYAMLError):
     """A document PyYAML accepts but spool does not; formatted like any other YAML error."""
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader's reader, scanner and parser; events become values here, with our checks.
+class _Builder:
+    """Events become values here, with our checks: shared by the pure-Python and libyaml parsers.
 
     Building values straight from events (no node graph, no constructor generators) is both
-    where the refusals live and about a fifth of the cost of a load.
+    where the refusals live and about a fifth of the cost of a load. The parser under it gives
+    ``get_event``, ``check_event`` and ``peek_event``.
     """
 
-    def need_more_tokens(self) -> bool:
-        # The scanner's hottest call (~500 per job). Same answer as upstream, which with no
-        # possible simple key pending would sweep an empty dict and compare None; ~15% of a load.
-        if self.done:
-            return False
-        if not self.tokens:
-            return True
-        if not self.possible_simple_keys:
-            return False
-        self.stale_possible_simple_keys()
-        return bool(self.next_possible_simple_key() == self.tokens_taken)
-
-    def fetch_flow_collection_start(self, token_class: type[yaml.Token]) -> None:
-        # Each open `[` may yet be a key, so the scanner reads ahead up to 1024 characters
-        # sweeping every open level per token: 60 KB of `[` cost half a second before the
-        # builder saw the 33rd. Refusing here keeps that sweep to MAX_DEPTH levels.
-        if self.flow_level >= MAX_DEPTH:
-            raise _Refused(None, None, f"nesting is deeper than {MAX_DEPTH} levels", self.get_mark())
-        super().fetch_flow_collection_start(token_class)
+    get_event: Callable[[], Any]
+    check_event: Callable[..., bool]
+    peek_event: Callable[[], Any]
+    dispose: Callable[[], None]
 
     def load_single(self) -> object:
         self.get_event()  # StreamStartEvent
@@ -141,14 +82,7 @@ class _Loader(yaml.SafeLoader):
         if kind is ScalarEvent:
             if not event.implicit[0]:  # quoted or block: always a string
                 return event.value
-            tag = self.resolve(ScalarNode, event.value, (True, False))
-            convert = _CONVERT.get(tag)
-            if convert is None:
-                return event.value
-            try:
-                return convert(event.value)
-            except ValueError:  # an int past Python's 4300-digit conversion limit
-                raise _Refused(None, None, "number is too large", event.start_mark) from None
+            return _plain_value(event.value, event.start_mark)
         if depth >= MAX_DEPTH:
             raise _Refused(None, None, f"nesting is deeper than {MAX_DEPTH} levels", event.start_mark)
         if kind is SequenceStartEvent:
@@ -171,10 +105,56 @@ class _Loader(yaml.SafeLoader):
         return mapping
 
 
-# Fresh tables: add_implicit_resolver would otherwise start from a copy of PyYAML's YAML 1.1 one.
-_Loader.yaml_implicit_resolvers = {}
-for _tag, _pattern, _first in _CORE_SCHEMA:
-    _Loader.add_implicit_resolver(_tag, _pattern, _first)
+# A plain scalar's resolvers by its first character ("" for the empty scalar), in schema order:
+# what Resolver.resolve looks up for a plain scalar, without its per-call list building.
+_PLAIN_RESOLVERS: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+for _tag, _pattern, _first in CORE_SCHEMA:
+    for _char in _first:
+        _PLAIN_RESOLVERS.setdefault(_char, []).append((_tag, _pattern))
+
+
+def _plain_value(text: str, mark: yaml.Mark | None) -> object:
+    """A plain scalar's value by the core schema: null, bool, int, float, or else the text."""
+    for tag, pattern in _PLAIN_RESOLVERS.get(text[:1], ()):
+        if pattern.match(text):
+            try:
+                return CONVERT[tag](text)
+            except ValueError:  # an int past Python's 4300-digit conversion limit
+                raise _Refused(None, None, "number is too large", mark) from None
+    return text
+
+
+class _Loader(_Builder, yaml.SafeLoader):
+    """SafeLoader's pure-Python reader, scanner and parser under ``_Builder``: the reference."""
+
+    def need_more_tokens(self) -> bool:
+        # The scanner's hottest call (~500 per job). Same answer as upstream, which with no
+        # possible simple key pending would sweep an empty dict and compare None; ~15% of a load.
+        if self.done:
+            return False
+        if not self.tokens:
+            return True
+        if not self.possible_simple_keys:
+            return False
+        self.stale_possible_simple_keys()
+        return bool(self.next_possible_simple_key() == self.tokens_taken)
+
+    def fetch_flow_collection_start(self, token_class: type[yaml.Token]) -> None:
+        # Each open `[` may yet be a key, so the scanner reads ahead up to 1024 characters
+        # sweeping every open level per token: 60 KB of `[` cost half a second before the
+        # builder saw the 33rd. Refusing here keeps that sweep to MAX_DEPTH levels.
+        if self.flow_level >= MAX_DEPTH:
+            raise _Refused(None, None, f"nesting is deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def scan_flow_scalar_non_spaces(self, double: bool, start_mark: yaml.Mark) -> list[str]:
+        # PyYAML turns `"\U00110000"` into chr(0x110000), whose error is no YAMLError.
+        try:
+            return super().scan_flow_scalar_non_spaces(double, start_mark)
+        except (ValueError, OverflowError):  # past U+10FFFF; past a C int
+            raise yaml.scanner.ScannerError(
+                "while scanning a double-quoted scalar", start_mark, "found an escape past U+10FFFF", self.get_mark()
+            ) from None
 
 
 def _short(value: object) -> str:
@@ -211,12 +191,13 @@ def load_yaml(data: bytes, *, max_bytes: int, source: str) -> object:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise InvalidJob(f"{source}: not valid UTF-8 at byte {err.start}") from None
-    try:
-        loader = _Loader(text)
+    if _CLoader is not None and _libyaml_may_parse(data):
         try:
-            return loader.load_single()
-        finally:
-            loader.dispose()
+            return _load_single(_CLoader(data))
+        except Exception:  # noqa: BLE001 - any refusal or failure: the reference parser says what and where
+            pass
+    try:
+        return _load_single(_Loader(text))
     except yaml.YAMLError as err:
         message = _describe(err, text).replace("\n", " ")
         raise InvalidJob(f"{source}: {message}") from None
@@ -224,80 +205,60 @@ def load_yaml(data: bytes, *, max_bytes: int, source: str) -> object:
         raise InvalidJob(f"{source}: nesting is too deep") from None
 
 
-class _Dumper(yaml.SafeDumper):
-    """SafeDumper that writes only what ``load_yaml`` reads back to the same value."""
-
-    _depth = 0
-
-    def ignore_aliases(self, data: object) -> bool:
-        # A value seen twice is written twice: the loader refuses anchors and aliases.
-        return True
-
-    def represent_data(self, data: object) -> yaml.Node:
-        if isinstance(data, (dict, list, tuple)):
-            if self._depth >= MAX_DEPTH:
-                raise InvalidJob(f"nesting is deeper than {MAX_DEPTH} levels")
-            self._depth += 1
-            try:
-                return super().represent_data(data)
-            finally:
-                self._depth -= 1
-        return super().represent_data(data)
-
-    def represent_text(self, data: str) -> yaml.Node:
-        # PyYAML writes NEL, LS and PS raw inside single quotes, where a reader folds them into
-        # spaces: only double quotes, which escape them, keep them. A multi-line string (a
-        # traceback) reads best as a literal block under `cat`; the emitter falls back to
-        # quotes when a block can't hold the string exactly.
-        style = None
-        if _ODD_BREAKS.search(data):
-            style = '"'
-        elif "\n" in data:
-            style = "|"
-        return self.represent_scalar(_STR, str.__str__(data), style=style)
-
-    def represent_unsupported(self, data: object) -> yaml.Node:
-        raise TypeError(f"dump_yaml cannot write a {type(data).__name__}")
+def _load_single(loader: _Builder) -> object:
+    try:
+        return loader.load_single()
+    finally:
+        loader.dispose()
 
 
-_ODD_BREAKS = re.compile("[\x85\u2028\u2029]")
-
-_Dumper.yaml_implicit_resolvers = {}
-_Dumper.yaml_representers = {}
-_Dumper.yaml_multi_representers = {}
-for _tag, _pattern, _first in _CORE_SCHEMA:
-    _Dumper.add_implicit_resolver(_tag, _pattern, _first)
-# After the core schema, so a real int or bool still matches its own tag first.
-for _first_char, _entries in yaml.resolver.Resolver.yaml_implicit_resolvers.items():
-    for _tag, _pattern in _entries:
-        _Dumper.add_implicit_resolver(_YAML11, _pattern, [_first_char])
-_Dumper.add_implicit_resolver(_YAML11, re.compile(r"(?:y|Y|n|N)\Z"), list("yYnN"))
-
-_Dumper.add_representer(type(None), yaml.SafeDumper.represent_none)
-_Dumper.add_representer(bool, yaml.SafeDumper.represent_bool)
-_Dumper.add_representer(int, yaml.SafeDumper.represent_int)
-_Dumper.add_representer(float, yaml.SafeDumper.represent_float)
-_Dumper.add_representer(str, _Dumper.represent_text)
-_Dumper.add_representer(list, yaml.SafeDumper.represent_list)
-_Dumper.add_representer(tuple, yaml.SafeDumper.represent_list)
-_Dumper.add_representer(dict, yaml.SafeDumper.represent_dict)
-_Dumper.add_multi_representer(str, _Dumper.represent_text)  # StrEnum values and the like
-# None is PyYAML's key for "any other type".
-_Dumper.add_representer(None, _Dumper.represent_unsupported)  # type: ignore[arg-type]
+# libyaml's parser (through PyYAML's CParser events, never its composer) builds the same values
+# ~7x faster. Its composer, not the parser, is what crashed on deep nesting: ``_compose_node``
+# recurses on the C stack once per level, while libyaml's parser and scanner keep their levels
+# on heap stacks (and the libyaml 0.2.6 PyYAML's wheels bundle stops at 1000). ``_Builder`` stops
+# at MAX_DEPTH levels whichever parser is under it. Belt and braces, trusting no libyaml's depth
+# handling: a level opens only at one of these bytes, so a document with at most
+# MAX_C_NESTING_BYTES of them can't nest deeper (were each level a 256-byte C frame, 1 MiB of a
+# thread's 8 MiB stack), and any other goes to the pure-Python parser; a job file with 100
+# attempt records has ~1,600. Any error on the libyaml path is thrown away and the document
+# parsed again by the pure-Python parser, which is the reference: its value or its error is the
+# answer (tests/unit/test_yaml_differential.py checks that both give the same on a corpus).
+MAX_C_NESTING_BYTES = 4096
+_NESTING_BYTES = b"[{-:?"
 
 
-def dump_yaml(obj: object) -> bytes:
-    """Write ``obj`` (JSON-like values, tuples as lists) as block-style UTF-8 YAML.
+def _libyaml_may_parse(data: bytes) -> bool:
+    """Few enough bytes that can open a level, and none of the spots where the parsers differ.
 
-    Raises ``InvalidJob`` past ``MAX_DEPTH`` levels of nesting and ``TypeError`` for other types.
+    Each a difference tests/unit/test_yaml_differential.py found, where libyaml accepts what
+    PyYAML refuses or reads it otherwise; none is in a file spool writes (it escapes tabs and
+    BOMs and writes only empty flow collections), so the runner's own files stay on libyaml.
     """
-    out = yaml.dump(
-        obj,
-        Dumper=_Dumper,
-        default_flow_style=False,
-        sort_keys=False,
-        allow_unicode=True,
-        encoding="utf-8",
-    )
-    assert isinstance(out, bytes)
-    return out
+    if b"\t" in data:  # libyaml reads `a\tb` as a plain scalar; PyYAML refuses the tab
+        return False
+    if b"\xef\xbb\xbf" in data:  # a BOM: PyYAML skips only one at the very start, libyaml more
+        return False
+    if b"?" in data and _has_flow_content(data):
+        return False  # in a flow collection PyYAML ends a plain scalar at `?`, libyaml does not
+    if b"#" in data and _HEADER_COMMENT.search(data):
+        return False  # `|#`: libyaml takes a comment right after a block scalar's header
+    return len(data) - len(data.translate(None, _NESTING_BYTES)) <= MAX_C_NESTING_BYTES
+
+
+_HEADER_COMMENT = re.compile(rb"[|>][-+0-9]*#")
+
+
+def _has_flow_content(data: bytes) -> bool:
+    """A ``[`` or ``{`` that is not an empty ``[]`` or ``{}`` (all the flow style spool writes)."""
+    rest = data.replace(b"[]", b"").replace(b"{}", b"")
+    return b"[" in rest or b"{" in rest
+
+
+_CLoader: Callable[[bytes], _Builder] | None = None
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser
+
+    class _LibyamlLoader(_Builder, CParser):
+        """libyaml's reader, scanner and parser under ``_Builder``; fed the bytes, not the text."""
+
+    _CLoader = _LibyamlLoader

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -190,7 +190,7 @@ def test_tail_keeps_the_end_within_four_kib() -> None:
 
 
 def test_times_are_rfc3339_utc_with_milliseconds() -> None:
-    moment = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    moment = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
     assert format_time(moment) == "2026-11-30T12:00:00.123Z"
     assert format_time(moment.timestamp()) == "2026-11-30T12:00:00.123Z"
     assert parse_time("2026-11-30T13:00:00.123+01:00", "t") == moment.replace(microsecond=123000)

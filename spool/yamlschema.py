@@ -1,0 +1,59 @@
+"""The YAML schema spool reads and writes: YAML 1.2's core schema for plain scalars, and the depth cap.
+
+``spool.yamlsafe`` (reading) and ``spool.yamldump`` (writing) share these tables, so a string the
+writer leaves plain is one the reader reads back as that string.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+MAX_DEPTH = 32
+
+NULL = "tag:yaml.org,2002:null"
+BOOL = "tag:yaml.org,2002:bool"
+INT = "tag:yaml.org,2002:int"
+FLOAT = "tag:yaml.org,2002:float"
+STR = "tag:yaml.org,2002:str"
+# Any tag but str makes the dumper quote a string; this one marks YAML 1.1 readings.
+YAML11 = "tag:spool,2026:yaml11-trap"
+
+# YAML 1.2 core schema (tag, pattern, first characters). ``\Z``, not ``$``: ``$`` also matches
+# before a final newline. int is listed before float so "123" is an int.
+CORE_SCHEMA: list[tuple[str, re.Pattern[str], list[str]]] = [
+    (NULL, re.compile(r"(?:~|null|Null|NULL|)\Z"), ["~", "n", "N", ""]),
+    (BOOL, re.compile(r"(?:true|True|TRUE|false|False|FALSE)\Z"), list("tTfF")),
+    (INT, re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z"), list("-+0123456789")),
+    (
+        FLOAT,
+        re.compile(
+            r"(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+        ),
+        list("-+.0123456789"),
+    ),
+]
+
+
+def to_int(text: str) -> int:
+    if text.startswith(("0o", "0x")):
+        return int(text, 0)
+    return int(text, 10)  # base 10 even with leading zeros: 0123 is 123, never octal
+
+
+def to_float(text: str) -> float:
+    if text[-1] in "fF":
+        return -math.inf if text[0] == "-" else math.inf
+    if text[-1] in "nN":
+        return math.nan
+    return float(text)
+
+
+CONVERT: dict[str, Callable[[str], object]] = {
+    NULL: lambda text: None,
+    BOOL: lambda text: text[0] in "tT",
+    INT: to_int,
+    FLOAT: to_float,
+}
