@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from watchdog.events import FileSystemEventHandler
 
-log = logging.getLogger("spool.wake")
+log = logging.getLogger("spool.inotify")
 
 _MAX_REMEMBERED = 10_000  # past that, the next reconcile's listing finds what landed
 _BUFFER = 64 * 1024  # bytes per read of the inotify fd (an event is 16 bytes + its name)
@@ -128,10 +128,10 @@ class _InotifyWaker:
 
     def wait(self, timeout_seconds: float) -> list[tuple[str, str]]:
         # Rounded up: a wait that returns a hair early would only make its caller wait again.
-        if not self._poll.poll(math.ceil(max(timeout_seconds, 0.0) * 1000.0)):
-            return []
-        self._drain_pokes()
-        return self._read_events()
+        ready = {fd for fd, _ in self._poll.poll(math.ceil(max(timeout_seconds, 0.0) * 1000.0))}
+        if self._poke_r in ready:
+            self._drain_pokes()
+        return self._read_events() if self._fd in ready else []
 
     def _drain_pokes(self) -> None:
         try:
