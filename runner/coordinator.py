@@ -96,7 +96,9 @@ class Coordinator:
         lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         folders = [self.sp.layout.path(state) for state in State]
-        waker = Waker(folders)
+        # Jobs land in these only by rename or link: their in-place writes (dot-files) need no pass.
+        landings = [self.sp.layout.path(state) for state in State if state is not State.PENDING]
+        waker = Waker(folders, landings_only=landings)
         log.info("coordinator started (lease %ss)", self.lease_seconds)
         try:
             self._publish_start()
@@ -312,11 +314,10 @@ class Coordinator:
 
     def _recheck_dead_lease(self, job_id: str, now: float) -> None:
         """``expire`` refused a dead worker's lease: its lock was busy, the job moved on, or the
-        file's attempt is not the heartbeat's: a claim that died between writing the new
-        attempt's heartbeat (it does so first, under the job's lock) and recording the lease, so
-        the file still says the old attempt with no lease. The job file decides: ``_first_look``
-        watches the lease it records, or settles a file with none (``resync_locked`` counts the
-        claim's try as spent). This coordinator finishes it, now or (lock busy) on a later pass."""
+        file's attempt is not the heartbeat's (a claim died between writing the new attempt's
+        heartbeat, first, under the job's lock, and recording the lease). The job file decides:
+        ``_first_look`` watches the lease it records, or settles a file with none (``resync_locked``
+        counts the try as spent). This coordinator finishes it, now or (lock busy) on a later pass."""
         self.leases.pop(job_id, None)
         self._first_look(job_id, now)
 

@@ -44,15 +44,20 @@ _NAME_MAX = 256
 
 
 class Waker:
-    """Watch ``folders``; ``wait`` for what lands; ``poke`` wakes a wait at once; ``stop``."""
+    """Watch ``folders``; ``wait`` for what lands; ``poke`` wakes a wait at once; ``stop``.
 
-    def __init__(self, folders: Iterable[Path]) -> None:
+    In the folders also named in ``landings_only``, only a file created or renamed in wakes the
+    wait, not a write in place (there, those are the runner's own dot-files: heartbeats,
+    ``.wake``), which spares the waiter a wake-up per write."""
+
+    def __init__(self, folders: Iterable[Path], *, landings_only: Iterable[Path] = ()) -> None:
         folders = list(folders)
+        landings = {str(folder) for folder in landings_only}
         binding = _inotify_binding()
         if binding is None:
-            self._impl: _InotifyWaker | _ThreadedWaker = _ThreadedWaker(folders)
+            self._impl: _InotifyWaker | _ThreadedWaker = _ThreadedWaker(folders, landings)
         else:
-            self._impl = _InotifyWaker(folders, binding)
+            self._impl = _InotifyWaker(folders, landings, binding)
 
     @property
     def threaded(self) -> bool:
@@ -81,13 +86,8 @@ class _Binding:
         constants = inotify_c.InotifyConstants
         # What can mean "a file landed or changed": created (a link(2), a user's write in place),
         # renamed in, written, closed after a write. Not opens, reads or moves out.
-        self.mask: int = (
-            constants.IN_CREATE
-            | constants.IN_MOVED_TO
-            | constants.IN_MODIFY
-            | constants.IN_CLOSE_WRITE
-            | constants.IN_ONLYDIR
-        )
+        self.landing: int = constants.IN_CREATE | constants.IN_MOVED_TO | constants.IN_ONLYDIR
+        self.mask: int = self.landing | constants.IN_MODIFY | constants.IN_CLOSE_WRITE
         self.overflow: int = constants.IN_Q_OVERFLOW
         self.skip: int = constants.IN_ISDIR | constants.IN_IGNORED
 
@@ -107,7 +107,7 @@ def _inotify_binding() -> _Binding | None:
 
 
 class _InotifyWaker:
-    def __init__(self, folders: list[Path], binding: _Binding) -> None:
+    def __init__(self, folders: list[Path], landings: set[str], binding: _Binding) -> None:
         self._binding = binding
         self._fd = _checked(binding.init(), "inotify_init")
         self._folder_of: dict[int, str] = {}
@@ -116,7 +116,8 @@ class _InotifyWaker:
             os.set_inheritable(self._fd, False)  # ctypes' fd is inheritable; an attempt child needs none
             os.set_blocking(self._fd, False)
             for folder in folders:
-                wd = _checked(binding.add_watch(self._fd, os.fsencode(folder), binding.mask), f"watch {folder}")
+                mask = binding.landing if str(folder) in landings else binding.mask
+                wd = _checked(binding.add_watch(self._fd, os.fsencode(folder), mask), f"watch {folder}")
                 self._folder_of[wd] = Path(folder).name
             self._poke_r, self._poke_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         except BaseException:
@@ -187,7 +188,7 @@ def _checked(result: int, what: str) -> int:
 class _ThreadedWaker:
     """The fallback: watchdog's Observer, whose threads hand each event to the waiter."""
 
-    def __init__(self, folders: list[Path]) -> None:
+    def __init__(self, folders: list[Path], landings: set[str]) -> None:
         # start-up: the threaded Observer is imported only when the inotify bindings are missing
         from watchdog.events import FileClosedEvent, FileCreatedEvent, FileModifiedEvent, FileMovedEvent
         from watchdog.observers import Observer  # start-up: as above
@@ -198,9 +199,10 @@ class _ThreadedWaker:
         _no_move_pairing_delay()
         self._observer = Observer()
         # Asking the kernel for these only spares the threads every open and close-after-read.
-        kinds = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent]
+        every = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent]
+        handler = cast("FileSystemEventHandler", self)  # it has the one method the Observer calls
         for folder in folders:
-            handler = cast("FileSystemEventHandler", self)  # it has the one method the Observer calls
+            kinds = [FileCreatedEvent, FileMovedEvent] if str(folder) in landings else every
             self._observer.schedule(handler, str(folder), recursive=False, event_filter=kinds)
         self._observer.daemon = True
         self._observer.start()

@@ -148,3 +148,26 @@ def test_stop_closes_the_descriptors_and_a_late_poke_is_harmless(tmp_path: Path)
 def test_a_folder_that_cannot_be_watched_raises(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         Waker([tmp_path / "missing"])
+
+
+def test_in_a_landings_only_folder_writes_in_place_do_not_wake(folders: Path) -> None:
+    """The coordinator's leased/, done/ and dead/: job files land there only by a rename or a
+    link; what is written in place there (heartbeats, ``.wake``) needs no pass."""
+    (folders / "leased" / ".a.1.hb").write_text("0 w\n")
+    waker = Waker([folders / "pending", folders / "leased"], landings_only=[folders / "leased"])
+    try:
+        with open(folders / "leased" / ".a.1.hb", "w") as beat:  # written in place, closed
+            beat.write("1 w\n")
+        started = time.monotonic()
+        assert waker.wait(0.3) == []
+        assert time.monotonic() - started >= 0.25
+        (folders / "tmp" / "a.yaml").write_text("x")
+        os.rename(folders / "tmp" / "a.yaml", folders / "leased" / "a.yaml")
+        assert _wait_for(waker, ("leased", "a.yaml")) < 1.0
+        os.link(folders / "leased" / "a.yaml", folders / "leased" / "b.yaml")
+        assert _wait_for(waker, ("leased", "b.yaml")) < 1.0
+        with open(folders / "pending" / "c.yaml", "w") as drop:  # elsewhere a write still wakes
+            drop.write("task: echo\n")
+        assert _wait_for(waker, ("pending", "c.yaml")) < 1.0
+    finally:
+        waker.stop()
