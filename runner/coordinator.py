@@ -195,7 +195,6 @@ class Coordinator:
             # ingested drop holds a place against max_pending twice until the next reconcile.
             pending_fd = self.sp.layout.fd(State.PENDING)
             self.sp.ledger.set_meta(drops=sum(1 for name in drops if fs.exists(pending_fd, name)))
-        self.leases_landed = self.leases_landed or bool(arrivals.get(State.LEASED.value))
         if landed is None or self._lease_watch_due(now):
             self._watch_leases(now)
         elif self.leases and now >= self.next_probe:
@@ -221,8 +220,8 @@ class Coordinator:
                 drops.append(name)
             elif is_valid_id(job_id):
                 arrivals.setdefault(folder, set()).add(job_id)
-        if arrivals.get(State.WAITING.value):
-            self.may_wait = True
+        self.may_wait = self.may_wait or bool(arrivals.get(State.WAITING.value))
+        self.leases_landed = self.leases_landed or bool(arrivals.get(State.LEASED.value))
         if arrivals.get(State.PENDING.value) or woken:
             self._load_timers()  # a retry or a delayed job may have landed
         return list(dict.fromkeys(drops)), arrivals

@@ -220,3 +220,19 @@ def test_done_arrivals_ask_for_dependents_only_while_a_job_may_wait(
     assert asked == [] and not coordinator.may_wait
     coordinator.run_pass([(State.WAITING.value, job_name("1" * 26)), (State.DONE.value, job_name("0" * 26))])
     assert coordinator.may_wait and asked == ["0" * 26]
+
+
+def test_a_lease_landing_in_a_reconcile_pass_still_calls_a_watch(sp: Spool, clock: Clock, worker_lock: Lock) -> None:
+    """A reconcile pass replaces the pass's arrivals with the waiting jobs: the landed lease must
+    still bring the next watch forward (LEASE_WATCH_SECONDS), not wait for the lease period."""
+    job_id = sp.submit("echo", {"n": 1})
+    coordinator = Coordinator(sp, clock=clock)
+    coordinator.run_pass([])
+    _claim(sp, beat_first=True)
+    clock.now += LEASE_WATCH_SECONDS / 2
+    coordinator.last_reconcile = -1e18
+    coordinator.run_pass([(State.LEASED.value, job_name(job_id))])
+    assert job_id not in coordinator.leases  # coalesced: not yet
+    clock.now += LEASE_WATCH_SECONDS / 2 + 0.001
+    coordinator.run_pass([])
+    assert job_id in coordinator.leases
