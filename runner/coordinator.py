@@ -11,6 +11,11 @@ the job's heartbeat counter change, and expires a lease whose counter has not ch
 full ``lease_seconds`` of its own observation. A lease it sees first (after a start, or a pause
 of its own) gets a fresh full term. It never reads a worker's timestamp or a file's mtime. A
 local worker whose liveness lock is free is dead: its lease is expired at once.
+
+A wake-up runs only the parts of a pass its events or the clock call for (docs/performance.md).
+The lease watch (list leased/, read each counter, probe each worker's lock once) runs at most
+every LEASE_WATCH_SECONDS after leases land, at least every ``_lease_period()``, and when a term
+runs out; between watches the lease holders' locks are probed every WORKER_PROBE_SECONDS.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from types import FrameType
 
 from spool import crash
 from spool.chains import advance_waiting, make_ready
-from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable, SpoolError
+from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
@@ -47,12 +52,14 @@ from spool.spool import Spool
 from spool.store import read_job
 from spool.timetext import format_time, parse_time
 from spool.transitions import expire
-from spool.workers import unhandled_ready, unhandled_warning
+
+from spool.runner.unhandled import UnhandledWarner
 
 log = logging.getLogger("spool.coordinator")
 
 RECONCILE_SECONDS = 5.0
-UNHANDLED_GRACE_SECONDS = 3.0
+LEASE_WATCH_SECONDS = 0.1  # new leases landing wake a lease watch at most this often
+WORKER_PROBE_SECONDS = 0.2  # the liveness locks of the workers holding leases, between watches
 
 
 @dataclass
@@ -74,8 +81,12 @@ class Coordinator:
         self.last_reconcile = -1e18
         self.last_published = -1e18
         self._stop = False
-        self.unhandled_since: dict[str, float] = {}  # task -> our clock when first seen unhandled
-        self.unhandled_warned: set[str] = set()
+        self.unhandled = UnhandledWarner()
+        self.last_lease_watch = -1e18
+        self.next_lease_watch = -1e18  # our clock: a lease watch is due (a term may run out)
+        self.next_probe = -1e18  # our clock: probe the leases' workers' locks
+        self.leases_landed = False  # a job landed in leased/ since the last lease watch
+        self.may_wait = True  # a job may be in waiting/ (the last reconcile, or an arrival since)
 
     # -- life --------------------------------------------------------------------------------
 
@@ -85,7 +96,9 @@ class Coordinator:
         lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         folders = [self.sp.layout.path(state) for state in State]
-        waker = Waker(folders)
+        # Jobs land in these only by rename or link: their in-place writes (dot-files) need no pass.
+        landings = [self.sp.layout.path(state) for state in State if state is not State.PENDING]
+        waker = Waker(folders, landings_only=landings)
         log.info("coordinator started (lease %ss)", self.lease_seconds)
         try:
             self._publish_start()
@@ -139,30 +152,42 @@ class Coordinator:
         self._publish_meta()
 
     def _next_wait(self) -> float:
-        wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)
+        now = self.clock()
+        wait = self._lease_period()
         if self.timers:
-            wait = min(wait, max(min(self.timers.values()) - self.clock(), 0.0))
-        return wait
+            wait = min(wait, min(self.timers.values()) - now)
+        if self.leases:
+            wait = min(wait, self.next_lease_watch - now, self.next_probe - now)
+        if self.leases_landed:
+            wait = min(wait, self.last_lease_watch + LEASE_WATCH_SECONDS - now)
+        return max(wait, 0.0)
+
+    def _lease_period(self) -> float:
+        """The longest a lease watch waits: the counters are sampled at least this often."""
+        return min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)
 
     # -- one pass ----------------------------------------------------------------------------
 
-    def run_pass(self, landed: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    def run_pass(self, landed: list[tuple[str, str]] | None = None) -> None:
+        """One pass. ``landed`` is what the Waker saw; None (a caller outside the event loop)
+        runs every part, the lease watch included, whatever is due."""
         now = self.clock()
         if self.last_pass is not None and now - self.last_pass > max(self.lease_seconds / 2.0, 5.0):
             # We were paused (SIGSTOP, a suspended VM): nobody could heartbeat into our view.
             log.warning("coordinator was paused %.1fs; every lease gets a fresh term", now - self.last_pass)
             self.leases.clear()
         self.last_pass = now
-        drops, arrivals = self._sort_landed(landed)
+        drops, arrivals = self._sort_landed(landed or [])
         listing_drops = None
         if now - self.last_reconcile >= RECONCILE_SECONDS:
             self.last_reconcile = now
             listing = reconcile(self.sp, full=False)  # a full pass at start and every minute (FULL_SECONDS)
             drops = listing_drops = listing.drops
             arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
+            self.may_wait = bool(arrivals[State.WAITING.value])
             sweep_tmp(self.sp)
             self._load_timers()
-            self._warn_unhandled(now)
+            self.unhandled.check(self.sp, now)
         for name in drops:
             self._ingest(name)
         if drops and listing_drops is drops:
@@ -170,7 +195,10 @@ class Coordinator:
             # ingested drop holds a place against max_pending twice until the next reconcile.
             pending_fd = self.sp.layout.fd(State.PENDING)
             self.sp.ledger.set_meta(drops=sum(1 for name in drops if fs.exists(pending_fd, name)))
-        self._watch_leases(now)
+        if landed is None or self._lease_watch_due(now):
+            self._watch_leases(now)
+        elif self.leases and now >= self.next_probe:
+            self._probe_workers(now)
         self._fire_timers()
         self._advance_chains(arrivals)
         if now - self.last_published >= 1.0:  # `spool stats` needs seconds, not every pass
@@ -192,6 +220,8 @@ class Coordinator:
                 drops.append(name)
             elif is_valid_id(job_id):
                 arrivals.setdefault(folder, set()).add(job_id)
+        self.may_wait = self.may_wait or bool(arrivals.get(State.WAITING.value))
+        self.leases_landed = self.leases_landed or bool(arrivals.get(State.LEASED.value))
         if arrivals.get(State.PENDING.value) or woken:
             self._load_timers()  # a retry or a delayed job may have landed
         return list(dict.fromkeys(drops)), arrivals
@@ -204,7 +234,30 @@ class Coordinator:
 
     # -- leases ------------------------------------------------------------------------------
 
+    def _lease_watch_due(self, now: float) -> bool:
+        landed = self.leases_landed and now - self.last_lease_watch >= LEASE_WATCH_SECONDS
+        return landed or now >= self.next_lease_watch
+
+    def _probe_workers(self, now: float) -> None:
+        """Between lease watches: a lease whose worker's lock is free calls the watch at once."""
+        self.next_probe = now + WORKER_PROBE_SECONDS
+        alive: dict[str, bool] = {}
+        if any(not self._worker_alive(watch.worker, alive) for watch in self.leases.values()):
+            self._watch_leases(now)
+
+    def _worker_alive(self, worker: str | None, alive: dict[str, bool]) -> bool:
+        """Whether ``worker``'s liveness lock is held (or unknown), probed once per ``alive``."""
+        if not worker:
+            return True  # no worker named: only the counter can expire it
+        if worker not in alive:
+            alive[worker] = is_held(self.sp.layout.fd("locks"), worker_lock_name(worker)) is not False
+        return alive[worker]
+
     def _watch_leases(self, now: float) -> None:
+        self.last_lease_watch, self.leases_landed = now, False
+        self.next_probe = now + WORKER_PROBE_SECONDS
+        due = now + self._lease_period()
+        alive: dict[str, bool] = {}
         leased_fd = self.sp.layout.fd(State.LEASED)
         current: set[str] = set()
         newest_beat: dict[str, int] = {}  # job id -> the newest attempt with a heartbeat file
@@ -231,13 +284,19 @@ class Coordinator:
             if counter != watch.counter:
                 watch.counter, watch.changed = counter, now
             why = None
-            if watch.worker and is_held(self.sp.layout.fd("locks"), worker_lock_name(watch.worker)) is False:
+            dead = not self._worker_alive(watch.worker, alive)
+            if dead:
                 why = f"worker {watch.worker} died (its lock was freed)"
                 dead_writer = True
             elif now - watch.changed > self.lease_seconds:
                 why = f"no heartbeat for {self.lease_seconds:g}s"
-            if why is not None and expire(self.sp, job_id, watch.attempt, why) is not None:
+            if why is None:
+                due = min(due, watch.changed + self.lease_seconds + 0.001)
+            elif expire(self.sp, job_id, watch.attempt, why) is not None:
                 self.leases.pop(job_id, None)
+            elif dead:
+                self._recheck_dead_lease(job_id, now)
+        self.next_lease_watch = due
         if dead_writer:
             sweep_tmp(self.sp)  # a dead worker's staged result (or rewrite) is garbage now: sweep it
 
@@ -251,6 +310,15 @@ class Coordinator:
         watch = LeaseWatch(attempt, beat[1], counter, now)
         self.leases[job_id] = watch
         return watch
+
+    def _recheck_dead_lease(self, job_id: str, now: float) -> None:
+        """``expire`` refused a dead worker's lease: its lock was busy, the job moved on, or the
+        file's attempt is not the heartbeat's (a claim died between writing the new attempt's
+        heartbeat, first, under the job's lock, and recording the lease). The job file decides:
+        ``_first_look`` watches the lease it records, or settles a file with none (``resync_locked``
+        counts the try as spent). This coordinator finishes it, now or (lock busy) on a later pass."""
+        self.leases.pop(job_id, None)
+        self._first_look(job_id, now)
 
     def _first_look(self, job_id: str, now: float) -> LeaseWatch | None:
         try:
@@ -266,27 +334,6 @@ class Coordinator:
         watch.counter = _read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
         self.leases[job_id] = watch
         return watch
-
-    # -- tasks nobody handles ----------------------------------------------------------------
-
-    def _warn_unhandled(self, now: float) -> None:
-        """One WARNING per task whose ready jobs no live worker handles (``spool.workers``), once
-        it has been so for UNHANDLED_GRACE_SECONDS (workers starting beside us have not said what
-        they handle yet); again only after a worker for it has come and gone."""
-        try:
-            unhandled = unhandled_ready(self.sp)
-        except (OSError, SpoolError) as err:  # the ledger's errors are typed (LedgerError, DiskFull)
-            log.debug("could not list the live workers' tasks: %s", err)
-            return
-        for task in list(self.unhandled_since):
-            if task not in unhandled:
-                del self.unhandled_since[task]
-                self.unhandled_warned.discard(task)
-        for task, ready in unhandled.items():
-            since = self.unhandled_since.setdefault(task, now)
-            if task not in self.unhandled_warned and now - since >= UNHANDLED_GRACE_SECONDS:
-                self.unhandled_warned.add(task)
-                log.warning("%d ready job(s) of task %r: %s", ready, task, unhandled_warning(task))
 
     # -- delays and backoffs -----------------------------------------------------------------
 
@@ -319,6 +366,8 @@ class Coordinator:
 
     def _advance_chains(self, arrivals: dict[str, set[str]]) -> None:
         candidates = set(arrivals.get(State.WAITING.value, ()))
+        if not self.may_wait:
+            return  # nothing waits on what finished: the next reconcile sees any job that does
         for folder in (State.DONE.value, State.DEAD.value):
             for job_id in arrivals.get(folder, ()):
                 candidates.update(self.sp.ledger.dependents(job_id))

@@ -1,6 +1,7 @@
 """The third-party internals spool overrides still have the shape it relies on.
 
-``runner/wake.py`` turns off watchdog's move-pairing hold through a class attribute, and
+``runner/wake.py`` reads watchdog's inotify bindings in its own thread (and, in its threaded
+fallback, turns off watchdog's move-pairing hold through a class attribute), and
 ``spool/yamlsafe.py`` subclasses PyYAML's pure-Python scanner, parser and resolver and replaces
 two scanner methods. Neither is public API: a new release may rename or reshape them, and the
 override would then do nothing (wake-ups 0.5 s late) or break loading. These tests fail first.
@@ -9,7 +10,11 @@ Verified with watchdog 7.1.0 and PyYAML 6.0.4.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import inspect
+import os
+import struct
 import textwrap
 
 import pytest
@@ -46,6 +51,33 @@ def test_watchdog_internals_have_the_shape_wake_relies_on() -> None:
                                                                       False)
     assert (moved.event_type, FileClosedNoWriteEvent("x").event_type, FileDeletedEvent("x").event_type,
             FileOpenedEvent("x").event_type) == ("moved", "closed_no_write", "deleted", "opened")
+
+
+def test_watchdog_inotify_bindings_have_the_shape_wake_reads_in_its_own_thread() -> None:
+    """``runner/wake.py`` reads inotify in the waiting thread through these (else: threads)."""
+    from watchdog.observers import inotify_c
+
+    from spool.runner import wake
+
+    binding = wake._inotify_binding()
+    assert binding is not None, "watchdog's inotify bindings are gone: Wakers fall back to Observer threads"
+    constants = inotify_c.InotifyConstants
+    assert (constants.IN_CREATE, constants.IN_MOVED_TO, constants.IN_MODIFY, constants.IN_CLOSE_WRITE) == (
+        0x100, 0x80, 0x2, 0x8)
+    assert (constants.IN_Q_OVERFLOW, constants.IN_IGNORED, constants.IN_ISDIR, constants.IN_ONLYDIR) == (
+        0x4000, 0x8000, 0x40000000, 0x01000000)
+    # A staticmethod parsing raw inotify_event structs into (wd, mask, cookie, name).
+    assert isinstance(inotify_c.InotifyFD.__dict__.get("_parse_event_buffer"), staticmethod)
+    raw = struct.pack("iIII", 3, 0x80, 7, 8) + b"a.yaml\0\0" + struct.pack("iIII", -1, 0x4000, 0, 0)
+    assert list(inotify_c.InotifyFD._parse_event_buffer(raw)) == [(3, 0x80, 7, b"a.yaml"), (-1, 0x4000, 0, b"")]
+    # ctypes bindings: -1 and errno on failure, a descriptor otherwise.
+    fd = inotify_c.inotify_init()
+    try:
+        assert fd >= 0
+        assert inotify_c.inotify_add_watch(fd, b"/nonexistent-spool-folder", constants.IN_CREATE) == -1
+        assert ctypes.get_errno() == errno.ENOENT
+    finally:
+        os.close(fd)
 
 
 def test_turning_the_hold_off_reaches_a_new_grouper(monkeypatch: pytest.MonkeyPatch) -> None:
