@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from spool.fsio import fs
 from spool.layout import State, heartbeat_content, heartbeat_name, job_name, worker_lock_name
 from spool.locks import Lock, acquire
 from spool.runner import coordinator as coordinator_module
@@ -56,12 +57,17 @@ def job_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _claim(sp: Spool, *, beat_first: bool) -> Lease:
-    """A claim; ``beat_first`` adds what the claim writes before its rename in the new order
-    (the heartbeat file, counter 0), which is also what the old order leaves after a first beat."""
+    """A claim. The claim writes the lease's first heartbeat file (counter 0) before its rename;
+    ``beat_first=False`` removes it again: a lease as the old order left it before its first beat
+    (or as a failed heartbeat write leaves it), which the coordinator must read once."""
     job_file = claim(sp, WORKER, None)
     assert job_file is not None and job_file.lease is not None
+    beat = heartbeat_name(job_file.id, job_file.lease.attempt)
+    assert fs.exists(sp.layout.fd(State.LEASED), beat), "the claim writes the first heartbeat itself"
     if beat_first:
         heartbeat(sp, job_file.lease, 0)
+    else:
+        fs.unlink(sp.layout.fd(State.LEASED), beat)
     return job_file.lease
 
 
