@@ -192,17 +192,29 @@ def reserve_key(sp: Handle, key: str, job_id: str) -> None:
 
 def place_reservation(sp: Handle, key: str, job_id: str) -> None:
     """keys/<sha> -> id with its content fsync'd, its name not yet: the caller fsyncs keys/ before
-    it commits the job (a batch once for all its keys). Caller holds the key's lock."""
-    keys_fd = sp.layout.fd("keys")
-    staged = stage(sp, job_id.encode() + b"\n", sync=True)
+    it commits the job. Caller holds the key's lock."""
+    staged = stage(sp, reservation_bytes(job_id), sync=True)
     try:
-        try:
-            fs.link(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
-        except FileExistsError:
-            # A dangling reservation (its submitter died, or its job was purged): take it over.
-            fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
+        link_reservation(sp, key, staged)
     finally:
         unstage(sp, staged)
+
+
+def reservation_bytes(job_id: str) -> bytes:
+    """What a reservation file holds: the job id, on one line."""
+    return job_id.encode() + b"\n"
+
+
+def link_reservation(sp: Handle, key: str, staged: str) -> None:
+    """Publish tmp/``staged`` (a reservation whose content is durable already) as keys/<sha>; the
+    caller fsyncs keys/ before it commits the job, and removes the staged name after. Caller
+    holds the key's lock."""
+    keys_fd = sp.layout.fd("keys")
+    try:
+        fs.link(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
+    except FileExistsError:
+        # A dangling reservation (its submitter died, or its job was purged): take it over.
+        fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
 
 
 def unreserve_if_jobless(sp: Handle, job: Job) -> None:

@@ -171,11 +171,41 @@ class FullAfter(RealFS):
         super().write_new(dir_fd, name, data, sync=sync)
 
 
+class FullAfterRenames(RealFS):
+    """The real filesystem until ``allowed`` renames into a folder were made; then each is ENOSPC
+    (a folder that must grow a block on a full disk)."""
+
+    def __init__(self, allowed: int) -> None:
+        super().__init__()
+        self.allowed = allowed
+
+    def rename_noreplace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        if self.allowed == 0:
+            fsio._raise_disk_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        self.allowed -= 1
+        super().rename_noreplace(src_fd, src, dst_fd, dst)
+
+
+def test_a_full_disk_while_staging_writes_nothing_and_unreserves_everything(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file of a round is staged before any is linked or renamed: a full disk half way
+    through the staging leaves no job, no reservation, nothing in tmp/."""
+    specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfter(3 + 1))  # 3 job files, then 1 reservation
+    with pytest.raises(DiskFull):
+        sp.submit_many(specs)
+    monkeypatch.undo()
+    assert all_jobs(sp) == [] and names(sp, "keys") == [] and names(sp, "tmp") == []
+    assert [s.created for s in sp.submit_many(specs)] == [True, True, True]
+    assert len(all_jobs(sp)) == 3 and len(names(sp, "keys")) == 3
+
+
 def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(
     sp: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfter(3 + 1))  # 3 reservations, then 1 job file
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfterRenames(1))  # the first job's rename, then ENOSPC
     with pytest.raises(DiskFull):
         sp.submit_many(specs)
     monkeypatch.undo()
