@@ -141,6 +141,7 @@ def _prepare(sp: Handle, specs: Iterable[Mapping[str, Any]]) -> tuple[list[_Memb
     members: list[_Member] = []
     first_of_key: dict[str, int] = {}
     same_as: dict[int, int] = {}
+    runner_parts: dict[str, bytes] = {}  # one encode of the runner's fields for the batch
     count = 0
     for index, spec in enumerate(specs):
         count += 1
@@ -148,7 +149,7 @@ def _prepare(sp: Handle, specs: Iterable[Mapping[str, Any]]) -> tuple[list[_Memb
         job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where)
         job_file = JobFile(job=job, submitted_at=submitted_at)
         try:
-            data = encode_within_limit(sp, job_file)
+            data = encode_within_limit(sp, job_file, runner_parts)
             state = initial_state(sp, job)
         except InvalidJob as err:
             raise InvalidJob(f"{where}: {err}") from None

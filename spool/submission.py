@@ -26,6 +26,7 @@ from spool.layout import State, key_lock_name, key_name
 from spool.locks import Lock, acquire
 from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.timetext import now_text
+from spool.yamlsafe import dump_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -93,21 +94,41 @@ def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str) -> Job:
     )
 
 
-def encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
+def encode_within_limit(sp: Handle, job_file: JobFile, runner_parts: dict[str, bytes] | None = None) -> bytes:
     """The new job file's bytes, or InvalidJob if its spec is over ``max_job_bytes``.
 
     Every way in (CLI, Python API, HTTP API) comes through ``submit``, so none can skip the
     check, and it comes before anything is written: a job the coordinator would later find over
     the limit must never be accepted. The limit is on the spec as the file holds it (YAML); the
     runner's own fields are bounded apart (store.RUNNER_FILE_MAX_BYTES).
+
+    The same bytes as ``job.encode``, in two dumps: the head and the spec together (the spec is
+    measured exactly only when the two are over the limit), then the runner's part, which
+    ``runner_parts`` keeps by value: a batch's members, submitted at one moment with no attempt
+    yet, all share one.
     """
     limit = sp.settings.max_job_bytes
     floor = yaml_size_floor(job_file.job.args)  # far over: refuse without the slow encode
     if floor > limit:
         raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
+    head, spec, runner = job_file.mapping_parts()
+    front = dump_yaml({**head, **spec})
+    if len(front) <= limit:  # the spec is part of it: within the limit too
+        return front + _runner_part(runner, runner_parts)
     data, spec_bytes = encode_measured(job_file)
     if spec_bytes > limit:
         raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
+    return data
+
+
+def _runner_part(runner: dict[str, Any], known: dict[str, bytes] | None) -> bytes:
+    """The runner's fields as YAML, from ``known`` when an equal mapping was encoded before."""
+    if known is None:
+        return dump_yaml(runner)
+    text = repr(runner)  # plain values (str, int, None, lists of them): equal mappings, equal text
+    data = known.get(text)
+    if data is None:
+        data = known[text] = dump_yaml(runner)
     return data
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from spool import batch, fsio
+from spool import job as jobs
 from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
 from spool.fsio import RealFS
 from spool.layout import State, job_name, key_name
@@ -214,3 +215,24 @@ def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(
     again = sp.submit_many(specs)
     assert [s.created for s in again] == [False, True, True] and job_name(again[0].id) == committed
     assert len(all_jobs(sp)) == 3 and len(names(sp, "keys")) == 3
+
+
+def test_a_batch_writes_the_bytes_one_encode_would(spool_dir: Path) -> None:
+    """The batch encodes the runner's part of its members once: each file is still exactly
+    ``job.encode`` of its job, whatever the spec holds, and a spec just within the limit passes
+    while the whole file is over it."""
+    with Spool(spool_dir, environ={}, flags={"max_job_bytes": 4096}) as sp:
+        parent = sp.submit("echo")
+        specs = [
+            sp.spec("echo", {"text": "héllo ☃", "nested": {"a": [1, 2.5, None, True]}}, key="k1"),
+            sp.spec("echo", {"yes": "no", "n": "0x1F", "empty": ""}, delay_seconds=60),
+            sp.spec("other", depends_on=[parent], priority=-3, max_tries=1, timeout=0.5),
+            sp.spec("echo", {"blob": "x" * (4096 - 140)}),  # the spec within 4096 bytes, the file over
+            {"task": "echo", "args": {}},
+        ]
+        submitted = sp.submit_many(specs)
+        for answer in submitted:
+            state = next(state for state in State if (spool_dir / state.value / job_name(answer.id)).exists())
+            on_disk = (spool_dir / state.value / job_name(answer.id)).read_bytes()
+            assert on_disk == jobs.encode(read_job(sp, state, answer.id)), on_disk
+        assert len(on_disk) < 4096 < len((spool_dir / "pending" / job_name(submitted[3].id)).read_bytes())
