@@ -21,10 +21,10 @@ The steps, and what an interruption at each leaves (a crash, or an error raised 
    without an fsync, then one sync makes them all durable: ``fs.syncfs`` (one call for the
    whole filesystem), or where that is missing an fsync of each. Crash point
    ``batch-after-sync``. A failed sync is final (DurabilityError, nothing retried): the round
-   fails with nothing told and nothing linked. A crash (or power cut) up to here leaves only
+   fails with nothing told and nothing reserved. A crash (or power cut) up to here leaves only
    staged files in tmp/, whole or torn, which no one reads and the coordinator's tmp/ sweep
    removes.
-4. Each new key's reservation is linked into keys/ (taking over a dangling one), then keys/ is
+4. Each new key's reservation is renamed into keys/ (taking over a dangling one), then keys/ is
    fsync'd once. Crash point ``batch-after-keys``. A crash here leaves reservations without
    jobs: nothing was told, nothing is a job; the next submit of a key takes its reservation
    over, ``fsck --repair`` removes the rest.
@@ -74,9 +74,9 @@ from spool.submission import (
     encode_within_limit,
     initial_state,
     job_of_spec,
-    link_reservation,
     lock_key,
     lookup_key,
+    move_reservation,
     reservation_bytes,
     unreserve_if_jobless,
 )
@@ -142,6 +142,7 @@ def _prepare(sp: Handle, specs: Iterable[Mapping[str, Any]]) -> tuple[list[_Memb
     first_of_key: dict[str, int] = {}
     same_as: dict[int, int] = {}
     runner_parts: dict[str, bytes] = {}  # one encode of the runner's fields for the batch
+    dependencies: dict[str, State | None] = {}  # each dependency's state, looked up once
     count = 0
     for index, spec in enumerate(specs):
         count += 1
@@ -150,7 +151,7 @@ def _prepare(sp: Handle, specs: Iterable[Mapping[str, Any]]) -> tuple[list[_Memb
         job_file = JobFile(job=job, submitted_at=submitted_at)
         try:
             data = encode_within_limit(sp, job_file, runner_parts)
-            state = initial_state(sp, job)
+            state = initial_state(sp, job, dependencies)
         except InvalidJob as err:
             raise InvalidJob(f"{where}: {err}") from None
         except NotFound as err:
@@ -237,7 +238,8 @@ def _write_round(sp: Handle, new: list[_Member]) -> None:
         _sync_staged(sp, list(left))
         crash.point("batch-after-sync")
         for member, staged in zip(reserving, reservations):
-            link_reservation(sp, member.job_file.job.key, staged)
+            move_reservation(sp, member.job_file.job.key, staged)
+            del left[staged]
         if reserving:
             fs.fsync_dir(sp.layout.fd("keys"))
         crash.point("batch-after-keys")

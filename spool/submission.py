@@ -146,10 +146,20 @@ def _index_submit(sp: Handle, job_file: JobFile, state: State, ready: bool) -> N
         )
 
 
-def initial_state(sp: Handle, job: Job) -> State:
+def initial_state(sp: Handle, job: Job, known: dict[str, State | None] | None = None) -> State:
+    """PENDING, or WAITING while some dependency is not done; NotFound for one that is no job.
+
+    ``known``: the dependencies' states already looked up (a batch looks each up once: many
+    members often wait on one parent). A dependency that finishes after the look-up is no
+    different from one that finishes just after a submit: the coordinator promotes the job."""
     waiting = False
     for dep in job.depends_on:
-        dep_state = state_of(sp, dep)
+        if known is None:
+            dep_state = state_of(sp, dep)
+        elif dep in known:
+            dep_state = known[dep]
+        else:
+            dep_state = known[dep] = state_of(sp, dep)
         if dep_state is None:
             raise NotFound(f"depends_on: no job {dep}")
         waiting = waiting or dep_state is not State.DONE
@@ -216,9 +226,10 @@ def place_reservation(sp: Handle, key: str, job_id: str) -> None:
     it commits the job. Caller holds the key's lock."""
     staged = stage(sp, reservation_bytes(job_id), sync=True)
     try:
-        link_reservation(sp, key, staged)
-    finally:
+        move_reservation(sp, key, staged)
+    except BaseException:
         unstage(sp, staged)
+        raise
 
 
 def reservation_bytes(job_id: str) -> bytes:
@@ -226,13 +237,12 @@ def reservation_bytes(job_id: str) -> bytes:
     return job_id.encode() + b"\n"
 
 
-def link_reservation(sp: Handle, key: str, staged: str) -> None:
-    """Publish tmp/``staged`` (a reservation whose content is durable already) as keys/<sha>; the
-    caller fsyncs keys/ before it commits the job, and removes the staged name after. Caller
-    holds the key's lock."""
+def move_reservation(sp: Handle, key: str, staged: str) -> None:
+    """Rename tmp/``staged`` (a reservation whose content is durable already) to keys/<sha>; the
+    caller fsyncs keys/ before it commits the job. Caller holds the key's lock."""
     keys_fd = sp.layout.fd("keys")
     try:
-        fs.link(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
+        fs.rename_noreplace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
     except FileExistsError:
         # A dangling reservation (its submitter died, or its job was purged): take it over.
         fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))

@@ -63,10 +63,12 @@ def test_a_batch_syncs_once_then_fsyncs_each_folder_once(spool_dir: Path) -> Non
     # The one sync follows the last file written and precedes the first name made from one.
     sync = kinds.index("syncfs")
     assert kinds[:sync] == ["create"] * 80
-    assert kinds[sync + 1 : sync + 31] == ["link"] * 30 and kinds[sync + 31] == "fsync_dir"  # keys/, before any job
+    keys = [op for op in recorder.ops if op.kind == "rename" and op.dst_dir == "keys"]
+    assert kinds[sync + 1 : sync + 31] == ["rename"] * 30 and kinds[sync + 31] == "fsync_dir"  # keys/, before any job
+    assert [op for op in recorder.ops if op.kind != "overwrite"][sync + 31].dir == "keys" and len(keys) == 30
     # Each name is made durable before anything is told: the last folder fsync follows the last rename.
     assert kinds[sync + 32 : sync + 82] == ["rename"] * 50
-    assert kinds[sync + 82 :] == ["fsync_dir", "fsync_dir"] + ["unlink"] * 30  # the staged reservations' names
+    assert kinds[sync + 82 :] == ["fsync_dir", "fsync_dir"]  # nothing left staged to remove
     print(f"submit_many of 50 (30 keyed): {len(recorder.ops)} ops, folder fsyncs {dict(_folder_fsyncs(recorder))}")
 
 

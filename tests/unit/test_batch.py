@@ -206,7 +206,7 @@ def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(
     sp: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfterRenames(1))  # the first job's rename, then ENOSPC
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfterRenames(3 + 1))  # 3 reservations, 1 job, then ENOSPC
     with pytest.raises(DiskFull):
         sp.submit_many(specs)
     monkeypatch.undo()
