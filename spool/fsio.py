@@ -27,12 +27,10 @@ import os
 import stat
 from typing import Any
 
+from spool import linux
 from spool.errors import DiskFull, DurabilityError, InvalidJob
 
 _RENAME_NOREPLACE = 1
-# From this kernel on syncfs(2) reports a failed writeback; before it, it returned 0 whatever
-# happened, so it could not stand in for an fsync there.
-_SYNCFS_REPORTS_ERRORS = (5, 8)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -48,7 +46,7 @@ class RealFS:
             self._renameat2 = fn
         except AttributeError:  # glibc older than 2.28: fall back to link + unlink
             pass
-        self._syncfs = _load_syncfs()
+        self._syncfs = linux.load_syncfs()
 
     # -- directories -------------------------------------------------------------------------
 
@@ -73,12 +71,13 @@ class RealFS:
         names, in one call (Linux syncfs(2)): a batch's one sync instead of an fsync per file.
 
         False, having done nothing, where there is no such call or it can't be trusted (a kernel
-        before 5.8, whose syncfs never reported a failed write; a sandbox refusing it): the caller
-        fsyncs each file instead. A failure is final, as a failed fsync's: ``DurabilityError``,
-        never retried. It may also be a write error of another file on the same filesystem since
-        ``dir_fd`` was opened: a false alarm, on the safe side.
+        before 5.8, whose syncfs never reported a failed write; a filesystem not known to sync
+        everything, such as FUSE; a sandbox refusing it): the caller fsyncs each file instead. A
+        failure is final, as a failed fsync's: ``DurabilityError``, never retried. It may also be a
+        write error of another file on the same filesystem since ``dir_fd`` was opened: a false
+        alarm, on the safe side.
         """
-        if self._syncfs is None:
+        if self._syncfs is None or not linux.syncs_everything(dir_fd):
             return False
         if self._syncfs(dir_fd) == 0:
             return True
@@ -310,23 +309,6 @@ class RealFS:
     def close(self, fd: int) -> None:
         """Close a descriptor; for a lock's, this drops the flock."""
         os.close(fd)
-
-
-def _load_syncfs() -> Any:
-    """libc's syncfs, or None where it is missing or can't report a failed write (see above)."""
-    release = os.uname().release.split("-", 1)[0].split(".")
-    try:
-        version = (int(release[0]), int(release[1]))
-    except (IndexError, ValueError):
-        return None
-    if os.uname().sysname != "Linux" or version < _SYNCFS_REPORTS_ERRORS:
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except AttributeError:
-        return None
-    fn.argtypes = [ctypes.c_int]
-    return fn
 
 
 def _regular_or_close(fd: int, name: str) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from spool import batch, fsio
+from spool import batch, fsio, linux
 from spool import job as jobs
 from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
 from spool.fsio import RealFS
@@ -236,3 +237,19 @@ def test_a_batch_writes_the_bytes_one_encode_would(spool_dir: Path) -> None:
             on_disk = (spool_dir / state.value / job_name(answer.id)).read_bytes()
             assert on_disk == jobs.encode(read_job(sp, state, answer.id)), on_disk
         assert len(on_disk) < 4096 < len((spool_dir / "pending" / job_name(submitted[3].id)).read_bytes())
+
+
+def test_syncfs_is_trusted_only_on_filesystems_known_to_sync_everything(
+    sp: Spool, spool_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """syncfs is used where the filesystem's type says it syncs every file (here: what `stat -f`
+    says this one is); on any other (FUSE, NFS, an overlay) the batch fsyncs each file instead."""
+    shown = subprocess.run(["stat", "-f", "-c", "%t", str(spool_dir)], capture_output=True, text=True, check=True)
+    tmp_fd = sp.layout.fd("tmp")
+    assert linux.fs_type(tmp_fd) == int(shown.stdout, 16)
+    monkeypatch.setattr(linux, "fs_type", lambda fd: 0x65735546)  # FUSE
+    assert fsio.fs.syncfs(tmp_fd) is False
+    synced: list[str] = []
+    monkeypatch.setattr(type(fsio.fs.__dict__["_impl"]), "fsync_file", lambda self, fd, name: synced.append(name))
+    assert all(s.created for s in sp.submit_many([sp.spec("echo", {"n": n}) for n in range(3)]))
+    assert len(synced) == 3
