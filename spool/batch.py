@@ -1,10 +1,10 @@
 """Many jobs at once: ``submit_many``, durable on return with one fsync of each folder it touched.
 
 The transition is ``submission.submit``'s, (new) -> PENDING or WAITING, for a list of specs; what
-a batch shares is the folder fsyncs (and the ledger transaction, and the wake-up). Each job file
-and each key reservation still has its own content fsync'd before its name can become durable,
-and each keyed job still makes one job per key: the key is reserved under its lock, durable
-before its job is committed, exactly as one submit does it.
+a batch shares is one sync of every file's content and the folder fsyncs (and the ledger
+transaction, and the wake-up). Each job file and each key reservation still has its content
+durable before its name is made, and each keyed job still makes one job per key: the key is
+reserved under its lock, durable before its job is committed, exactly as one submit does it.
 
 The steps, and what an interruption at each leaves (a crash, or an error raised there):
 
@@ -17,16 +17,23 @@ The steps, and what an interruption at each leaves (a crash, or an error raised 
    so two batches that share keys never deadlock (a single submit holds one key lock at a
    time, so it can't close a cycle either). Each key is looked up: a kept job answers for it,
    ``created=False``.
-3. Each new key's reservation is written (content fsync'd) and linked into keys/, then keys/ is
-   fsync'd once. Crash point ``batch-after-keys``. A crash before here (or at it) leaves at most
-   reservations without jobs and files in tmp/: nothing was told, nothing is a job; the next
-   submit of a key takes its reservation over, ``fsck --repair`` removes the rest, the
-   coordinator's tmp/ sweep removes the staged files.
-4. Each new job file is written in tmp/, fsync'd, and renamed without replacing into pending/
-   (or waiting/): that rename is the member's commit point. Crash point ``batch-after-commit``
+3. Every new file of the round, each job's and each new key's reservation, is written in tmp/
+   without an fsync, then one sync makes them all durable: ``fs.syncfs`` (one call for the
+   whole filesystem), or where that is missing an fsync of each. Crash point
+   ``batch-after-sync``. A failed sync is final (DurabilityError, nothing retried): the round
+   fails with nothing told and nothing reserved. A crash (or power cut) up to here leaves only
+   staged files in tmp/, whole or torn, which no one reads and the coordinator's tmp/ sweep
+   removes.
+4. Each new key's reservation is renamed into keys/ (taking over a dangling one), then keys/ is
+   fsync'd once. Crash point ``batch-after-keys``. A crash here leaves reservations without
+   jobs: nothing was told, nothing is a job; the next submit of a key takes its reservation
+   over, ``fsck --repair`` removes the rest.
+   Then each new job file is renamed without replacing from tmp/ into pending/ (or waiting/):
+   that rename is the member's commit point. Crash point ``batch-after-commit``
    after each rename. A crash between two renames leaves the first members committed, the others
    not; nobody was told any id. After a process crash the committed ones are jobs like any other
-   and run. Their names are not yet durable, so a power cut may keep any subset of them.
+   and run. Their names are not yet durable, so a power cut may keep any subset of them (their
+   content is durable since step 3, so each that survives is whole).
    Either way, a resubmit of the batch by key finds each member that survived and makes the
    others; an unkeyed member resubmitted is a second job, as with ``submit`` (a caller that
    must not double a job gives it a key).
@@ -58,9 +65,9 @@ from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import new_id
 from spool.job import JobFile, is_ready
-from spool.layout import State, key_name
+from spool.layout import State, job_name, key_name
 from spool.locks import Lock
-from spool.store import create_job, wake
+from spool.store import stage, unstage, wake
 from spool.submission import (
     Submitted,
     check_room,
@@ -69,7 +76,8 @@ from spool.submission import (
     job_of_spec,
     lock_key,
     lookup_key,
-    place_reservation,
+    move_reservation,
+    reservation_bytes,
     unreserve_if_jobless,
 )
 from spool.timetext import now_text
@@ -133,6 +141,8 @@ def _prepare(sp: Handle, specs: Iterable[Mapping[str, Any]]) -> tuple[list[_Memb
     members: list[_Member] = []
     first_of_key: dict[str, int] = {}
     same_as: dict[int, int] = {}
+    runner_parts: dict[str, bytes] = {}  # one encode of the runner's fields for the batch
+    dependencies: dict[str, State | None] = {}  # each dependency's state, looked up once
     count = 0
     for index, spec in enumerate(specs):
         count += 1
@@ -140,8 +150,8 @@ def _prepare(sp: Handle, specs: Iterable[Mapping[str, Any]]) -> tuple[list[_Memb
         job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where)
         job_file = JobFile(job=job, submitted_at=submitted_at)
         try:
-            data = encode_within_limit(sp, job_file)
-            state = initial_state(sp, job)
+            data = encode_within_limit(sp, job_file, runner_parts)
+            state = initial_state(sp, job, dependencies)
         except InvalidJob as err:
             raise InvalidJob(f"{where}: {err}") from None
         except NotFound as err:
@@ -216,17 +226,26 @@ def _commit_round(sp: Handle, members: list[_Member]) -> tuple[dict[int, Submitt
 
 
 def _write_round(sp: Handle, new: list[_Member]) -> None:
-    """Reserve the new keys (one fsync of keys/), commit each job, one fsync of each folder.
-    Caller holds every new key's lock."""
+    """Steps 3-5 for one round: stage its files unsynced, one sync for all of them, reserve the new
+    keys (one fsync of keys/), commit each job, one fsync of each folder. Caller holds every new
+    key's lock."""
     reserving = [member for member in new if member.key is not None]
+    tmp_fd = sp.layout.fd("tmp")
+    left: dict[str, None] = {}  # staged names still in tmp/, removed on the way out
     try:
-        for member in reserving:
-            place_reservation(sp, member.job_file.job.key, member.job_file.id)
+        job_files = [_stage_unsynced(sp, member.data, left) for member in new]
+        reservations = [_stage_unsynced(sp, reservation_bytes(member.job_file.id), left) for member in reserving]
+        _sync_staged(sp, list(left))
+        crash.point("batch-after-sync")
+        for member, staged in zip(reserving, reservations):
+            move_reservation(sp, member.job_file.job.key, staged)
+            del left[staged]
         if reserving:
             fs.fsync_dir(sp.layout.fd("keys"))
         crash.point("batch-after-keys")
-        for member in new:
-            create_job(sp, member.state, member.job_file, member.data)
+        for member, staged in zip(new, job_files):
+            fs.rename_noreplace(tmp_fd, staged, sp.layout.fd(member.state), job_name(member.job_file.id))
+            del left[staged]
             crash.point("batch-after-commit")
         for state in sorted({member.state for member in new}, key=lambda state: state.value):
             fs.fsync_dir(sp.layout.fd(state))
@@ -234,6 +253,25 @@ def _write_round(sp: Handle, new: list[_Member]) -> None:
         for member in reserving:
             unreserve_if_jobless(sp, member.job_file.job)
         raise
+    finally:
+        for staged in left:
+            unstage(sp, staged)
+
+
+def _stage_unsynced(sp: Handle, data: bytes, left: dict[str, None]) -> str:
+    """Write ``data`` to a new name in tmp/, no fsync (the round syncs them all at once)."""
+    staged = stage(sp, data, sync=False)
+    left[staged] = None
+    return staged
+
+
+def _sync_staged(sp: Handle, staged: list[str]) -> None:
+    """Make the round's staged files durable: one ``syncfs``, or an fsync of each where it is missing."""
+    tmp_fd = sp.layout.fd("tmp")
+    if fs.syncfs(tmp_fd):
+        return
+    for name in staged:
+        fs.fsync_file(tmp_fd, name)
 
 
 def _index_batch(sp: Handle, committed: list[_Member]) -> None:

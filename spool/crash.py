@@ -50,7 +50,8 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "after-key",
         "after-commit",
         "after-submit",
-        "batch-after-keys",  # submit_many: a round's keys reserved and keys/ fsync'd, no job renamed
+        "batch-after-sync",  # submit_many: a round's files staged in tmp/ and synced, nothing linked or renamed
+        "batch-after-keys",  # a round's keys reserved and keys/ fsync'd, no job renamed
         "batch-after-commit",  # after each member's rename (killed after the first), before the folder fsync
         "batch-after-submit",  # every round durable, no ledger row yet
     ),

@@ -26,6 +26,7 @@ from spool.layout import State, key_lock_name, key_name
 from spool.locks import Lock, acquire
 from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.timetext import now_text
+from spool.yamlsafe import dump_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -93,21 +94,41 @@ def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str) -> Job:
     )
 
 
-def encode_within_limit(sp: Handle, job_file: JobFile) -> bytes:
+def encode_within_limit(sp: Handle, job_file: JobFile, runner_parts: dict[str, bytes] | None = None) -> bytes:
     """The new job file's bytes, or InvalidJob if its spec is over ``max_job_bytes``.
 
     Every way in (CLI, Python API, HTTP API) comes through ``submit``, so none can skip the
     check, and it comes before anything is written: a job the coordinator would later find over
     the limit must never be accepted. The limit is on the spec as the file holds it (YAML); the
     runner's own fields are bounded apart (store.RUNNER_FILE_MAX_BYTES).
+
+    The same bytes as ``job.encode``, in two dumps: the head and the spec together (the spec is
+    measured exactly only when the two are over the limit), then the runner's part, which
+    ``runner_parts`` keeps by value: a batch's members, submitted at one moment with no attempt
+    yet, all share one.
     """
     limit = sp.settings.max_job_bytes
     floor = yaml_size_floor(job_file.job.args)  # far over: refuse without the slow encode
     if floor > limit:
         raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
+    head, spec, runner = job_file.mapping_parts()
+    front = dump_yaml({**head, **spec})
+    if len(front) <= limit:  # the spec is part of it: within the limit too
+        return front + _runner_part(runner, runner_parts)
     data, spec_bytes = encode_measured(job_file)
     if spec_bytes > limit:
         raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
+    return data
+
+
+def _runner_part(runner: dict[str, Any], known: dict[str, bytes] | None) -> bytes:
+    """The runner's fields as YAML, from ``known`` when an equal mapping was encoded before."""
+    if known is None:
+        return dump_yaml(runner)
+    text = repr(runner)  # plain values (str, int, None, lists of them): equal mappings, equal text
+    data = known.get(text)
+    if data is None:
+        data = known[text] = dump_yaml(runner)
     return data
 
 
@@ -125,10 +146,20 @@ def _index_submit(sp: Handle, job_file: JobFile, state: State, ready: bool) -> N
         )
 
 
-def initial_state(sp: Handle, job: Job) -> State:
+def initial_state(sp: Handle, job: Job, known: dict[str, State | None] | None = None) -> State:
+    """PENDING, or WAITING while some dependency is not done; NotFound for one that is no job.
+
+    ``known``: the dependencies' states already looked up (a batch looks each up once: many
+    members often wait on one parent). A dependency that finishes after the look-up is no
+    different from one that finishes just after a submit: the coordinator promotes the job."""
     waiting = False
     for dep in job.depends_on:
-        dep_state = state_of(sp, dep)
+        if known is None:
+            dep_state = state_of(sp, dep)
+        elif dep in known:
+            dep_state = known[dep]
+        else:
+            dep_state = known[dep] = state_of(sp, dep)
         if dep_state is None:
             raise NotFound(f"depends_on: no job {dep}")
         waiting = waiting or dep_state is not State.DONE
@@ -192,17 +223,29 @@ def reserve_key(sp: Handle, key: str, job_id: str) -> None:
 
 def place_reservation(sp: Handle, key: str, job_id: str) -> None:
     """keys/<sha> -> id with its content fsync'd, its name not yet: the caller fsyncs keys/ before
-    it commits the job (a batch once for all its keys). Caller holds the key's lock."""
-    keys_fd = sp.layout.fd("keys")
-    staged = stage(sp, job_id.encode() + b"\n", sync=True)
+    it commits the job. Caller holds the key's lock."""
+    staged = stage(sp, reservation_bytes(job_id), sync=True)
     try:
-        try:
-            fs.link(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
-        except FileExistsError:
-            # A dangling reservation (its submitter died, or its job was purged): take it over.
-            fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
-    finally:
+        move_reservation(sp, key, staged)
+    except BaseException:
         unstage(sp, staged)
+        raise
+
+
+def reservation_bytes(job_id: str) -> bytes:
+    """What a reservation file holds: the job id, on one line."""
+    return job_id.encode() + b"\n"
+
+
+def move_reservation(sp: Handle, key: str, staged: str) -> None:
+    """Rename tmp/``staged`` (a reservation whose content is durable already) to keys/<sha>; the
+    caller fsyncs keys/ before it commits the job. Caller holds the key's lock."""
+    keys_fd = sp.layout.fd("keys")
+    try:
+        fs.rename_noreplace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
+    except FileExistsError:
+        # A dangling reservation (its submitter died, or its job was purged): take it over.
+        fs.rename_replace(sp.layout.fd("tmp"), staged, keys_fd, key_name(key))
 
 
 def unreserve_if_jobless(sp: Handle, job: Job) -> None:

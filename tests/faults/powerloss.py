@@ -9,8 +9,8 @@ How it works, in four steps:
    returned: a submit's id, a claim's counted try, a result, a move to dead.
 2. **Build crash states.** A power cut after operation k keeps operations 0..k-1, but only what
    was made durable is certain:
-     - a file's DATA is durable once fsync'd (``write_new(sync=True)``); unsynced data whose
-       name survives may come back empty or torn (its first half);
+     - a file's DATA is durable once fsync'd (``write_new(sync=True)``, or ``fsync_file`` of it
+       later); unsynced data whose name survives may come back empty or torn (its first half);
      - a NAME (create, link, rename, unlink in a directory) is durable once that directory is
        fsync'd after it. A rename between two directories has two halves: the source's removal
        is durable after an fsync of the source, the target's entry after an fsync of the target;
@@ -23,6 +23,8 @@ How it works, in four steps:
    source half was made durable first, or with ``strict_renames=True``: journalling
    filesystems commit a rename as one transaction, and a move into done/ or dead/ fsyncs its
    target folder before it removes the source (``store.publish_job``).
+   A ``syncfs`` (a batch's one sync) makes everything issued before it durable once it returns:
+   every file's data and every name in every directory; it says nothing about what follows it.
    Dot-files the runner writes without fsync by design (heartbeat counters, ``.wake``) are kept
    as written: losing them is not a durability question.
 3. **Replay.** Many choices give the same files; each distinct state (names, contents, hard
@@ -70,7 +72,7 @@ MAX_DROPS = 3
 class Op:
     """One mutating filesystem call, with directories relative to the spool root ("" is the root)."""
 
-    kind: str  # create | overwrite | link | rename | unlink | fsync_dir | mkdir
+    kind: str  # create | overwrite | link | rename | unlink | fsync_dir | fsync_file | syncfs | mkdir
     dir: str
     name: str = ""
     dst_dir: str = ""
@@ -87,6 +89,10 @@ class Op:
             return f"create {_show(self.dir, self.name)} ({len(self.data)} bytes{', fsync' if self.synced else ''})"
         if self.kind == "fsync_dir":
             return f"fsync {self.dir or '.'}/"
+        if self.kind == "syncfs":
+            return "syncfs (everything so far)"
+        if self.kind == "fsync_file":
+            return f"fsync {_show(self.dir, self.name)}"
         return f"{self.kind} {_show(self.dir, self.name)}"
 
 
@@ -134,6 +140,17 @@ class RecordingFS(RealFS):
         super().fsync_dir(dir_fd)
         where = self.rel(dir_fd)
         self._log(None if where is None else Op("fsync_dir", where))
+
+    def syncfs(self, dir_fd: int) -> bool:
+        synced = super().syncfs(dir_fd)
+        if synced and self.rel(dir_fd) is not None:
+            self._log(Op("syncfs", ""))
+        return synced
+
+    def fsync_file(self, dir_fd: int, name: str) -> None:
+        super().fsync_file(dir_fd, name)
+        where = self.rel(dir_fd)
+        self._log(None if where is None else Op("fsync_file", where, name))
 
     def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
         super().write_new(dir_fd, name, data, sync=sync)
@@ -259,6 +276,7 @@ class History:
         self.effects: list[NameEffect] = []
         self.effects_of: list[list[int]] = []  # op index -> indices into effects
         self.data: dict[int, tuple[int, bytes, bool]] = {}  # inode -> (op, content, synced)
+        self.data_synced: dict[int, list[int]] = {}  # inode -> the ops that fsync'd its data later
         self._simulate()
 
     def _simulate(self) -> None:
@@ -294,12 +312,24 @@ class History:
             elif op.kind == "unlink":
                 if op.name in folder:
                     add(op.dir, op.name, None)
+            elif op.kind == "fsync_file":
+                inode = folder.get(op.name)
+                if inode is None:
+                    raise AssertionError(f"op {index}: {op.describe()}: the model lost track of the file")
+                self.data_synced.setdefault(inode, []).append(index)
             elif op.kind == "mkdir":
                 raise AssertionError(f"op {index}: {op.describe()}: start the recording after the layout exists")
             self.effects_of.append(mine)
 
     def durable(self, effect: NameEffect, cut: int) -> bool:
-        return any(op.kind == "fsync_dir" and op.dir == effect.dir for op in self.ops[effect.op + 1:cut])
+        return any((op.kind == "fsync_dir" and op.dir == effect.dir) or op.kind == "syncfs"
+                   for op in self.ops[effect.op + 1:cut])
+
+    def data_durable(self, inode: int, cut: int) -> bool:
+        """The file's content was fsync'd after its creation (by name, or by a syncfs) before ``cut``."""
+        created = self.data[inode][0]
+        return (any(created < at < cut for at in self.data_synced.get(inode, ()))
+                or any(op.kind == "syncfs" for op in self.ops[created + 1:cut]))
 
     def units(self, cut: int) -> list[Unit]:
         """The pieces a power cut after ``cut`` operations may lose."""
@@ -324,6 +354,8 @@ class History:
             if op.kind == "create" and not op.synced and op.data:
                 inode = self.effects[ids[0]].inode
                 assert inode is not None
+                if self.data_durable(inode, cut):
+                    continue
                 units.append(Unit(f"data of [{what}] (now empty)", lost_data=(inode, "empty")))
                 if len(op.data) > 1:
                     units.append(Unit(f"data of [{what}] (torn to its first half)", lost_data=(inode, "torn")))

@@ -411,6 +411,7 @@ SCENARIOS: dict[str, list[Scenario]] = {
                  check=one_job_per_key),
         Scenario("keyless", submit_keyless),
     ],
+    "submit:batch-after-sync": _batch_scenarios(0),  # staged and synced, no key linked
     "submit:batch-after-keys": _batch_scenarios(0),
     "submit:batch-after-commit": _batch_scenarios(1),  # killed after the first member's rename
     "submit:batch-after-submit": _batch_scenarios(2),
@@ -606,7 +607,8 @@ def _assert_fsck_clean(spool_cli: Callable[..., Any]) -> None:
 
 SUBMIT_POINTS = ["submit:after-key-check", "submit:after-key", "submit:after-commit", "submit:after-submit"]
 # No command submits a batch (submit_many is the Python API's): its points are crashed above only.
-BATCH_POINTS = ["submit:batch-after-keys", "submit:batch-after-commit", "submit:batch-after-submit"]
+BATCH_POINTS = ["submit:batch-after-sync", "submit:batch-after-keys", "submit:batch-after-commit",
+                "submit:batch-after-submit"]
 COMMITTED = ("submit:after-commit", "submit:after-submit")  # the job file is in pending/ at these
 
 

@@ -195,6 +195,73 @@ def test_model_finds_a_later_member_lost_when_pending_is_fsynced_between_members
     assert lost and not any(first in p for p in lost), run.violations[0]
 
 
+class NoSyncfs(RecordingFS):
+    """A kernel or filesystem without a usable syncfs: the batch fsyncs each staged file instead."""
+
+    def syncfs(self, dir_fd: int) -> bool:
+        return False
+
+
+def test_every_power_cut_keeps_the_promises_of_a_batch_without_syncfs(tmp_path: Path) -> None:
+    run = run_model(Scenario("batch of 3, an fsync of each file", batch_of_three, jobs_bound=(0, 3)), tmp_path,
+                    fs_class=NoSyncfs)
+    print(run.summary())
+    assert any(op.kind == "fsync_file" for op in run.ops) and not any(op.kind == "syncfs" for op in run.ops)
+    assert run.with_losses > 0 and not run.violations, run.violations[:3]
+
+
+class SyncfsDoesNothing(RecordingFS):
+    """A batch whose one sync is gone: it says it synced, and nothing was (the staged files'
+    content is never made durable)."""
+
+    def syncfs(self, dir_fd: int) -> bool:
+        return True
+
+
+def test_model_finds_the_batch_torn_without_its_sync(tmp_path: Path) -> None:
+    run = run_model(Scenario("batch of 3, no sync of its files", batch_of_three), tmp_path,
+                    fs_class=SyncfsDoesNothing, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a batch whose files' content was never made durable"
+    # The torn job file is set aside by recovery: the acknowledged job is in no folder.
+    assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
+
+
+def test_model_syncfs_makes_everything_before_it_durable_and_nothing_after() -> None:
+    """A batch's shape: two staged files, one syncfs, the two renames (a cut between the sync and
+    the renames, and between the two members), the folder fsync; then one more unsynced file."""
+    empty = Snapshot(dirs=["", "tmp", "pending"], names={"": {}, "tmp": {}, "pending": {}}, contents={})
+    ops = [
+        Op("create", "tmp", "a", data=b"AAAA"),
+        Op("create", "tmp", "b", data=b"BBBB"),
+        Op("syncfs", ""),
+        Op("rename", "tmp", "a", dst_dir="pending", dst="a.yaml"),
+        Op("rename", "tmp", "b", dst_dir="pending", dst="b.yaml"),
+        Op("fsync_dir", "pending"),
+        Op("create", "tmp", "c", data=b"CCCC"),
+    ]
+    history = History(empty, ops)
+
+    def at(cut: int) -> list[dict[str, bytes]]:
+        return [{f"{d}/{n}": content for (d, n), (_i, content) in history.files(state).items()}
+                for state in history.states() if state.cut == cut]
+
+    # Before the sync, a staged file may come back empty or torn, or not at all.
+    assert {files.get("tmp/a") for files in at(2)} == {b"AAAA", b"", b"AA", None}
+    # Right after it, between the sync and the renames: both staged files whole, always.
+    assert all(files == {"tmp/a": b"AAAA", "tmp/b": b"BBBB"} for files in at(3))
+    # Between the two members: a's rename may be lost (or keep both names), b is still staged;
+    # every copy of either file is whole.
+    between = at(4)
+    assert all(files["tmp/b"] == b"BBBB" and files.get("pending/a.yaml", b"AAAA") == b"AAAA" for files in between)
+    assert any("pending/a.yaml" in files for files in between)
+    assert any("pending/a.yaml" not in files for files in between)
+    # After the folder fsync both are in pending/, whole; what follows the sync is not covered by it.
+    after = at(7)
+    assert all(files["pending/a.yaml"] == b"AAAA" and files["pending/b.yaml"] == b"BBBB" for files in after)
+    assert {files.get("tmp/c") for files in after} == {b"CCCC", b"", b"CC", None}
+
+
 def test_model_finds_the_job_torn_when_submit_stages_without_fsync(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     import spool.submission

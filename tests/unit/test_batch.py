@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from spool import batch, fsio
+from spool import batch, fsio, linux
+from spool import job as jobs
 from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
 from spool.fsio import RealFS
 from spool.layout import State, job_name, key_name
@@ -171,11 +173,41 @@ class FullAfter(RealFS):
         super().write_new(dir_fd, name, data, sync=sync)
 
 
+class FullAfterRenames(RealFS):
+    """The real filesystem until ``allowed`` renames into a folder were made; then each is ENOSPC
+    (a folder that must grow a block on a full disk)."""
+
+    def __init__(self, allowed: int) -> None:
+        super().__init__()
+        self.allowed = allowed
+
+    def rename_noreplace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+        if self.allowed == 0:
+            fsio._raise_disk_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+        self.allowed -= 1
+        super().rename_noreplace(src_fd, src, dst_fd, dst)
+
+
+def test_a_full_disk_while_staging_writes_nothing_and_unreserves_everything(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file of a round is staged before any is linked or renamed: a full disk half way
+    through the staging leaves no job, no reservation, nothing in tmp/."""
+    specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfter(3 + 1))  # 3 job files, then 1 reservation
+    with pytest.raises(DiskFull):
+        sp.submit_many(specs)
+    monkeypatch.undo()
+    assert all_jobs(sp) == [] and names(sp, "keys") == [] and names(sp, "tmp") == []
+    assert [s.created for s in sp.submit_many(specs)] == [True, True, True]
+    assert len(all_jobs(sp)) == 3 and len(names(sp, "keys")) == 3
+
+
 def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(
     sp: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfter(3 + 1))  # 3 reservations, then 1 job file
+    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfterRenames(3 + 1))  # 3 reservations, 1 job, then ENOSPC
     with pytest.raises(DiskFull):
         sp.submit_many(specs)
     monkeypatch.undo()
@@ -184,3 +216,40 @@ def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(
     again = sp.submit_many(specs)
     assert [s.created for s in again] == [False, True, True] and job_name(again[0].id) == committed
     assert len(all_jobs(sp)) == 3 and len(names(sp, "keys")) == 3
+
+
+def test_a_batch_writes_the_bytes_one_encode_would(spool_dir: Path) -> None:
+    """The batch encodes the runner's part of its members once: each file is still exactly
+    ``job.encode`` of its job, whatever the spec holds, and a spec just within the limit passes
+    while the whole file is over it."""
+    with Spool(spool_dir, environ={}, flags={"max_job_bytes": 4096}) as sp:
+        parent = sp.submit("echo")
+        specs = [
+            sp.spec("echo", {"text": "héllo ☃", "nested": {"a": [1, 2.5, None, True]}}, key="k1"),
+            sp.spec("echo", {"yes": "no", "n": "0x1F", "empty": ""}, delay_seconds=60),
+            sp.spec("other", depends_on=[parent], priority=-3, max_tries=1, timeout=0.5),
+            sp.spec("echo", {"blob": "x" * (4096 - 140)}),  # the spec within 4096 bytes, the file over
+            {"task": "echo", "args": {}},
+        ]
+        submitted = sp.submit_many(specs)
+        for answer in submitted:
+            state = next(state for state in State if (spool_dir / state.value / job_name(answer.id)).exists())
+            on_disk = (spool_dir / state.value / job_name(answer.id)).read_bytes()
+            assert on_disk == jobs.encode(read_job(sp, state, answer.id)), on_disk
+        assert len(on_disk) < 4096 < len((spool_dir / "pending" / job_name(submitted[3].id)).read_bytes())
+
+
+def test_syncfs_is_trusted_only_on_filesystems_known_to_sync_everything(
+    sp: Spool, spool_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """syncfs is used where the filesystem's type says it syncs every file (here: what `stat -f`
+    says this one is); on any other (FUSE, NFS, an overlay) the batch fsyncs each file instead."""
+    shown = subprocess.run(["stat", "-f", "-c", "%t", str(spool_dir)], capture_output=True, text=True, check=True)
+    tmp_fd = sp.layout.fd("tmp")
+    assert linux.fs_type(tmp_fd) == int(shown.stdout, 16)
+    monkeypatch.setattr(linux, "fs_type", lambda fd: 0x65735546)  # FUSE
+    assert fsio.fs.syncfs(tmp_fd) is False
+    synced: list[str] = []
+    monkeypatch.setattr(type(fsio.fs.__dict__["_impl"]), "fsync_file", lambda self, fd, name: synced.append(name))
+    assert all(s.created for s in sp.submit_many([sp.spec("echo", {"n": n}) for n in range(3)]))
+    assert len(synced) == 3
