@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from spool import crash
-from spool.cli import inspecting, managing, processes, submitting
+from spool.cli import inspecting, managing, processes, scheduling, submitting
 from spool.cli.app import App
 from spool.errors import SpoolError, UsageError
 from spool.settings import environment_warnings, setting_names
@@ -53,6 +53,7 @@ COMMANDS: list[click.Command] = [
     inspecting.stats,
     managing.requeue,
     managing.cancel,
+    scheduling.schedule,
     managing.fsck,
     managing.purge,
     inspecting.logs,

@@ -31,6 +31,7 @@ from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.ingest import ingest
 from spool.layout import (
+    SCHEDULES,
     WAKE_NAME,
     State,
     coordinator_lock_name,
@@ -43,6 +44,7 @@ from spool.layout import (
 )
 from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
+from spool.runner.scheduler import Scheduler
 from spool.spool import Spool
 from spool.store import read_job
 from spool.timetext import format_time, parse_time
@@ -76,6 +78,7 @@ class Coordinator:
         self._stop = False
         self.unhandled_since: dict[str, float] = {}  # task -> our clock when first seen unhandled
         self.unhandled_warned: set[str] = set()
+        self.scheduler = Scheduler(sp)  # schedules/: the next due slot bounds our wait
 
     # -- life --------------------------------------------------------------------------------
 
@@ -84,7 +87,7 @@ class Coordinator:
 
         lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        folders = [self.sp.layout.path(state) for state in State]
+        folders = [self.sp.layout.path(state) for state in State] + [self.sp.layout.path(SCHEDULES)]
         waker = Waker(folders)
         log.info("coordinator started (lease %ss)", self.lease_seconds)
         try:
@@ -142,7 +145,7 @@ class Coordinator:
         wait = min(self.sp.settings.poll_seconds, max(self.lease_seconds / 6.0, 0.05), 1.0)
         if self.timers:
             wait = min(wait, max(min(self.timers.values()) - self.clock(), 0.0))
-        return wait
+        return min(wait, self.scheduler.seconds_until_due())
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -153,6 +156,7 @@ class Coordinator:
             log.warning("coordinator was paused %.1fs; every lease gets a fresh term", now - self.last_pass)
             self.leases.clear()
         self.last_pass = now
+        self.scheduler.run_pass(landed)  # first: a slot's job is submitted on time
         drops, arrivals = self._sort_landed(landed)
         listing_drops = None
         if now - self.last_reconcile >= RECONCILE_SECONDS:

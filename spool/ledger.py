@@ -288,14 +288,32 @@ class Ledger:
         """task -> ready jobs in pending/ (for "no live worker handles it")."""
         return dict(self._read("SELECT task, count(*) FROM jobs WHERE state = 'pending' AND ready = 1 GROUP BY task"))
 
-    def ids(self, state: str | None = None, reason: str | None = None, limit: int | None = None) -> list[str]:
+    def ids(
+        self,
+        state: str | None = None,
+        reason: str | None = None,
+        limit: int | None = None,
+        *,
+        task: str | None = None,
+        key_prefix: str | None = None,
+    ) -> list[str]:
         sql, params = "SELECT id FROM jobs WHERE 1=1", list[str]()
         if state:
             sql, params = sql + " AND state = ?", params + [state]
         if reason:
             sql, params = sql + " AND reason = ?", params + [reason]
+        if task:
+            sql, params = sql + " AND task = ?", params + [task]
+        if key_prefix:
+            sql, params = sql + " AND key >= ? AND key < ?", params + list(_prefix_range(key_prefix))
         sql += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit is not None else "")
         return [row[0] for row in self._read(sql, params)]
+
+    def last_keyed(self, key_prefix: str) -> tuple[str, str, str] | None:
+        """(key, id, state) of the job with the greatest key that starts with ``key_prefix``."""
+        sql = "SELECT key, id, state FROM jobs WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT 1"
+        rows = self._read(sql, _prefix_range(key_prefix))
+        return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
     def not_ready_pending(self) -> list[str]:
         return [row[0] for row in self._read("SELECT id FROM jobs WHERE state = 'pending' AND ready = 0")]
@@ -327,6 +345,11 @@ class Ledger:
             row[0]
             for row in self._read(f"SELECT id FROM jobs WHERE state IN ({marks}) AND updated < ?", [*states, before])
         ]
+
+
+def _prefix_range(prefix: str) -> tuple[str, str]:
+    """Keys starting with ``prefix`` are those in [low, high): a range the by_key index answers."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def set_aside(layout: Layout, now: float) -> str | None:

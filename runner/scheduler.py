@@ -1,0 +1,181 @@
+"""The coordinator's schedules: which exist, when the next slot is due, and firing it.
+
+The coordinator calls ``run_pass(landed)`` once per pass and waits at most
+``seconds_until_due()``, so a slot fires within a pass of its time: it sleeps until the slot, not
+a poll. schedules/ is read again when watchdog says a file there landed or changed, and once a
+second besides (a removal, a lost event); only files whose inode, size or times changed are
+parsed again. A broken file is logged once per change of it, fires nothing, and touches no other
+schedule.
+
+Which slots fire. ``through[name]`` is the last slot already handled (fired, or passed over by
+``catchup`` or ``overlap: skip``); on first sight it is the greatest slot the schedule's jobs
+carry in their keys (the ledger, rebuilt from the job files), or the file's mtime for a schedule
+that never fired. Of the slots after it that are due now:
+
+- those that came due before this coordinator's first pass were missed while no coordinator
+  ran: ``catchup: none`` fires none of them, ``one`` (default) the latest, ``all`` each (at most
+  ``MAX_FIRINGS``, the latest ones);
+- those that came due since fire, each (a pass that ran late fires every slot it passed).
+
+``overlap: skip`` passes over a slot while the previous firing's job is neither done nor dead.
+A wall clock stepped back fires nothing until it passes ``through`` again, and whatever this
+process believes, a slot's key makes a second firing of it return the first job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from spool.errors import DiskFull, InvalidJob, TryLater
+from spool.layout import SCHEDULES
+from spool.schedules import Schedule
+from spool.scheduling import Entry, entries, fire, last_fired
+from spool.spool import Spool
+from spool.store import state_of
+from spool.timetext import format_time
+
+log = logging.getLogger("spool.coordinator")
+
+RESCAN_SECONDS = 1.0
+MAX_FIRINGS = 1000  # per schedule and pass: `catchup: all` after a long downtime is bounded
+RETRY_SECONDS = 1.0  # after a firing the disk refused (full)
+
+
+class Scheduler:
+    def __init__(
+        self, sp: Spool, *, wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.sp = sp
+        self.wall = wall
+        self.clock = clock
+        self.started: float | None = None  # wall time of our first pass: slots before it were missed
+        self.entries: dict[str, Entry] = {}
+        self.through: dict[str, float] = {}
+        self.next_due: dict[str, float] = {}
+        self.last_job: dict[str, str] = {}
+        self.reported: dict[str, tuple[int, ...]] = {}  # name -> the broken file's signature we logged
+        self.last_scan = -math.inf
+
+    def run_pass(self, landed: Iterable[tuple[str, str]] = ()) -> None:
+        now = self.wall()
+        if self.started is None:
+            self.started = now
+        if any(folder == SCHEDULES for folder, _name in landed) or self.clock() - self.last_scan >= RESCAN_SECONDS:
+            self.scan()
+        for name, due in sorted(self.next_due.items(), key=lambda item: item[1]):
+            if due <= now:
+                self._fire_due(self.entries[name], now)
+
+    def seconds_until_due(self) -> float:
+        """How long the coordinator may sleep before a slot is due (inf: none is)."""
+        if not self.next_due:
+            return math.inf
+        return max(min(self.next_due.values()) - self.wall(), 0.0)
+
+    # -- the files ---------------------------------------------------------------------------
+
+    def scan(self) -> None:
+        self.last_scan = self.clock()
+        found = entries(self.sp, self.entries)
+        for name in set(self.entries) - set(found):
+            log.info("schedule %s removed", name)
+            self._forget(name)
+        for name, entry in found.items():
+            if self.entries.get(name) is not entry:
+                self._changed(entry)
+        self.entries = found
+
+    def _changed(self, entry: Entry) -> None:
+        name = entry.name
+        if entry.schedule is None:
+            self.next_due.pop(name, None)
+            if self.reported.get(name) != entry.signature:
+                self.reported[name] = entry.signature
+                log.error("schedule %s fires nothing until its file is fixed: %s", name, entry.error)
+            return
+        if name in self.reported:
+            del self.reported[name]
+            log.info("schedule %s is valid again", name)
+        schedule = entry.schedule
+        if name not in self.through:
+            fired = last_fired(self.sp, name)
+            if fired is not None:
+                self.last_job[name] = fired.job_id
+            self.through[name] = fired.slot if fired else -math.inf
+        # Slots before the file was (re)written were not this file's: an enable fires no backlog.
+        self.through[name] = max(self.through[name], entry.written)
+        if schedule.enabled:
+            self.next_due[name] = schedule.next_slot(self.through[name])
+            log.info("schedule %s (%s): next slot %s", name, schedule.expression, format_time(self.next_due[name]))
+        else:
+            self.next_due.pop(name, None)
+
+    def _forget(self, name: str) -> None:
+        self.through.pop(name, None)
+        self.next_due.pop(name, None)
+        self.last_job.pop(name, None)
+        self.reported.pop(name, None)
+
+    # -- firing ------------------------------------------------------------------------------
+
+    def _fire_due(self, entry: Entry, now: float) -> None:
+        schedule = entry.schedule
+        assert schedule is not None and self.started is not None
+        for slot in self._slots_to_fire(schedule, now):
+            if schedule.overlap == "skip" and self._previous_running(schedule.name):
+                log.info(
+                    "schedule %s: slot %s passed over, its previous job is still running",
+                    schedule.name,
+                    format_time(slot),
+                )
+            elif not self._fire(schedule, slot):
+                self.next_due[schedule.name] = now + RETRY_SECONDS
+                return
+            self.through[schedule.name] = slot
+        self.through[schedule.name] = max(self.through[schedule.name], schedule.last_slot(now))
+        self.next_due[schedule.name] = schedule.next_slot(self.through[schedule.name])
+
+    def _slots_to_fire(self, schedule: Schedule, now: float) -> list[float]:
+        assert self.started is not None
+        through = self.through[schedule.name]
+        missed: list[float] = []
+        if through < self.started:
+            latest = schedule.last_slot(self.started)
+            if latest > through and schedule.catchup == "one":
+                missed = [latest]
+            elif latest > through and schedule.catchup == "all":
+                first = max(through, latest - _span(schedule, MAX_FIRINGS))
+                missed = list(deque(schedule.slots(first, self.started), maxlen=MAX_FIRINGS))
+        live_from = max(through, self.started, schedule.last_slot(now) - _span(schedule, MAX_FIRINGS))
+        return missed + list(deque(schedule.slots(live_from, now), maxlen=MAX_FIRINGS))
+
+    def _fire(self, schedule: Schedule, slot: float) -> bool:
+        """Submit the slot's job; False when the disk refused it (retried in a moment)."""
+        try:
+            submitted = fire(self.sp, schedule, slot)
+        except (DiskFull, TryLater) as err:
+            log.error("schedule %s: slot %s not fired yet: %s", schedule.name, format_time(slot), err)
+            return False
+        except InvalidJob as err:  # the template makes a job over max_job_bytes, or the like
+            log.error("schedule %s: slot %s can't fire: %s", schedule.name, format_time(slot), err)
+            return True
+        self.last_job[schedule.name] = submitted.id
+        if submitted.created:
+            log.info("schedule %s fired slot %s: job %s", schedule.name, format_time(slot), submitted.id)
+        return True
+
+    def _previous_running(self, name: str) -> bool:
+        job_id = self.last_job.get(name)
+        if job_id is None:
+            return False
+        state = state_of(self.sp, job_id)
+        return state is not None and not state.terminal
+
+
+def _span(schedule: Schedule, slots: int) -> float:
+    """About ``slots`` slots' worth of seconds back (every: exact; cron: a generous bound)."""
+    return float(schedule.every_seconds * slots) if schedule.every_seconds else math.inf
