@@ -16,7 +16,11 @@ from spool.errors import UsageError
 from spool.schedules import CATCHUPS, OVERLAPS, InvalidSchedule
 
 
-@click.group(name="schedule")
+class ScheduleGroup(SpoolCommand, click.Group):
+    """The group takes ``--spool`` and ``--json`` after its name too: ``spool schedule --json list``."""
+
+
+@click.group(name="schedule", cls=ScheduleGroup)
 def schedule() -> None:
     """Recurring jobs: the cron expressions and intervals in schedules/."""
 
