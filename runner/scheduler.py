@@ -9,8 +9,9 @@ schedule.
 
 Which slots fire. ``through[name]`` is the last slot already handled (fired, or passed over by
 ``catchup`` or ``overlap: skip``); on first sight it is the greatest slot the schedule's jobs
-carry in their keys (the ledger, rebuilt from the job files), or the file's mtime for a schedule
-that never fired. Of the slots after it that are due now:
+carry in their keys (the ledger, rebuilt from the job files; a cached last slot in the ledger's
+meta covers a purged one), and never before the file's mtime (a schedule written or enabled
+then starts then). Of the slots after it that are due now:
 
 - those that came due before this coordinator's first pass were missed while no coordinator
   ran: ``catchup: none`` fires none of them, ``one`` (default) the latest, ``all`` each (at most
@@ -30,19 +31,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from spool.errors import DiskFull, InvalidJob, TryLater
+from spool.errors import DiskFull, InvalidJob, LedgerError, TryLater
 from spool.layout import SCHEDULES
 from spool.schedules import Schedule
 from spool.scheduling import Entry, entries, fire, last_fired
 from spool.spool import Spool
 from spool.store import state_of
-from spool.timetext import format_time
+from spool.timetext import format_time, parse_time
 
 log = logging.getLogger("spool.coordinator")
 
 RESCAN_SECONDS = 1.0
 MAX_FIRINGS = 1000  # per schedule and pass: `catchup: all` after a long downtime is bounded
 RETRY_SECONDS = 1.0  # after a firing the disk refused (full)
+_CACHE_PREFIX = "schedule_fired:"  # ledger meta: schedule name -> the last slot fired
 
 
 class Scheduler:
@@ -105,7 +107,7 @@ class Scheduler:
             fired = last_fired(self.sp, name)
             if fired is not None:
                 self.last_job[name] = fired.job_id
-            self.through[name] = fired.slot if fired else -math.inf
+            self.through[name] = max(fired.slot if fired else -math.inf, self._cached_through(name))
         # Slots before the file was (re)written were not this file's: an enable fires no backlog.
         self.through[name] = max(self.through[name], entry.written)
         if schedule.enabled:
@@ -166,7 +168,24 @@ class Scheduler:
         self.last_job[schedule.name] = submitted.id
         if submitted.created:
             log.info("schedule %s fired slot %s: job %s", schedule.name, format_time(slot), submitted.id)
+            self._cache_through(schedule.name, slot)
         return True
+
+    # The cache beside the keys: the last slot fired survives a purge of its job (and its key), so a
+    # restart does not fire that slot again. Only a hint: a ledger without it falls back to the keys.
+
+    def _cached_through(self, name: str) -> float:
+        try:
+            text = self.sp.ledger.meta(_CACHE_PREFIX + name)
+            return parse_time(text, "slot").timestamp() if text else -math.inf
+        except (LedgerError, InvalidJob):
+            return -math.inf
+
+    def _cache_through(self, name: str, slot: float) -> None:
+        try:
+            self.sp.ledger.set_meta(**{_CACHE_PREFIX + name: format_time(slot)})
+        except (LedgerError, DiskFull) as err:
+            log.debug("schedule %s: last slot not cached: %s", name, err)
 
     def _previous_running(self, name: str) -> bool:
         job_id = self.last_job.get(name)

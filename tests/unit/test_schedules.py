@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from spool import Spool, scheduling
+from spool.admin import purge
 from spool.runner.scheduler import Scheduler
 from spool.schedules import InvalidSchedule, Schedule, parse_schedule, schedule_of_key, slot_key, slot_of_key
 from spool.timetext import format_time
@@ -263,3 +264,19 @@ def test_schedule_files_are_written_atomically_and_removed(sp: Spool) -> None:
         scheduling.add(sp, "tick", fields)
     scheduling.remove(sp, "tick")
     assert os.listdir(sp.layout.path("schedules")) == []
+
+
+def test_a_purged_firing_is_not_fired_again_after_a_restart(sp: Spool) -> None:
+    wall = Wall(at(2026, 1, 1, 10, 0, 0) - 0.5)
+    write(sp, "tick", "task: echo\nevery: 10s\n", wall.now)
+    scheduler = Scheduler(sp, wall=wall)
+    scheduler.run_pass()
+    wall.now += 0.5
+    scheduler.run_pass()
+    assert len(fired(sp, "tick")) == 1
+    job_id = sp.ids(key_prefix="schedule:tick@")[0]
+    sp.cancel(job_id)
+    assert purge(sp, 0.0) == [job_id]
+    assert fired(sp, "tick") == []
+    Scheduler(sp, wall=Wall(wall.now + 1)).run_pass()  # a restart: without the cache it fires 10:00:00 again
+    assert fired(sp, "tick") == []
