@@ -184,3 +184,18 @@ def test_overlap_skip_waits_for_the_previous_job(kit: Kit) -> None:
     gaps = Counter(b - a for a, b in zip(slots, slots[1:]))
     assert all(gap >= 2 for gap in gaps), slots  # never a slot while the 2.5 s job ran
     assert_one_job_per_slot(kit, "slow")
+
+
+def test_a_second_coordinator_taking_over_fires_no_slot_twice(kit: Kit) -> None:
+    add_every(kit, "tick", 1)
+    first = kit.coordinator()
+    kit.wait_logged(first, "coordinator started")
+    second = kit.coordinator()  # waits on the first one's lock
+    kit.wait_logged(second, "another coordinator runs")
+    fired = wait_fired(kit, "tick", 3)
+    sigkill(first)
+    kit.wait_logged(second, "coordinator started")
+    wait_fired(kit, "tick", len(fired) + 3)
+    kit.stop(second)
+    assert_one_job_per_slot(kit, "tick")
+    assert "schedule tick fired" not in kit.log(second).split("coordinator started")[0]
