@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 
 from spool.errors import DiskFull, InvalidJob, LedgerError, TryLater
@@ -145,15 +144,10 @@ class Scheduler:
         assert self.started is not None
         through = self.through[schedule.name]
         missed: list[float] = []
-        if through < self.started:
-            latest = schedule.last_slot(self.started)
-            if latest > through and schedule.catchup == "one":
-                missed = [latest]
-            elif latest > through and schedule.catchup == "all":
-                first = max(through, latest - _span(schedule, MAX_FIRINGS))
-                missed = list(deque(schedule.slots(first, self.started), maxlen=MAX_FIRINGS))
-        live_from = max(through, self.started, schedule.last_slot(now) - _span(schedule, MAX_FIRINGS))
-        return missed + list(deque(schedule.slots(live_from, now), maxlen=MAX_FIRINGS))
+        if through < self.started and schedule.catchup != "none":
+            limit = 1 if schedule.catchup == "one" else MAX_FIRINGS
+            missed = _latest_slots(schedule, through, self.started, limit)
+        return missed + _latest_slots(schedule, max(through, self.started), now, MAX_FIRINGS)
 
     def _fire(self, schedule: Schedule, slot: float) -> bool:
         """Submit the slot's job; False when the disk refused it (retried in a moment)."""
@@ -195,6 +189,12 @@ class Scheduler:
         return state is not None and not state.terminal
 
 
-def _span(schedule: Schedule, slots: int) -> float:
-    """About ``slots`` slots' worth of seconds back (every: exact; cron: a generous bound)."""
-    return float(schedule.every_seconds * slots) if schedule.every_seconds else math.inf
+def _latest_slots(schedule: Schedule, after: float, until: float, limit: int) -> list[float]:
+    """The last ``limit`` slots in (``after``, ``until``], oldest first: walked back from ``until``,
+    so a long downtime costs ``limit`` steps, not one per slot missed."""
+    found: list[float] = []
+    slot = schedule.last_slot(until)
+    while slot > after and len(found) < limit:
+        found.append(slot)
+        slot = schedule.last_slot(slot - 1)  # slots are whole seconds
+    return found[::-1]

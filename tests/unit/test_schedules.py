@@ -280,3 +280,13 @@ def test_a_purged_firing_is_not_fired_again_after_a_restart(sp: Spool) -> None:
     assert fired(sp, "tick") == []
     Scheduler(sp, wall=Wall(wall.now + 1)).run_pass()  # a restart: without the cache it fires 10:00:00 again
     assert fired(sp, "tick") == []
+
+
+def test_catchup_all_after_a_long_downtime_is_bounded_and_walks_back_not_forward() -> None:
+    from spool.runner.scheduler import MAX_FIRINGS, _latest_slots
+
+    secondly = parse("task: echo\ncron: '* * * * * *'\n")
+    until = at(2026, 1, 8)
+    slots = _latest_slots(secondly, until - 7 * 86400, until, MAX_FIRINGS)  # a week of seconds missed
+    assert len(slots) == MAX_FIRINGS and slots[-1] == until and slots[0] == until - MAX_FIRINGS + 1
+    assert _latest_slots(secondly, until - 3, until, MAX_FIRINGS) == [until - 2, until - 1, until]
