@@ -5,6 +5,7 @@ wall clock (catchup, disable/enable, the wall clock stepping back)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from datetime import UTC, datetime
 
 import pytest
@@ -290,3 +291,19 @@ def test_catchup_all_after_a_long_downtime_is_bounded_and_walks_back_not_forward
     slots = _latest_slots(secondly, until - 7 * 86400, until, MAX_FIRINGS)  # a week of seconds missed
     assert len(slots) == MAX_FIRINGS and slots[-1] == until and slots[0] == until - MAX_FIRINGS + 1
     assert _latest_slots(secondly, until - 3, until, MAX_FIRINGS) == [until - 2, until - 1, until]
+
+
+def test_backpressure_never_refuses_a_firing(spool_dir: Path) -> None:
+    from spool.errors import TryLater
+
+    with Spool(spool_dir, environ={"SPOOL_MAX_PENDING": "1"}) as full:
+        full.submit("echo", {})
+        with pytest.raises(TryLater):
+            full.submit("echo", {})
+        wall = Wall(at(2026, 1, 1, 10, 0, 0) - 0.5)
+        write(full, "tick", "task: echo\nevery: 1s\n", wall.now)
+        scheduler = Scheduler(full, wall=wall)
+        scheduler.run_pass()
+        wall.now += 0.5
+        scheduler.run_pass()
+        assert fired(full, "tick") == ["schedule:tick@2026-01-01T10:00:00.000Z"]
