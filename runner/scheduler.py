@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from spool.errors import DiskFull, InvalidJob, LedgerError, TryLater
 from spool.layout import SCHEDULES
 from spool.schedules import Schedule
-from spool.scheduling import Entry, entries, fire, last_fired
+from spool.scheduling import Entry, entries, fire, half_fired, last_fired
 from spool.spool import Spool
 from spool.store import state_of
 from spool.timetext import format_time, parse_time
@@ -106,7 +106,14 @@ class Scheduler:
             fired = last_fired(self.sp, name)
             if fired is not None:
                 self.last_job[name] = fired.job_id
-            self.through[name] = max(fired.slot if fired else -math.inf, self._cached_through(name))
+            keyed, cached = fired.slot if fired else -math.inf, self._cached_through(name)
+            self.through[name] = max(keyed, cached)
+            if cached > keyed and half_fired(self.sp, name, cached):
+                # A firing of ``cached`` began (its slot is cached first) and died with the key
+                # reserved and no job: we finish it, firing it again. With nothing of it on disk
+                # (died before the reservation, or its job was purged since) it stays handled:
+                # a slot is never fired twice, at the price of one a crash cut short that early.
+                self._fire(schedule, cached)
         # Slots before the file was (re)written were not this file's: an enable fires no backlog.
         self.through[name] = max(self.through[name], entry.written)
         if schedule.enabled:
@@ -150,7 +157,11 @@ class Scheduler:
         return missed + _latest_slots(schedule, max(through, self.started), now, MAX_FIRINGS)
 
     def _fire(self, schedule: Schedule, slot: float) -> bool:
-        """Submit the slot's job; False when the disk refused it (retried in a moment)."""
+        """Submit the slot's job; False when the disk refused it (retried in a moment).
+
+        The slot is cached before the submit: a coordinator that dies inside it (a key reserved,
+        no job yet) leaves the slot for the next one to finish, whatever its catchup."""
+        self._cache_through(schedule.name, slot)
         try:
             submitted = fire(self.sp, schedule, slot)
         except (DiskFull, TryLater) as err:
@@ -162,11 +173,12 @@ class Scheduler:
         self.last_job[schedule.name] = submitted.id
         if submitted.created:
             log.info("schedule %s fired slot %s: job %s", schedule.name, format_time(slot), submitted.id)
-            self._cache_through(schedule.name, slot)
         return True
 
-    # The cache beside the keys: the last slot fired survives a purge of its job (and its key), so a
-    # restart does not fire that slot again. Only a hint: a ledger without it falls back to the keys.
+    # The cache beside the keys: the last slot whose firing began. It survives a purge of the job
+    # (and its key), so a restart does not fire that slot again, and it names a firing a crash cut
+    # short. Only a hint: a ledger without it falls back to the keys, and a reservation left without
+    # its job then is what a crashed submit leaves (fsck --repair removes it).
 
     def _cached_through(self, name: str) -> float:
         try:
