@@ -8,10 +8,11 @@ parsed again. A broken file is logged once per change of it, fires nothing, and 
 schedule.
 
 Which slots fire. ``through[name]`` is the last slot already handled (fired, or passed over by
-``catchup`` or ``overlap: skip``); on first sight it is the greatest slot the schedule's jobs
-carry in their keys (the ledger, rebuilt from the job files; a cached last slot in the ledger's
-meta covers a purged one), and never before the file's mtime (a schedule written or enabled
-then starts then). Of the slots after it that are due now:
+``catchup`` or ``overlap: skip``). On first sight it is the greatest slot the schedule's jobs
+carry in their keys (the ledger, rebuilt from the job files), or the cached last slot in the
+ledger's meta (which covers a purged job; a firing a crash cut short is finished first), and
+never before the file's mtime (a schedule written or enabled then starts then). Of the slots
+after it that are due now:
 
 - those that came due before this coordinator's first pass were missed while no coordinator
   ran: ``catchup: none`` fires none of them, ``one`` (default) the latest, ``all`` each (at most
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable
 from spool.errors import DiskFull, InvalidJob, LedgerError, TryLater
 from spool.layout import SCHEDULES
 from spool.schedules import Schedule
-from spool.scheduling import Entry, entries, fire, half_fired, last_fired
+from spool.scheduling import Entry, entries, fire, last_fired
 from spool.spool import Spool
 from spool.store import state_of
 from spool.timetext import format_time, parse_time
@@ -43,7 +44,7 @@ log = logging.getLogger("spool.coordinator")
 RESCAN_SECONDS = 1.0
 MAX_FIRINGS = 1000  # per schedule and pass: `catchup: all` after a long downtime is bounded
 RETRY_SECONDS = 1.0  # after a firing the disk refused (full)
-_CACHE_PREFIX = "schedule_fired:"  # ledger meta: schedule name -> the last slot fired
+_FIRING, _FIRED = "schedule_firing:", "schedule_fired:"  # ledger meta: name -> a slot (the cache below)
 
 
 class Scheduler:
@@ -106,14 +107,14 @@ class Scheduler:
             fired = last_fired(self.sp, name)
             if fired is not None:
                 self.last_job[name] = fired.job_id
-            keyed, cached = fired.slot if fired else -math.inf, self._cached_through(name)
-            self.through[name] = max(keyed, cached)
-            if cached > keyed and half_fired(self.sp, name, cached):
-                # A firing of ``cached`` began (its slot is cached first) and died with the key
-                # reserved and no job: we finish it, firing it again. With nothing of it on disk
-                # (died before the reservation, or its job was purged since) it stays handled:
-                # a slot is never fired twice, at the price of one a crash cut short that early.
-                self._fire(schedule, cached)
+            keyed = fired.slot if fired else -math.inf
+            begun, done = self._cached(_FIRING, name), self._cached(_FIRED, name)
+            self.through[name] = max(keyed, begun, done)
+            if begun > max(keyed, done):
+                # A firing of ``begun`` started and never ended: a coordinator died inside it
+                # (nothing written yet, the key reserved, or the job made). We finish it by
+                # firing the slot again, whatever the catchup: its key makes that one job.
+                self._fire(schedule, begun)
         # Slots before the file was (re)written were not this file's: an enable fires no backlog.
         self.through[name] = max(self.through[name], entry.written)
         if schedule.enabled:
@@ -159,9 +160,9 @@ class Scheduler:
     def _fire(self, schedule: Schedule, slot: float) -> bool:
         """Submit the slot's job; False when the disk refused it (retried in a moment).
 
-        The slot is cached before the submit: a coordinator that dies inside it (a key reserved,
-        no job yet) leaves the slot for the next one to finish, whatever its catchup."""
-        self._cache_through(schedule.name, slot)
+        The slot is cached as begun before the submit and as ended after it: a coordinator that
+        dies between leaves the slot for the next one to finish, whatever its catchup."""
+        self._cache(_FIRING, schedule.name, slot)
         try:
             submitted = fire(self.sp, schedule, slot)
         except (DiskFull, TryLater) as err:
@@ -171,27 +172,29 @@ class Scheduler:
             log.error("schedule %s: slot %s can't fire: %s", schedule.name, format_time(slot), err)
             return True
         self.last_job[schedule.name] = submitted.id
+        self._cache(_FIRED, schedule.name, slot)
         if submitted.created:
             log.info("schedule %s fired slot %s: job %s", schedule.name, format_time(slot), submitted.id)
         return True
 
-    # The cache beside the keys: the last slot whose firing began. It survives a purge of the job
-    # (and its key), so a restart does not fire that slot again, and it names a firing a crash cut
-    # short. Only a hint: a ledger without it falls back to the keys, and a reservation left without
-    # its job then is what a crashed submit leaves (fsck --repair removes it).
+    # The cache beside the keys, in the ledger's meta: the last slot whose firing began, and the
+    # last one whose firing ended. "Ended" survives a purge of the job (and its key), so a restart
+    # never fires that slot again; "began" past "ended" names a firing a crash cut short. Only a
+    # hint: without it (a ledger rebuilt) the keys decide, and a reservation left without its job
+    # is what a crashed submit leaves (fsck --repair removes it).
 
-    def _cached_through(self, name: str) -> float:
+    def _cached(self, which: str, name: str) -> float:
         try:
-            text = self.sp.ledger.meta(_CACHE_PREFIX + name)
+            text = self.sp.ledger.meta(which + name)
             return parse_time(text, "slot").timestamp() if text else -math.inf
         except (LedgerError, InvalidJob):
             return -math.inf
 
-    def _cache_through(self, name: str, slot: float) -> None:
+    def _cache(self, which: str, name: str, slot: float) -> None:
         try:
-            self.sp.ledger.set_meta(**{_CACHE_PREFIX + name: format_time(slot)})
+            self.sp.ledger.set_meta(**{which + name: format_time(slot)})
         except (LedgerError, DiskFull) as err:
-            log.debug("schedule %s: last slot not cached: %s", name, err)
+            log.debug("schedule %s: slot not cached: %s", name, err)
 
     def _previous_running(self, name: str) -> bool:
         job_id = self.last_job.get(name)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, LedgerError, NotFound
 from spool.fsio import fs
-from spool.layout import SCHEDULES, key_name, schedule_file_name, schedule_of_file_name
+from spool.layout import SCHEDULES, schedule_file_name, schedule_of_file_name
 from spool.schedules import (
     MAX_SCHEDULE_BYTES,
     InvalidSchedule,
@@ -38,7 +38,7 @@ from spool.schedules import (
     slot_of_key,
 )
 from spool.store import stage, state_of, unstage
-from spool.submission import Submitted, lookup_key, reservation, submit
+from spool.submission import Submitted, submit
 from spool.timetext import format_time
 from spool.yamlsafe import dump_yaml, load_yaml
 
@@ -180,13 +180,6 @@ def run_now(sp: Handle, schedule: Schedule) -> Submitted:
     return submit(sp, schedule.spec(slot_key(schedule.name, sp.clock.wall())), where=f"schedules/{schedule.name}")
 
 
-def half_fired(sp: Handle, name: str, slot: float) -> bool:
-    """The slot's key is reserved but no job is kept under it: a firing died between the two
-    (the next coordinator finishes it by firing the slot again, which takes the reservation over)."""
-    key = slot_key(name, slot)
-    return reservation(sp, key_name(key)) is not None and lookup_key(sp, key) is None
-
-
 def last_fired(sp: Handle, name: str) -> LastFired | None:
     """The greatest slot of ``name`` a job was submitted for, with that job (from the ledger)."""
     try:
@@ -274,7 +267,6 @@ __all__ = [
     "entries",
     "entry_of",
     "fire",
-    "half_fired",
     "last_fired",
     "read_schedule",
     "remove",

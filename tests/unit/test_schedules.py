@@ -309,7 +309,7 @@ def test_backpressure_never_refuses_a_firing(spool_dir: Path) -> None:
         assert fired(full, "tick") == ["schedule:tick@2026-01-01T10:00:00.000Z"]
 
 
-def test_a_firing_cut_short_after_its_key_is_finished_by_the_next_coordinator(sp: Spool) -> None:
+def test_a_firing_cut_short_is_finished_by_the_next_coordinator(sp: Spool) -> None:
     from spool.fsck import fsck
     from spool.ids import new_id
     from spool.submission import lock_key, reserve_key
@@ -318,10 +318,19 @@ def test_a_firing_cut_short_after_its_key_is_finished_by_the_next_coordinator(sp
     write(sp, "tick", "task: echo\nevery: 10s\ncatchup: none\n", wall.now - 60)
     slot = at(2026, 1, 1, 10, 0, 0)
     key = slot_key("tick", slot)
-    sp.ledger.set_meta(**{"schedule_fired:tick": format_time(slot)})  # what _fire caches first
+    sp.ledger.set_meta(**{"schedule_firing:tick": format_time(slot)})  # what _fire caches first
     with lock_key(sp, key):
         reserve_key(sp, key, new_id())  # ... then the submit reserved the key and died
     assert not fsck(sp).ok
     Scheduler(sp, wall=wall).run_pass()  # catchup none, yet the slot whose firing began is finished
     assert fired(sp, "tick") == [key]
     assert fsck(sp).ok
+
+
+def test_a_firing_cut_short_before_it_wrote_anything_is_finished_too(sp: Spool) -> None:
+    wall = Wall(at(2026, 1, 1, 10, 0, 0) + 0.5)
+    write(sp, "tick", "task: echo\nevery: 10s\ncatchup: none\n", wall.now - 60)
+    slot = at(2026, 1, 1, 10, 0, 0)
+    sp.ledger.set_meta(**{"schedule_firing:tick": format_time(slot)})  # began, died at once
+    Scheduler(sp, wall=wall).run_pass()
+    assert fired(sp, "tick") == [slot_key("tick", slot)]
