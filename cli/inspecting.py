@@ -13,6 +13,7 @@ from spool.cli.app import App, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 from spool.errors import InvalidJob, NotFound, UsageError
 from spool.layout import State
+from spool.schedules import key_prefix
 from spool.settings import parse_duration
 from spool.spool import Spool
 from spool.stats import collect, coordinator_state
@@ -42,12 +43,11 @@ def status(app: App, job_id: str) -> None:
     if app.json_output:
         echo_json(view)
     else:
-        render_status(view, {dep: _state_word(sp, dep) for dep in view["depends_on"]})
+        render_status(view, {parent["id"]: _link_word(parent) for parent in view["parents"]})
 
 
-def _state_word(sp: Spool, job_id: str) -> str:
-    state = sp.state(job_id)
-    return state.value if state else "purged"
+def _link_word(link: Mapping[str, Any]) -> str:
+    return f"{link['state']}: {link['reason']}" if link.get("reason") else str(link["state"])
 
 
 @command()
@@ -147,19 +147,33 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
 @click.option("--state", "state_name", type=click.Choice([s.value for s in State]), help="Only this state.")
 @click.option("--reason", type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]))
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
+@click.option("--task", help="Only jobs of this task.")
+@click.option("--schedule", "schedule_name", metavar="NAME", help="Only jobs this schedule fired.")
 @pass_app
-def ls_command(app: App, state_name: str | None, reason: str | None, limit: int | None) -> None:
+def ls_command(
+    app: App,
+    state_name: str | None,
+    reason: str | None,
+    limit: int | None,
+    task: str | None,
+    schedule_name: str | None,
+) -> None:
     """Jobs, newest first."""
     sp = app.spool()
     views: list[dict[str, Any]] = []
-    for job_id in sp.ids(state_name, reason=reason, limit=limit, on_trouble=_say_trouble):
+    prefix = key_prefix(schedule_name) if schedule_name else None
+    for job_id in sp.ids(state_name, reason=reason, limit=limit, on_trouble=_say_trouble, task=task, key_prefix=prefix):
         if limit is not None and len(views) >= limit:  # the files' listing has no LIMIT of its own
             break
         try:
             view = sp.status(job_id)
         except (NotFound, InvalidJob, FileNotFoundError):
             continue  # moved or purged since the ledger listed it
-        if reason is None or view["reason"] == reason:
+        if (
+            (reason is None or view["reason"] == reason)
+            and task in (None, view["task"])
+            and (schedule_name in (None, view["schedule"]))
+        ):
             views.append(view)
     if app.json_output:
         echo_json(views)

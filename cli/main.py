@@ -55,6 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("inspecting", "stats"),
     "requeue": ("managing", "requeue"),
     "cancel": ("managing", "cancel"),
+    "schedule": ("scheduling", "schedule"),
     "fsck": ("managing", "fsck"),
     "purge": ("managing", "purge"),
     "logs": ("inspecting", "logs"),

@@ -36,6 +36,9 @@ def render_status(view: dict[str, Any], parent_states: Mapping[str, str] | None 
             ", ".join(f"{dep} ({parents[dep]})" if dep in parents else dep for dep in view.get("depends_on") or ())
             or None,
         ),
+        ("waiting for", ", ".join(f"{dep} ({parents.get(dep, '?')})" for dep in view.get("waiting_for") or ()) or None),
+        ("children", ", ".join(f"{c['id']} ({c['state']})" for c in view.get("children") or ()) or None),
+        ("schedule", view.get("schedule")),
         ("attempt", view["attempt"]),
         ("tries", f"{view['tries']}/{view['max_tries']}"),
         (

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from types import FrameType
 
 from spool import crash
-from spool.chains import advance_waiting, make_ready
+from spool.chains import advance_waiting
 from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.ingest import ingest
 from spool.layout import (
+    SCHEDULES,
     WAKE_NAME,
     State,
     coordinator_lock_name,
@@ -48,9 +49,11 @@ from spool.layout import (
 )
 from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
+from spool.runner.scheduler import Scheduler
+from spool.runner.timers import fire_timers, load_timers
 from spool.spool import Spool
 from spool.store import read_job
-from spool.timetext import format_time, parse_time
+from spool.timetext import format_time
 from spool.transitions import expire
 
 from spool.runner.unhandled import UnhandledWarner
@@ -87,6 +90,7 @@ class Coordinator:
         self.next_probe = -1e18  # our clock: probe the leases' workers' locks
         self.leases_landed = False  # a job landed in leased/ since the last lease watch
         self.may_wait = True  # a job may be in waiting/ (the last reconcile, or an arrival since)
+        self.scheduler = Scheduler(sp)  # schedules/: the next due slot bounds our wait
 
     # -- life --------------------------------------------------------------------------------
 
@@ -95,7 +99,8 @@ class Coordinator:
 
         lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        folders = [self.sp.layout.path(state) for state in State]
+        # schedules/ wakes on every write: a schedule edited in place by hand is picked up too.
+        folders = [self.sp.layout.path(state) for state in State] + [self.sp.layout.path(SCHEDULES)]
         # Jobs land in these only by rename or link: their in-place writes (dot-files) need no pass.
         landings = [self.sp.layout.path(state) for state in State if state is not State.PENDING]
         waker = Waker(folders, landings_only=landings)
@@ -160,7 +165,7 @@ class Coordinator:
             wait = min(wait, self.next_lease_watch - now, self.next_probe - now)
         if self.leases_landed:
             wait = min(wait, self.last_lease_watch + LEASE_WATCH_SECONDS - now)
-        return max(wait, 0.0)
+        return max(min(wait, self.scheduler.seconds_until_due()), 0.0)
 
     def _lease_period(self) -> float:
         """The longest a lease watch waits: the counters are sampled at least this often."""
@@ -177,6 +182,7 @@ class Coordinator:
             log.warning("coordinator was paused %.1fs; every lease gets a fresh term", now - self.last_pass)
             self.leases.clear()
         self.last_pass = now
+        self.scheduler.run_pass(landed or [])  # first: a slot's job is submitted on time
         drops, arrivals = self._sort_landed(landed or [])
         listing_drops = None
         if now - self.last_reconcile >= RECONCILE_SECONDS:
@@ -338,29 +344,10 @@ class Coordinator:
     # -- delays and backoffs -----------------------------------------------------------------
 
     def _load_timers(self) -> None:
-        """Each pending job that is not ready gets a due time on our clock, once."""
-        waiting_ids = set(self.sp.ledger.not_ready_pending())
-        for job_id in list(self.timers):
-            if job_id not in waiting_ids:
-                del self.timers[job_id]
-        for job_id in waiting_ids - set(self.timers):
-            try:
-                job_file = read_job(self.sp, State.PENDING, job_id)
-            except (FileNotFoundError, InvalidJob):
-                continue
-            delay = job_file.backoff_seconds or 0.0
-            if job_file.job.not_before is not None:
-                wall = parse_time(job_file.job.not_before, "not_before").timestamp()
-                delay = max(delay, wall - time.time())
-            self.timers[job_id] = self.clock() + max(delay, 0.0)
+        load_timers(self.sp, self.timers, self.clock)
 
     def _fire_timers(self) -> None:
-        now = self.clock()
-        for job_id, due in sorted(self.timers.items(), key=lambda item: item[1]):
-            if due > now:
-                break
-            if make_ready(self.sp, job_id):
-                del self.timers[job_id]
+        fire_timers(self.sp, self.timers, self.clock)
 
     # -- chains ------------------------------------------------------------------------------
 

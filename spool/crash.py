@@ -39,6 +39,11 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "requeue-by-hand-after-rename",
         "promote-after-rename",
         "ready-after-rewrite",
+        # A schedule's firing is an ordinary keyed submit, so it stops at submit's steps:
+        "after-key-check",  # slot due, its key not taken, nothing written
+        "after-key",  # the slot's key reserved (durable), no job
+        "after-commit",  # the slot's job renamed into pending/, the folder not yet fsync'd
+        "after-submit",  # the job durable, no ledger row (the last slot fired is not indexed yet)
     ),
     "admin": (
         "bury-after-rename",  # `spool cancel` of a pending or waiting job

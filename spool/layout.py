@@ -34,7 +34,8 @@ suffix or a prefix itself. Who writes each entry and who reads it:
     dead/<id>.yaml                       bury, expire, cancel, an invalid   everyone; ``reason:`` says why
                                          drop's record
     results/<id>.json                    complete: link(2), never replaced  Spool.result, ``spool result``
-    schedules/<name>.yaml                reserved (recurring entries)       nothing in this version
+    schedules/<name>.yaml                a person, ``spool schedule add``,  the coordinator (fires it),
+                                         enable/disable (tmp, rename)       ``spool schedule list``
     keys/<sha256(key)>                   submit or ingest of a keyed job:   submit (the key is taken), fsck
                                          the job's id
     locks/<id>.lock                      every move of the job (flock)      fsck (is a move in flight?)
@@ -341,3 +342,19 @@ class Layout:
             fs.close(dir_fd)
         self._fds.clear()
         fs.close(self.root_fd)
+
+
+# -- schedules/ ---------------------------------------------------------------------------------
+
+SCHEDULES = "schedules"
+
+
+def schedule_file_name(name: str) -> str:
+    return name + JOB_SUFFIX
+
+
+def schedule_of_file_name(file_name: str) -> str:
+    """The schedule's name in ``<name>.yaml``; '' for any other name (a person's or an editor's)."""
+    if is_ignored_name(file_name) or not file_name.endswith(JOB_SUFFIX):
+        return ""
+    return file_name[: -len(JOB_SUFFIX)]

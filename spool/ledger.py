@@ -33,12 +33,13 @@ from spool.clock import SYSTEM, Clock
 from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.layout import LEDGER_NAME, Layout, State
+from spool.ledger_queries import LedgerQueries
 from spool.ledger_schema import migrate
 
 _OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
 
 
-class Ledger:
+class Ledger(LedgerQueries):
     """One connection per process; every method is one short transaction.
 
     ``read_only`` (a spool on a read-only mount): opened with SQLite's ``mode=ro`` (or, when
@@ -272,85 +273,17 @@ class Ledger:
         rows = self._read("SELECT value FROM meta WHERE name = ?", (name,))
         return rows[0][0] if rows else None
 
-    def states(self, among: Collection[str] = ()) -> dict[str, str]:
-        """id -> state of every row, or of the rows in the states ``among`` (by the by_state index)."""
-        where = f" WHERE state IN ({','.join('?' * len(among))})" if among else ""
-        return dict(self._read("SELECT id, state FROM jobs" + where, among))
-
     def row(self, job_id: str) -> dict[str, Any] | None:
         with self._mutex, self._errors():
             cursor = self._current().execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
             found = cursor.fetchone()
             return dict(zip([c[0] for c in cursor.description], found)) if found else None
 
-    def ready_pending_count(self) -> int:
-        # Every submit asks (backpressure): count the partial index's entries, not by_state's rows.
-        sql = "SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1"
-        return self._read(sql)[0][0]
-
-    def counts(self) -> dict[str, int]:
-        return dict(self._read("SELECT state, count(*) FROM jobs GROUP BY state"))
-
-    def ready_by_task(self) -> dict[str, int]:
-        """task -> ready jobs in pending/ (for "no live worker handles it")."""
-        return dict(self._read("SELECT task, count(*) FROM jobs WHERE state = 'pending' AND ready = 1 GROUP BY task"))
-
-    def ids(self, state: str | None = None, reason: str | None = None, limit: int | None = None) -> list[str]:
-        sql, params = "SELECT id FROM jobs WHERE 1=1", list[str]()
-        if state:
-            sql, params = sql + " AND state = ?", params + [state]
-        if reason:
-            sql, params = sql + " AND reason = ?", params + [reason]
-        sql += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit is not None else "")
-        return [row[0] for row in self._read(sql, params)]
-
-    def not_ready_pending(self) -> list[str]:
-        return [row[0] for row in self._read("SELECT id FROM jobs WHERE state = 'pending' AND ready = 0")]
-
-    def waiting(self) -> list[str]:
-        return [row[0] for row in self._read("SELECT id FROM jobs WHERE state = 'waiting'")]
-
-    def dependents(self, dep_id: str) -> list[str]:
-        return [row[0] for row in self._read("SELECT job_id FROM deps WHERE dep_id = ?", (dep_id,))]
-
-    def history(self, job_id: str) -> list[tuple[float, str, int | None, str | None, str | None]]:
-        return self._read(
-            "SELECT at, event, attempt, worker, detail FROM history WHERE job_id = ? ORDER BY seq", (job_id,)
-        )
-
-    def completed_since(self, since: float) -> int:
-        return self._read("SELECT count(*) FROM history WHERE event = 'complete' AND at >= ?", (since,))[0][0]
-
-    def oldest_ready_submitted(self) -> str | None:
-        rows = self._read("SELECT min(submitted_at) FROM jobs WHERE state = 'pending' AND ready = 1")
-        return rows[0][0] if rows else None
-
-    def workers(self) -> list[tuple[str, int, str, float, float]]:
-        return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
-
     def generation(self) -> int:
         """A new number (in this process) each time a file is opened at the name: it was replaced."""
         with self._mutex, self._errors():
             self._current()
             return self._generation
-
-    def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
-        """id -> state of these jobs' rows (a job without a row is not in the answer)."""
-        ids, sql = list(job_ids), "SELECT id, state FROM jobs WHERE id IN ({})"
-        chunks = (ids[start : start + 500] for start in range(0, len(ids), 500))
-        return {i: s for chunk in chunks for i, s in self._read(sql.format(",".join("?" * len(chunk))), chunk)}
-
-    def ids_in_state(self, state: str, *, after: str, limit: int) -> list[str]:
-        """The next ``limit`` ids of the rows in ``state`` after id ``after``, in id order."""
-        sql = "SELECT id FROM jobs WHERE state = ? AND id > ? ORDER BY id LIMIT ?"
-        return [row[0] for row in self._read(sql, (state, after, limit))]
-
-    def updated_before(self, states: Collection[str], before: float) -> list[str]:
-        marks = ",".join("?" * len(states))
-        return [
-            row[0]
-            for row in self._read(f"SELECT id FROM jobs WHERE state IN ({marks}) AND updated < ?", [*states, before])
-        ]
 
 
 def set_aside(layout: Layout, now: float) -> str | None:

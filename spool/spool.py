@@ -20,6 +20,7 @@ from typing import Any
 
 from spool import store
 from spool.batch import submit_many
+from spool.chainview import chain_view
 from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
@@ -230,15 +231,18 @@ class Spool(Handle):
         reason: str | None = None,
         limit: int | None = None,
         on_trouble: Callable[[str], None] | None = None,
+        task: str | None = None,
+        key_prefix: str | None = None,
     ) -> list[str]:
-        """Job ids, newest first: from the ledger, filtered by ``state``, ``reason`` and ``limit``.
+        """Job ids, newest first: from the ledger, filtered by ``state``, ``reason``, ``task``, a key's
+        ``key_prefix`` and ``limit``.
 
         When the ledger can't answer, ``on_trouble`` gets one line saying why and what is done
         instead, and the ids come from the folders: those in ``state`` (every job without it),
-        with neither ``reason`` nor ``limit`` applied, so the caller filters what it reads.
+        with none of the other filters applied, so the caller filters what it reads.
         """
         try:
-            return self.ledger.ids(state=state, reason=reason, limit=limit)
+            return self.ledger.ids(state=state, reason=reason, limit=limit, task=task, key_prefix=key_prefix)
         except LedgerError as err:
             from spool import stats  # start-up: the folder-listing fallback is not a producer's
 
@@ -310,9 +314,10 @@ def _check_delay(delay_seconds: object) -> None:
 
 
 def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
-    """The one object ``spool status --json`` prints (README: The command line)."""
+    """The one object ``spool status --json`` prints (README: The command line), with the chain
+    fields of ``spool.chainview``."""
     lease = job_file.lease if state is State.LEASED else None
-    return {
+    view = {
         "id": job_file.id,
         "key": job_file.job.key,
         "task": job_file.job.task,
@@ -333,6 +338,7 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "dropped_as": job_file.dropped_as,
         "attempts_dropped": job_file.attempts_dropped,
     }
+    return {**view, **chain_view(sp, view)}  # parents, waiting_for, children, schedule
 
 
 def _check_id(job_id: str) -> None:

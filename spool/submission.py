@@ -40,7 +40,7 @@ class Submitted:
     created: bool  # False: the key was seen before and ``id`` is the existing job's
 
 
-def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Submitted:
+def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit", refuse_when_full: bool = True) -> Submitted:
     """(new) -> PENDING, or WAITING while some ``depends_on`` is not done.
 
     Commit point: rename tmp/X -> pending/<id>.yaml (or waiting/), after which the folder is
@@ -48,6 +48,7 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Sub
     reservation without a job, which the next submit of that key takes over (and fsck --repair
     removes). Crash after it but before the fsync: the caller was told nothing; the job may or
     may not survive a power cut, and a resubmit with the key finds it if it did.
+    ``refuse_when_full=False``: a schedule's firing, which backpressure never refuses.
     """
     job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where)
     job_file = JobFile(job=job, submitted_at=now_text(sp.clock))
@@ -59,7 +60,8 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit") -> Sub
             existing = lookup_key(sp, job.key)
             if existing is not None:
                 return Submitted(existing, created=False)
-        check_room(sp)
+        if refuse_when_full:
+            check_room(sp)
         crash.point("after-key-check")
         if key_lock is not None:
             reserve_key(sp, job.key, job.id)

@@ -270,7 +270,7 @@ def test_purge_removes_old_finished_jobs(spool_in: Run, sp: Spool) -> None:
 ARGS_FOR = {
     "submit": ["echo"], "status": ["X1"], "result": ["X1"], "wait": ["X1"], "ls": [], "stats": [], "fsck": [],
     "requeue": ["X1"], "cancel": ["X1"], "purge": ["--older-than", "1d"], "logs": ["X1"], "config": [],
-    "coordinator": [], "worker": ["--burst"], "run": ["--workers", "0"],
+    "coordinator": [], "worker": ["--burst"], "run": ["--workers", "0"], "schedule": ["list"],
 }
 NEEDS_NO_SPOOL = {"init", "crash-points", "demo"}
 RUNS_PROCESSES = {"coordinator", "worker", "run"}  # checked as real processes: they must never start

@@ -381,6 +381,37 @@ def dropped_as(name: str) -> Callable[[Spool, Ctx, dict[str, Any]], None]:
     return check
 
 
+# -- a schedule's firing: the coordinator's keyed submit of one slot ----------------------------
+
+HOURLY = "task: echo\nargs: {n: 1}\nevery: 1h\n"
+
+
+def hourly_schedule(sp: Spool, ctx: Ctx) -> None:
+    """A schedule written two hours ago and never fired: a coordinator's first pass fires its
+    last slot (``catchup: one``)."""
+    path = sp.layout.path("schedules", "hourly.yaml")
+    path.write_text(HOURLY)
+    written = time.time() - 7200
+    os.utime(path, (written, written))
+
+
+def fires_again_then_stops(sp: Spool, ctx: Ctx) -> None:
+    """The next coordinator fires the same slot (the slot's key finds the job, or takes over a
+    reservation without one); then the schedule goes, so recovery sees no later slot."""
+    Coordinator(sp).run_pass()
+    sp.layout.path("schedules", "hourly.yaml").unlink()
+
+
+def one_job_for_the_slot(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    keys = [job_file.job.key for _state, job_file in jobs.values()]
+    assert len(keys) == 1 and keys[0].startswith("schedule:hourly@") and keys[0].endswith(":00:00.000Z"), keys
+
+
+def _firing_scenarios() -> list[Scenario]:
+    return [Scenario("fired", coordinator_pass, setup=hourly_schedule, retry=fires_again_then_stops,
+                     check=one_job_for_the_slot)]
+
+
 VALID_DROP = "task: echo\nargs: {n: 1}\n"
 KEYED_DROP = "task: echo\nkey: dropped-key\nargs: {n: 1}\n"
 INVALID_DROP = "task: echo\nargs: [not, a, mapping]\n"
@@ -492,6 +523,10 @@ SCENARIOS: dict[str, list[Scenario]] = {
         Scenario("valid", coordinator_pass, setup=drop(VALID_DROP)),
         Scenario("keyed", coordinator_pass, setup=drop(KEYED_DROP)),
     ],
+    "coordinator:after-key-check": _firing_scenarios(),
+    "coordinator:after-key": _firing_scenarios(),
+    "coordinator:after-commit": _firing_scenarios(),
+    "coordinator:after-submit": _firing_scenarios(),
 }
 
 

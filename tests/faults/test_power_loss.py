@@ -10,6 +10,7 @@ model then finds an acknowledged job lost, so a missing fsync cannot pass unnoti
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from spool import Spool, store
 from spool import job as jobs
 from spool.ingest import ingest
 from spool.layout import State, job_name
+from spool.runner.coordinator import Coordinator
 from spool.transitions import Lease, claim, complete, fail
 
 RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'
@@ -114,6 +116,21 @@ def complete_then_claim_another(sp: Any, rec: RecordingFS) -> None:
     _claim(sp, rec, _SUBMITTED_BEFORE["second"])
 
 
+def write_hourly_schedule(root: Path) -> None:
+    """A schedule written two hours ago that never fired: the next coordinator pass fires its last slot."""
+    path = root / "schedules" / "hourly.yaml"
+    path.write_text("task: echo\nargs: {text: hourly}\nevery: 1h\n")
+    os.utime(path, (time.time() - 7200, time.time() - 7200))
+
+
+def schedule_fires(sp: Any, rec: RecordingFS) -> None:
+    """A firing is a keyed submit in the coordinator: once it returns, the slot's job is durable."""
+    coordinator = Coordinator(sp)
+    coordinator.run_pass()
+    job_id = coordinator.scheduler.last_job["hourly"]
+    rec.ack("submit", id=job_id, key=sp.job(job_id)[1].job.key, task="echo")
+
+
 SCENARIOS = [
     Scenario("keyed submit", keyed_submit, jobs_bound=(0, 1)),
     Scenario("unkeyed submit", unkeyed_submit, jobs_bound=(0, 1)),
@@ -125,6 +142,8 @@ SCENARIOS = [
     Scenario("batch of 3 (keyed and unkeyed)", batch_of_three, jobs_bound=(0, 3)),
     Scenario("drop ingest", drop_ingest, prepare=write_drop, jobs_bound=(1, 1)),
     Scenario("complete, then claim another", complete_then_claim_another, prepare=submit_two, jobs_bound=(2, 2)),
+    # Recovery's coordinator pass fires the same slot again: its key finds the job, or makes the one.
+    Scenario("schedule firing", schedule_fires, prepare=write_hourly_schedule, jobs_bound=(0, 1)),
 ]
 SCENARIO = {scenario.name: scenario for scenario in SCENARIOS}
 

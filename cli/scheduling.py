@@ -1,0 +1,161 @@
+"""``spool schedule``: add, list, enable, disable, rm and run the files in schedules/."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import click
+
+from spool import crash, scheduling
+from spool.cli.app import App, SpoolCommand, flag_duration, pass_app
+from spool.cli.render import echo_json, render_table
+from spool.cli.submitting import _parse_args as parse_args
+from spool.errors import UsageError
+from spool.schedules import CATCHUPS, OVERLAPS, InvalidSchedule
+
+
+class ScheduleGroup(SpoolCommand, click.Group):
+    """The group takes ``--spool`` and ``--json`` after its name too: ``spool schedule --json list``."""
+
+
+@click.group(name="schedule", cls=ScheduleGroup)
+def schedule() -> None:
+    """Recurring jobs: the cron expressions and intervals in schedules/."""
+
+
+@schedule.command(name="add", cls=SpoolCommand)
+@click.argument("name")
+@click.argument("task")
+@click.option("--cron", metavar="EXPR", help="5 cron fields (or 6, seconds last).")
+@click.option("--tz", metavar="ZONE", help="With --cron: an IANA zone (default UTC).")
+@click.option("--every", metavar="DURATION", help="An interval: 30s, 5m, 1h.")
+@click.option("-a", "arg_pairs", multiple=True, metavar="K=V|K:=JSON", help="An argument (string, or JSON with :=).")
+@click.option("--priority", type=int, help="Higher runs first (default 0).")
+@click.option("--max-tries", type=int, help="Tries before a firing's job is dead (default max_tries).")
+@click.option("--timeout", "timeout_text", metavar="S", help="Seconds one attempt may run.")
+@click.option("--catchup", type=click.Choice(CATCHUPS), help="After downtime: none, one (default) or all.")
+@click.option("--overlap", type=click.Choice(OVERLAPS), help="skip: no firing while the last one runs.")
+@pass_app
+def add(
+    app: App,
+    name: str,
+    task: str,
+    cron: str | None,
+    tz: str | None,
+    every: str | None,
+    arg_pairs: tuple[str, ...],
+    priority: int | None,
+    max_tries: int | None,
+    timeout_text: str | None,
+    catchup: str | None,
+    overlap: str | None,
+) -> None:
+    """Write schedules/NAME.yaml (atomically): TASK every DURATION or on a cron expression."""
+    if (cron is None) == (every is None):
+        raise UsageError("schedule add takes one of --cron EXPR and --every DURATION")
+    if tz is not None and cron is None:
+        raise UsageError("--tz goes with --cron")
+    sp = app.spool()
+    fields = scheduling.schedule_fields(
+        cron=cron,
+        tz=tz,
+        every=every,
+        task=task,
+        args=parse_args(arg_pairs, None),
+        priority=priority,
+        max_tries=max_tries,
+        timeout=flag_duration("--timeout", timeout_text),
+    )
+    fields.update({k: v for k, v in (("catchup", catchup), ("overlap", overlap)) if v is not None})
+    scheduling.add(sp, name, fields)
+    _show_one(app, name, f"schedule {name} added")
+
+
+@schedule.command(name="list", cls=SpoolCommand)
+@pass_app
+def list_command(app: App) -> None:
+    """Each schedule: its expression, next fire time, last slot fired (job, state), or its error."""
+    views = scheduling.views(app.spool(), time.time())
+    if app.json_output:
+        echo_json(views)
+        return
+    render_table(
+        ["name", "schedule", "task", "enabled", "next", "last slot", "last job", "state"],
+        [
+            [
+                v["name"],
+                v["expression"] or "BROKEN",
+                v["task"],
+                _yes(v["enabled"]),
+                v["next"],
+                v["last_slot"],
+                v["last_job"],
+                v["last_state"],
+            ]
+            for v in views
+        ],
+    )
+    for v in views:
+        if v["error"]:
+            click.echo(f"{v['name']}: {v['error']}")
+
+
+@schedule.command(name="enable", cls=SpoolCommand)
+@click.argument("name")
+@pass_app
+def enable(app: App, name: str) -> None:
+    """Fire NAME again from its next slot (no backlog)."""
+    scheduling.set_enabled(app.spool(), name, True)
+    _show_one(app, name, f"schedule {name} enabled")
+
+
+@schedule.command(name="disable", cls=SpoolCommand)
+@click.argument("name")
+@pass_app
+def disable(app: App, name: str) -> None:
+    """Stop firing NAME (its file stays)."""
+    scheduling.set_enabled(app.spool(), name, False)
+    _show_one(app, name, f"schedule {name} disabled")
+
+
+@schedule.command(name="rm", cls=SpoolCommand)
+@click.argument("name")
+@pass_app
+def rm(app: App, name: str) -> None:
+    """Remove schedules/NAME.yaml (the jobs it fired stay)."""
+    scheduling.remove(app.spool(), name)
+    if app.json_output:
+        echo_json({"removed": name})
+    else:
+        click.echo(f"schedule {name} removed")
+
+
+@schedule.command(name="run", cls=SpoolCommand)
+@click.argument("name")
+@pass_app
+def run(app: App, name: str) -> None:
+    """Submit NAME's job once now, keyed to now; prints its id."""
+    crash.arm("submit", os.environ)
+    sp = app.spool()
+    entry = scheduling.entry_of(sp, name)
+    if entry.schedule is None:
+        raise InvalidSchedule(entry.error or f"schedule {name} is broken")
+    submitted = scheduling.run_now(sp, entry.schedule)
+    if app.json_output:
+        echo_json({"id": submitted.id, "created": submitted.created, "schedule": name})
+    else:
+        click.echo(submitted.id)
+
+
+def _show_one(app: App, name: str, line: str) -> None:
+    sp = app.spool()
+    if app.json_output:
+        echo_json(scheduling.view(sp, scheduling.entry_of(sp, name), time.time()))
+    else:
+        click.echo(line)
+
+
+def _yes(value: Any) -> str:
+    return "" if value is None else ("yes" if value else "no")
