@@ -62,7 +62,9 @@ log = logging.getLogger("spool.coordinator")
 
 RECONCILE_SECONDS = 5.0
 LEASE_WATCH_SECONDS = 0.1  # new leases landing wake a lease watch at most this often
-WORKER_PROBE_SECONDS = 0.2  # the liveness locks of the workers holding leases, between watches
+# The liveness locks of the workers holding leases, between watches. A SIGKILLed worker's job
+# starts its next attempt this long plus its first backoff (0.5-1 s by default) after the kill.
+WORKER_PROBE_SECONDS = 0.05
 
 
 @dataclass
