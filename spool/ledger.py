@@ -301,6 +301,8 @@ def _next_ready_seq(db: sqlite3.Connection) -> int:
 
 
 def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool, now: float) -> None:
+    if not ready and _update_unready(db, job_file, state, now):
+        return
     job = job_file.job
     old = db.execute("SELECT ready, ready_seq FROM jobs WHERE id = ?", (job.id,)).fetchone()
     if ready and old and old[0]:
@@ -331,3 +333,14 @@ def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool
     if old is None:
         for dep in job.depends_on:
             db.execute("INSERT OR IGNORE INTO deps(job_id, dep_id) VALUES(?, ?)", (job.id, dep))
+
+
+def _update_unready(db: sqlite3.Connection, job_file: JobFile, state: State, now: float) -> bool:
+    """``_upsert`` of a row that exists and leaves the claim order (a claim, a completion), in
+    one statement instead of a read and a write: it keeps its ``ready_seq`` and its deps, as the
+    upsert would. False when there is no row yet (the caller then inserts it, deps and all)."""
+    cursor = db.execute(
+        "UPDATE jobs SET state = ?, ready = 0, attempt = ?, tries = ?, reason = ?, updated = ? WHERE id = ?",
+        (state.value, job_file.attempt, job_file.tries, job_file.reason, now, job_file.id),
+    )
+    return cursor.rowcount == 1

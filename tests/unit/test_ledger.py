@@ -45,6 +45,35 @@ def test_a_job_still_ready_keeps_its_place_in_line(sp: Spool) -> None:
     assert sp.ledger.reserve_next(None) == second
 
 
+def test_a_record_out_of_the_claim_order_writes_the_row_the_full_upsert_writes(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one-statement UPDATE (a claim, a completion) against the SELECT + upsert it replaces:
+    # the same row, its ready_seq kept; a missing row still gets its deps from the insert.
+    import spool.ledger as ledger_module
+
+    dep = sp.submit("echo")
+    job_id = sp.submit("echo", depends_on=[dep])
+    job_file = read_job(sp, State.WAITING, job_id)
+
+    def recorded(*, one_statement: bool, row_there: bool) -> dict[str, object]:
+        sp.ledger.forget([job_id])
+        if row_there:
+            sp.ledger.record_many([(job_file, State.PENDING, True)], event="ready")
+        with monkeypatch.context() as patch:
+            if not one_statement:
+                patch.setattr(ledger_module, "_update_unready", lambda *args: False)
+            sp.ledger.record(job_file, State.DEAD, ready=False, event="cancel", now=5.0)
+        row = sp.ledger.row(job_id)
+        assert row is not None and sorted(sp.ledger.dependents(dep)) == [job_id]
+        return {**row, "ready_seq": row["ready_seq"] is not None}
+
+    full = recorded(one_statement=False, row_there=True)
+    assert full["ready_seq"] is True  # kept from its time in the claim order
+    assert recorded(one_statement=True, row_there=True) == full
+    assert recorded(one_statement=True, row_there=False) == recorded(one_statement=False, row_there=False)
+
+
 def test_history_records_each_transition(sp: Spool) -> None:
     job_id = sp.submit("echo", max_tries=2)
     claim(sp, "w1", None)
