@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from spool import store
-from spool.batch import submit_many
-from spool.chainview import chain_view
 from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
@@ -112,6 +110,8 @@ class Spool(Handle):
         with InvalidJob ``job <index>: ...`` (NotFound for an unknown dependency), and TryLater
         when the batch would take the spool past ``max_pending``; nothing is written then.
         """
+        from spool.batch import submit_many  # start-up: a one-job submit never loads the batch path
+
         return submit_many(self, specs)
 
     def spec(
@@ -338,6 +338,8 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "dropped_as": job_file.dropped_as,
         "attempts_dropped": job_file.attempts_dropped,
     }
+    from spool.chainview import chain_view  # start-up: schedules, zoneinfo and datetime load only for a view
+
     return {**view, **chain_view(sp, view)}  # parents, waiting_for, children, schedule
 
 

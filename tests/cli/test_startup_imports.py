@@ -25,6 +25,10 @@ NOT_FOR_SUBMIT = {
     "socket",
 }
 
+# What a submit without a key needs from none of: logging (spool.lazylog), hashes (a key's file
+# name), chance (a backoff's jitter), the batch path, schedules and their zoneinfo.
+NOT_FOR_A_PLAIN_SUBMIT = {"logging", "hashlib", "secrets", "random", "spool.batch", "spool.schedules", "zoneinfo"}
+
 PROBE = """
 import json, sys
 from spool.cli.main import main
@@ -47,6 +51,7 @@ def test_spool_submit_imports_only_what_submitting_uses(spool_dir: Path) -> None
     assert code in (0, None)
     assert "spool.cli.submitting" in modules
     assert modules & NOT_FOR_SUBMIT == set()
+    assert modules & NOT_FOR_A_PLAIN_SUBMIT == set()
 
 
 def test_the_group_help_still_loads_every_command(spool_dir: Path) -> None:
