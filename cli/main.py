@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import gc
 import importlib
-import json
 import os
 import sqlite3
 import sys
@@ -188,6 +187,8 @@ def _freeze_start_up_objects() -> None:
 
 def _fail_with(message: str, code: int, *, as_json: bool) -> None:
     if as_json:
+        import json  # start-up: only a failing command with --json loads json
+
         click.echo(json.dumps({"error": message, "exit": code}), err=True)
     else:
         click.echo(f"spool: {message}", err=True)

@@ -12,7 +12,6 @@ process builds one and passes it down; nothing reads the environment later.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -167,6 +166,8 @@ class Spool(Handle):
             if state is State.DEAD:
                 raise SpoolError(f"{job_id}: dead ({job_file.reason}); it has no result") from None
             raise NotFound(f"{job_id}: no result yet ({state.value})") from None
+        import json  # start-up: a submit never reads a result
+
         return json.loads(data)
 
     def state(self, job_id: str) -> State | None:
