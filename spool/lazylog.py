@@ -17,10 +17,11 @@ from typing import Any
 class LazyLogger:
     """The parts of :class:`logging.Logger` spool's data modules use, by the same name."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "_logger")
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._logger: Any = None  # the logging.Logger, once logging is loaded
 
     def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
         if "logging" in sys.modules:
@@ -37,11 +38,13 @@ class LazyLogger:
         self._log("error", msg, args, kwargs)
 
     def _log(self, level: str, msg: object, args: tuple[object, ...], kwargs: dict[str, Any]) -> None:
-        import logging  # start-up: a submit that logs nothing above info never loads logging
+        if self._logger is None:
+            import logging  # start-up: a submit that logs nothing above info never loads logging
 
+            self._logger = logging.getLogger(self.name)
         # stacklevel 3: the record names the line that called debug/info/warning/error, not this file.
         kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 2
-        getattr(logging.getLogger(self.name), level)(msg, *args, **kwargs)
+        getattr(self._logger, level)(msg, *args, **kwargs)
 
 
 def lazy_logger(name: str) -> LazyLogger:
