@@ -1,5 +1,5 @@
 """A logger for the modules a fresh ``spool submit`` imports, without importing :mod:`logging`
-(~5 ms of a ~100 ms process).
+(~5 ms of CPU per `spool submit` process).
 
 A warning or an error always goes to :mod:`logging` (imported then: with no handler set up, its
 last-resort handler still prints it to stderr). Debug and info records are dropped while
