@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +9,8 @@ import click
 
 
 def echo_json(value: Any) -> None:
+    import json  # start-up: only --json output loads json
+
     click.echo(json.dumps(value, indent=2, sort_keys=False))
 
 

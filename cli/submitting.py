@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -94,7 +93,7 @@ def _parse_args(pairs: tuple[str, ...], args_json: str | None) -> dict[str, Any]
     args: dict[str, Any] = {}
     if args_json is not None:
         try:
-            loaded = json.loads(args_json)
+            loaded = _load_json(args_json)
         except ValueError as err:
             raise UsageError(f"--args-json: not JSON ({err})") from None
         if not isinstance(loaded, dict):
@@ -114,7 +113,7 @@ def _parse_args(pairs: tuple[str, ...], args_json: str | None) -> dict[str, Any]
         seen.add(name)
         if as_json:
             try:
-                args[name] = json.loads(value)
+                args[name] = _load_json(value)
             except ValueError as err:
                 raise UsageError(f"-a {name}:={value}: not JSON ({err})") from None
         else:
@@ -139,3 +138,10 @@ def _ids(text: str | None) -> list[str]:
         if not is_valid_id(job_id):
             raise UsageError(f"--depends-on: {job_id!r} is not a job id")
     return ids
+
+
+def _load_json(text: str) -> Any:
+    """The value of one JSON text (ValueError if it is not JSON)."""
+    import json  # start-up: only a submit given JSON (-a NAME:=JSON, --args-json) loads json
+
+    return json.loads(text)

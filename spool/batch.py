@@ -54,7 +54,6 @@ finished stay (durable, found by key, rows added by the reconcile).
 
 from __future__ import annotations
 
-import logging
 import resource
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from spool.fsio import fs
 from spool.ids import new_id
 from spool.job import JobFile, is_ready
 from spool.layout import State, job_name, key_name
+from spool.lazylog import lazy_logger
 from spool.locks import Lock
 from spool.store import stage, unstage, wake
 from spool.submission import (
@@ -85,7 +85,7 @@ from spool.timetext import now_text
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-log = logging.getLogger("spool.batch")
+log = lazy_logger("spool.batch")
 
 # Descriptors a round may hold as key locks: at most half the process's limit, at least this many.
 MIN_KEYS_PER_ROUND = 64

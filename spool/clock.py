@@ -9,7 +9,6 @@ still until a test moves it.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Protocol
 
@@ -37,6 +36,8 @@ class SystemClock:
         time.sleep(max(0.0, seconds))
 
     def jitter(self, low: float, high: float) -> float:
+        import random  # start-up: only a backoff draws a jitter; a submit never does (~2 ms)
+
         return random.uniform(low, high)
 
 

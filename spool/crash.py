@@ -11,7 +11,6 @@ matrix runs every listed point.
 
 from __future__ import annotations
 
-import difflib
 import os
 import signal
 from collections.abc import Mapping
@@ -82,6 +81,8 @@ def unknown_target(value: str) -> str | None:
     points = all_points()
     if value in points:
         return None
+    import difflib  # start-up: only a mistyped SPOOL_CRASH_AT needs it
+
     close = difflib.get_close_matches(value, points, n=1)
     role = value.split(":", 1)[0]
     hint = (

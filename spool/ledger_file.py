@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import logging
 import os
 import sqlite3
 from pathlib import Path
@@ -26,11 +25,12 @@ from pathlib import Path
 from spool.errors import DiskFull, LedgerError, LedgerUnusable, SpoolError
 from spool.fsio import fs
 from spool.layout import LEDGER_NAME, Layout, ledger_aside_name, ledger_file_names, ledger_lock_name
+from spool.lazylog import lazy_logger
 from spool.locks import acquire
 
 _NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE
 
-log = logging.getLogger("spool.ledger")
+log = lazy_logger("spool.ledger")
 
 
 def identity(root_fd: int) -> tuple[int, int] | None:

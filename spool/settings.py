@@ -9,10 +9,9 @@ itself: the caller passes it in.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -255,7 +254,7 @@ def _read_config(path: Path) -> Mapping[object, object]:
         raise UsageError(f"{path}: expected a mapping of settings, got a {type(loaded).__name__}")
     for key in loaded:
         if key not in _PARSERS:
-            close = difflib.get_close_matches(str(key), _PARSERS, n=1)
+            close = _close_matches(str(key), _PARSERS)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UsageError(f"{path.name}: {key}: not a setting{hint}")
     return loaded
@@ -308,9 +307,16 @@ def environment_warnings(environ: Mapping[str, str]) -> list[str]:
     for name in sorted(environ):
         if name.startswith("SPOOL_") and name not in known:
             # Compared without the shared prefix, which would make every name look close.
-            close = difflib.get_close_matches(name[6:].upper(), [other[6:] for other in known], n=1)
+            close = _close_matches(name[6:].upper(), [other[6:] for other in known])
             lines.append(f"{name} is not a setting" + (f"; did you mean SPOOL_{close[0]}?" if close else ""))
     return lines
+
+
+def _close_matches(word: str, choices: Iterable[str]) -> list[str]:
+    """The one choice closest to a mistyped ``word``, if any is close enough."""
+    import difflib  # start-up: only a typo needs it (~1 ms of every command otherwise)
+
+    return difflib.get_close_matches(word, list(choices), n=1)
 
 
 def _check_heartbeat(values: Mapping[str, object], sources: Mapping[str, str]) -> None:

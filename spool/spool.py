@@ -12,15 +12,12 @@ process builds one and passes it down; nothing reads the environment later.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from spool import store
-from spool.batch import submit_many
-from spool.chainview import chain_view
 from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.fsio import fs
@@ -112,6 +109,8 @@ class Spool(Handle):
         with InvalidJob ``job <index>: ...`` (NotFound for an unknown dependency), and TryLater
         when the batch would take the spool past ``max_pending``; nothing is written then.
         """
+        from spool.batch import submit_many  # start-up: a one-job submit never loads the batch path
+
         return submit_many(self, specs)
 
     def spec(
@@ -167,6 +166,8 @@ class Spool(Handle):
             if state is State.DEAD:
                 raise SpoolError(f"{job_id}: dead ({job_file.reason}); it has no result") from None
             raise NotFound(f"{job_id}: no result yet ({state.value})") from None
+        import json  # start-up: a submit never reads a result
+
         return json.loads(data)
 
     def state(self, job_id: str) -> State | None:
@@ -338,6 +339,8 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "dropped_as": job_file.dropped_as,
         "attempts_dropped": job_file.attempts_dropped,
     }
+    from spool.chainview import chain_view  # start-up: schedules, zoneinfo and datetime load only for a view
+
     return {**view, **chain_view(sp, view)}  # parents, waiting_for, children, schedule
 
 

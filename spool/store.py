@@ -6,7 +6,6 @@ them takes a lock or decides anything: the transition that calls them does.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 from collections.abc import Callable
@@ -30,13 +29,14 @@ from spool.layout import (
     set_aside_name,
     tmp_name,
 )
+from spool.lazylog import lazy_logger
 from spool.locks import Lock, acquire, acquire_within
 from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-log = logging.getLogger("spool.store")
+log = lazy_logger("spool.store")
 
 # The runner's own files may carry long errors and an invalid drop's original text.
 FILE_SLACK_BYTES = 64 * 1024

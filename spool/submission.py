@@ -12,7 +12,6 @@ needs no reservation: nobody can know it before the id is printed.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
 from spool.job import Job, JobFile, encode_measured, is_ready, yaml_size_floor
 from spool.layout import State, key_lock_name, key_name
+from spool.lazylog import lazy_logger
 from spool.locks import Lock, acquire
 from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.timetext import now_text
@@ -31,7 +31,7 @@ from spool.yamlsafe import dump_yaml
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-log = logging.getLogger("spool.submission")
+log = lazy_logger("spool.submission")
 
 
 @dataclass(frozen=True)
