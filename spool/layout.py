@@ -25,8 +25,9 @@ suffix or a prefix itself. Who writes each entry and who reads it:
     {state}/.wake                        store.wake, after a ledger commit  the coordinator's and workers'
                                                                             inotify watch
     leased/<id>.yaml                     claim (the lease is in the file)   the worker, the coordinator
-    leased/.<id>.<attempt>.hb            the worker's heartbeat:            the coordinator (counter changes
-                                         "<counter> <worker>\n", no fsync   on its clock; the worker's lock)
+    leased/.<id>.<attempt>.hb            the claim (counter 0, before its   the coordinator (counter changes
+                                         rename), then the worker's beats:  on its clock; the worker's lock)
+                                         "<counter> <worker>\n", no fsync
     leased/.<id>.cancel                  ``spool cancel`` of a leased job   the worker (lease_status), expire
     {state}/<name>.planted-<hex>         store.set_aside: a planted entry   nobody
                                          moved out of the runner's names
@@ -45,7 +46,8 @@ suffix or a prefix itself. Who writes each entry and who reads it:
     locks/coordinator.lock               the coordinator, while it runs     stats, fsck, a second coordinator
     locks/ledger.lock                    ledger_file (create, set aside)    ledger_file
     logs/<id>.<attempt>.log              the worker (the attempt's          ``spool logs``; purge removes them
-                                         stdout and stderr, capped)
+                                         stdout and stderr, capped), made
+                                         at the attempt's first output
     tls/                                 reserved (certificate, tokens)     nothing in this version
     tmp/<pid>-<random>.tmp               every atomic write, staged         the tmp sweep (fsck): swept once
                                                                             the writer pid is gone
