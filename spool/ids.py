@@ -22,6 +22,17 @@ _lock = threading.Lock()
 _last = (0, 0)
 
 
+def _forget_after_fork() -> None:
+    """A forked child starts its own sequence. Inherited, ``_last`` would give every child of one
+    parent the same next id within the parent's last millisecond (or, after a fake or stepped-back
+    clock put it ahead, for as long as real time is behind it): two processes, one id."""
+    global _lock, _last
+    _lock, _last = threading.Lock(), (0, 0)
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def is_valid_id(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and ID_PATTERN.fullmatch(text) is not None
 

@@ -22,6 +22,29 @@ def test_ids_are_26_safe_characters_and_strictly_increasing() -> None:
     assert all(len(i) == 26 and ids.is_valid_id(i) for i in made)
 
 
+def test_forked_children_do_not_repeat_the_parents_next_id() -> None:
+    """A clock ahead of real time (a FakeClock in an earlier test, a wall clock stepped back) pins
+    the process's ids to that millisecond; children forked then each made the same next id."""
+    from spool.clock import FakeClock
+
+    ids.new_id(FakeClock(wall=4_102_444_800.0))  # 2100-01-01: real time stays behind it
+    children = []
+    for _ in range(4):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: one id to the pipe, then out without running the parent's cleanup
+            os.write(write_end, ids.new_id().encode())
+            os._exit(0)
+        os.close(write_end)
+        children.append((pid, read_end))
+    made = []
+    for pid, read_end in children:
+        os.waitpid(pid, 0)
+        made.append(os.read(read_end, 64).decode())
+        os.close(read_end)
+    assert len(set(made)) == 4 and all(ids.is_valid_id(i) for i in made), made
+
+
 @pytest.mark.parametrize("text", ["", ".", "..", "../x", "a/b", "-a", "_a", "a.b", "a\x00", "a b", "é", "a" * 65, 5,
                                   None, "a\n"])
 def test_is_valid_id_refuses_anything_that_could_leave_its_folder(text: object) -> None:
