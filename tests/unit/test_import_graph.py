@@ -18,7 +18,12 @@ from pathlib import Path
 from support import ROOT
 
 # The repository folder of each installed package (pyproject.toml's package-dir).
-PACKAGES = {"spool": ROOT / "spool", "spool.runner": ROOT / "runner", "spool.cli": ROOT / "cli"}
+PACKAGES = {
+    "spool": ROOT / "spool",
+    "spool.runner": ROOT / "runner",
+    "spool.runner.api": ROOT / "runner" / "api",
+    "spool.cli": ROOT / "cli",
+}
 
 
 def _modules() -> dict[str, Path]:
