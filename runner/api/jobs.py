@@ -9,6 +9,7 @@ a ``shell`` job, submitted or requeued, needs ``admin``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -98,7 +99,7 @@ def spec_of_body(ctx: ApiContext, body: dict[str, Any], caller: TokenInfo) -> di
             max_tries=body.get("max_tries"),
             timeout=body.get("timeout"),
             delay_seconds=delay,
-            depends_on=body.get("depends_on") or (),
+            depends_on=() if body.get("depends_on") is None else body["depends_on"],
             clock=ctx.sp.clock,
         )
     except InvalidJob as err:
@@ -198,6 +199,8 @@ async def _off_loop(ctx: ApiContext, work: Callable[[], T], *, full: int = 503) 
     except TryLater as err:
         raise ApiError(full, str(err), None, headers=_retry_after(ctx)) from None
     except InvalidJob as err:
+        if "over max_job_bytes" in str(err):  # the spec as its file would hold it (YAML) is too large
+            raise ApiError(413, str(err), "body") from None
         raise ApiError(422, str(err), _field_of(str(err))) from None
     except NotFound as err:
         message = str(err)
@@ -222,11 +225,16 @@ def _limit(text: str | None) -> int:
     return int(text)
 
 
-def _field_of(message: str) -> str | None:
-    """``body.<field>`` when an InvalidJob message starts with a field's name, else ``body``."""
-    head = message.split(":", 1)[0].split(" ", 1)[0].strip()
+def _field_of(message: str) -> str:
+    """``body.<field>`` for the field an InvalidJob message names ("field 'x': ..." or "x: ...",
+    "x must ..."), else ``body``."""
+    named = _FIELD_NAMED.search(message)
+    head = named.group(1) if named else message.split(":", 1)[0].split(" ", 1)[0].strip()
     field = "delay" if head == "delay_seconds" else head
     return f"body.{field}" if field in SUBMIT_FIELDS else "body"
+
+
+_FIELD_NAMED = re.compile(r"field '([a-z_]+)'")
 
 
 def _show(value: object) -> str:
