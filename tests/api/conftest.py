@@ -5,6 +5,7 @@
   certificate and the host name. It gives ``.root``, ``.url``, ``.cacert``, ``.token(name, role)``
   (runs ``spool token add``), ``.call(method, path, *, token, json, body, headers)`` -> ``Reply``,
   ``.connect()`` (an ``http.client.HTTPSConnection`` for tests that drive the wire themselves),
+  ``.call_with(context)`` (a GET through a client SSLContext of the test's own),
   ``.restart()`` (SIGKILL, then the same spool and port again) and ``.log()``. The process group
   is SIGKILLed at teardown, whatever the test did.
 - ``serve_spool(env=..., config=...)``: the same with settings of the test's own (``config`` is
@@ -128,6 +129,15 @@ class Served:
 
     def connect(self, timeout: float = 30.0, context: ssl.SSLContext | None = None) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=context or self.context())
+
+    def call_with(self, context: ssl.SSLContext, path: str = "/healthz") -> Reply:
+        """GET ``path`` through a client context of the test's own (another CA, an old TLS)."""
+        connection = self.connect(10.0, context)
+        try:
+            connection.request("GET", path)
+            return read_reply(connection.getresponse())
+        finally:
+            connection.close()
 
     def call(
         self,
