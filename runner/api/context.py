@@ -23,6 +23,7 @@ from spool.tokens import TokenInfo, TokenStore
 # can spell a byte of YAML or JSON as up to six ("\u0000"), but a realistic spec's escaping
 # stays well under twice its size, and anything past the cap is refused, not truncated.
 JSON_MARGIN_BYTES = 16 * 1024
+MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers together
 BODY_SECONDS = 30.0  # a body must arrive whole within this (a slow-loris upload is cut with 408)
 
 
