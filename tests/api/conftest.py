@@ -8,8 +8,10 @@
   ``.call_with(context)`` (a GET through a client SSLContext of the test's own),
   ``.restart()`` (SIGKILL, then the same spool and port again) and ``.log()``. The process group
   is SIGKILLed at teardown, whatever the test did.
-- ``serve_spool(env=..., config=...)``: the same with settings of the test's own (``config`` is
-  written to config.yaml before the server starts); ``served`` is ``serve_spool()``.
+- ``serve_spool(env=..., config=..., parent=..., cert=(cert, key))``: the same with settings of the
+  test's own (``config`` is written to config.yaml before the server starts), the spool made in
+  ``parent`` (a small disk) when given, ``--cert/--key`` instead of ``--self-signed`` when given;
+  ``served`` is ``serve_spool()``.
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ class Reply:
 class Served:
     """One running ``spool serve`` on its own spool."""
 
-    def __init__(self, root: Path, logs: Path, env: dict[str, str]) -> None:
+    def __init__(self, root: Path, logs: Path, env: dict[str, str], tls_args: list[str] | None = None) -> None:
         self.root, self.logs, self.env = root, logs, env
+        self.tls_args = tls_args or ["--self-signed"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.host, self.port = "127.0.0.1", 0
@@ -68,7 +71,7 @@ class Served:
                 "--spool",
                 str(self.root),
                 "serve",
-                "--self-signed",
+                *self.tls_args,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -178,14 +181,22 @@ def read_reply(response: http.client.HTTPResponse) -> Reply:
 def serve_spool(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     started: list[Served] = []
 
-    def start(env: dict[str, str] | None = None, config: str | None = None) -> Served:
-        root = tmp_path / f"spool-{len(started)}"
+    def start(
+        env: dict[str, str] | None = None,
+        config: str | None = None,
+        parent: Path | None = None,
+        cert: tuple[Path, Path] | None = None,
+    ) -> Served:
+        root = (parent or tmp_path) / f"spool-{len(started)}"
         Spool.init(root, environ={}).close()
         if config is not None:
             (root / "config.yaml").write_text(config)
         logs = tmp_path / f"serve-logs-{len(started)}"
         logs.mkdir()
-        served = Served(root, logs, env or {})
+        tls_args = ["--cert", str(cert[0]), "--key", str(cert[1])] if cert else None
+        served = Served(root, logs, env or {}, tls_args)
+        if cert:
+            served.cacert = cert[0]
         started.append(served)
         served.start()
         return served

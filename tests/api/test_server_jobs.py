@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from spool import Spool
+from support import fill_disk
 
 JOB_BODY_CAP = 64 * 1024 + 16 * 1024  # max_job_bytes (default) + the JSON margin (runner.api.context)
 
@@ -235,3 +236,19 @@ def test_cancel_and_requeue_and_a_work_token_may_do_neither(served: Any) -> None
     assert served.call("POST", f"/v1/jobs/{job_id}/requeue", token=token).json == {"id": job_id, "state": "pending"}
     assert served.call("POST", f"/v1/jobs/{job_id}/requeue", token=token).status == 409
     assert (served.root / "pending" / f"{job_id}.yaml").exists()
+
+
+def test_a_full_disk_is_503_with_retry_after_and_nothing_written(serve_spool: Any, small_disk: Path) -> None:
+    served = serve_spool(parent=small_disk)
+    token = served.token("producer", "submit")
+    first = served.call("POST", "/v1/jobs", token=token, json={"task": "echo"})
+    assert first.status == 201
+    fill_disk(small_disk / "filler")
+    full = served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "on-a-full-disk"})
+    assert full.status == 503 and int(full.headers["retry-after"]) >= 1, full
+    assert "space" in full.json["error"].lower()
+    assert jobs_in(served.root) == [f"{first.json['id']}.yaml"]
+    assert not any((served.root / "keys").iterdir()) and not any((served.root / "tmp").iterdir())
+    (small_disk / "filler").unlink()
+    again = served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "on-a-full-disk"})
+    assert again.status == 201
