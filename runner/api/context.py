@@ -29,8 +29,11 @@ BODY_SECONDS = 30.0  # a body must arrive whole within this (a slow-loris upload
 
 @dataclass
 class ApiContext:
-    """The open spool and what the server's parts share. ``on_startup``/``on_shutdown``: long-lived
-    background work (a sampler, the token last-use writer) started and stopped with the app."""
+    """The open spool and what the server's parts share.
+
+    ``on_startup``/``on_shutdown``: each awaited once, in order, when the app starts and stops
+    (uvicorn's lifespan). Long-lived work (a sampler) starts its own ``asyncio.create_task`` in
+    its start-up callable, returns at once, and cancels the task in its shutdown one."""
 
     sp: Spool
     tokens: TokenStore
