@@ -109,8 +109,17 @@ def test_bad_json_is_400_and_a_wrong_schema_422_saying_where(served: Any) -> Non
     )
     assert served.call("POST", "/v1/jobs", token=token, body=b"\xff\xfe", headers=headers).status == 400
     assert served.call("POST", "/v1/jobs", token=token, body=b'{"task": NaN}', headers=headers).status == 400
-    deep = b"[" * 100_000 + b"]" * 100_000
-    assert served.call("POST", "/v1/jobs", token=token, body=deep, headers=headers).status in (400, 413)
+    deep = b'{"task": "echo", "args": {"a": ' + b"[" * 30_000 + b"]" * 30_000 + b"}}"  # within the cap
+    too_deep = served.call("POST", "/v1/jobs", token=token, body=deep, headers=headers)
+    assert too_deep.status == 400 and "nested too deeply" in too_deep.json["error"]
+    nested = {
+        "task": "echo",
+        "args": {
+            "a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+        },
+    }
+    parsed = served.call("POST", "/v1/jobs", token=token, json=nested)  # JSON can read it; a job can't hold it
+    assert parsed.status == 422 and parsed.json["where"] == "body.args" and "nested too deeply" in parsed.json["error"]
     cases = [
         ([1, 2], "body"),
         ({"args": {}}, "body.task"),
