@@ -3,6 +3,7 @@ sends, and the reads, pages, cancels and requeues of jobs."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,22 @@ def test_a_full_disk_is_503_with_retry_after_and_nothing_written(serve_spool: An
     (small_disk / "filler").unlink()
     again = served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "on-a-full-disk"})
     assert again.status == 201
+
+
+def test_the_same_key_from_many_clients_at_once_makes_one_job(served: Any) -> None:
+    token = served.token("producer", "submit")
+    replies: list[Any] = []
+    barrier = threading.Barrier(8)
+
+    def submit() -> None:
+        barrier.wait()
+        replies.append(served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "once"}))
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(reply.status for reply in replies) == [200] * 7 + [201]
+    assert len({reply.json["id"] for reply in replies}) == 1
+    assert jobs_in(served.root) == [f"{replies[0].json['id']}.yaml"]
