@@ -4,6 +4,7 @@ by the parser, and an idle keep-alive connection is closed by the server."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
 
@@ -41,3 +42,11 @@ def test_a_body_that_trickles_in_is_cut_with_408(served: Any) -> None:
     assert 25.0 <= time.monotonic() - started <= 45.0
     connection.close()
     assert not any(p for p in (served.root / "pending").iterdir() if not p.name.startswith("."))
+
+
+def test_a_stalled_tls_handshake_is_cut_after_10_s(served: Any) -> None:
+    with socket.create_connection((served.host, served.port), timeout=60) as raw:
+        raw.send(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
+        started = time.monotonic()
+        assert raw.recv(1) == b""
+        assert 8.0 <= time.monotonic() - started <= 20.0  # asyncio's own default would be 60 s
