@@ -26,8 +26,10 @@ suffix or a prefix itself. Who writes each entry and who reads it:
                                                                             inotify watch
     leased/<id>.yaml                     claim (the lease is in the file)   the worker, the coordinator
     leased/.<id>.<attempt>.hb            the claim (counter 0, before its   the coordinator (counter changes
-                                         rename), then the worker's beats:  on its clock; the worker's lock)
-                                         "<counter> <worker>\n", no fsync
+                                         rename), then the worker's beats:  on its clock; the worker's lock),
+                                         "<counter> <worker>\n", then the   readers of progress (status,
+                                         handler's progress as one JSON     wait, the API)
+                                         line when it reported any; no fsync
     leased/.<id>.cancel                  ``spool cancel`` of a leased job   the worker (lease_status), expire
     {state}/<name>.planted-<hex>         store.set_aside: a planted entry   nobody
                                          moved out of the runner's names
@@ -166,19 +168,38 @@ def parse_heartbeat_name(name: str) -> tuple[str, int] | None:
     return (job_id, int(attempt)) if _is_decimal(attempt) else None
 
 
-def heartbeat_content(counter: int, worker: str) -> bytes:
-    """What a heartbeat file holds: the counter the coordinator watches change, and the worker,
-    so the coordinator can check the worker's liveness lock without reading the job file."""
-    return f"{counter} {worker}\n".encode()
+HEARTBEAT_MAX_BYTES = 4096  # a counter, a worker name (<= 64) and a progress line (spool.progress)
+
+
+def heartbeat_content(counter: int, worker: str, progress: bytes = b"") -> bytes:
+    """What a heartbeat file holds: a first line with the counter the coordinator watches change
+    and the worker (so the coordinator can check its liveness lock without reading the job file),
+    then, when the handler reported one, a second line with its progress (``spool.progress``)."""
+    first = f"{counter} {worker}\n".encode()
+    return first + progress + b"\n" if progress else first
+
+
+def heartbeat_first_line(content: bytes) -> bytes:
+    """The counter's line (the whole content when it has no newline: an older file, a torn read):
+    what the coordinator compares, so a rewritten progress line is never a beat."""
+    end = content.find(b"\n")
+    return content if end < 0 else content[: end + 1]
 
 
 def parse_heartbeat(content: bytes | None) -> tuple[int, str] | None:
     """(counter, worker) from a heartbeat file's content; None when it is not one a worker wrote
     (a planted entry read as nothing, a beat caught while being rewritten)."""
-    parts = (content or b"").split()
+    parts = heartbeat_first_line(content or b"").split()
     if len(parts) != 2 or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1].decode("utf-8", "replace")
+
+
+def heartbeat_progress(content: bytes) -> bytes | None:
+    """The progress line of a heartbeat file (for ``spool.progress.decode``); None without one."""
+    _, newline, rest = content.partition(b"\n")
+    line = rest.rstrip(b"\n")
+    return line if newline and line else None
 
 
 def cancel_name(job_id: str) -> str:
