@@ -115,8 +115,10 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         try:
             view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            select.select([], [fd], [])  # a non-blocking pipe that is full: wait for room
+        except BlockingIOError:  # a non-blocking pipe that is full: wait for room
+            waiter = select.poll()  # not select(): the child's channel fds are above FD_SETSIZE
+            waiter.register(fd, select.POLLOUT)
+            waiter.poll()
 
 
 class Replies:
