@@ -41,7 +41,7 @@ from spool.layout import (
     WAKE_NAME,
     State,
     coordinator_lock_name,
-    heartbeat_first_line,
+    heartbeat_lines,
     heartbeat_name,
     is_ignored_name,
     job_id_of,
@@ -369,7 +369,7 @@ class Coordinator:
 def _read_counter(dir_fd: int, name: str) -> bytes | None:
     """The heartbeat file's counter line; the progress line after it is a display, never a beat."""
     try:
-        return heartbeat_first_line(fs.read_file(dir_fd, name, HEARTBEAT_MAX_BYTES))
+        return heartbeat_lines(fs.read_file(dir_fd, name, HEARTBEAT_MAX_BYTES))[0]
     except (OSError, InvalidJob):  # gone, or planted (a directory): no beat seen; never fatal
         return None
 

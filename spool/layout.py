@@ -185,27 +185,21 @@ def heartbeat_content(counter: int, worker: str, progress: bytes = b"") -> bytes
     return first + progress + b"\n" if progress else first
 
 
-def heartbeat_first_line(content: bytes) -> bytes:
-    """The counter's line (the whole content when it has no newline: an older file, a torn read):
-    what the coordinator compares, so a rewritten progress line is never a beat."""
-    end = content.find(b"\n")
-    return content if end < 0 else content[: end + 1]
+def heartbeat_lines(content: bytes) -> tuple[bytes, bytes | None]:
+    """(the counter's line, the progress line or None). The coordinator compares the first only,
+    so a rewritten progress line is never a beat; without a newline (an older file, a torn read)
+    the whole content is the first."""
+    first, newline, rest = content.partition(b"\n")
+    return first + newline, rest.rstrip(b"\n") or None
 
 
 def parse_heartbeat(content: bytes | None) -> tuple[int, str] | None:
     """(counter, worker) from a heartbeat file's content; None when it is not one a worker wrote
     (a planted entry read as nothing, a beat caught while being rewritten)."""
-    parts = heartbeat_first_line(content or b"").split()
+    parts = heartbeat_lines(content or b"")[0].split()
     if len(parts) != 2 or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1].decode("utf-8", "replace")
-
-
-def heartbeat_progress(content: bytes) -> bytes | None:
-    """The progress line of a heartbeat file (for ``spool.progress.decode``); None without one."""
-    _, newline, rest = content.partition(b"\n")
-    line = rest.rstrip(b"\n")
-    return line if newline and line else None
 
 
 def cancel_name(job_id: str) -> str:

@@ -142,7 +142,7 @@ def read_progresses(sp: Handle, job_ids: Iterable[str]) -> dict[str, Progress]:
 def _read_one(sp: Handle, job_id: str, attempt: int) -> Progress | None:
     from spool.errors import InvalidJob  # start-up: as in read_progresses
     from spool.fsio import fs  # start-up: as in read_progresses
-    from spool.layout import State, heartbeat_name, heartbeat_progress, job_name  # start-up: as above
+    from spool.layout import State, heartbeat_lines, heartbeat_name, job_name  # start-up: as above
 
     leased_fd = sp.layout.fd(State.LEASED)
     try:
@@ -151,4 +151,4 @@ def _read_one(sp: Handle, job_id: str, attempt: int) -> Progress | None:
         return None
     if not fs.exists(leased_fd, job_name(job_id)):
         return None  # a heartbeat left behind by a move that has not swept it yet
-    return decode(heartbeat_progress(data))
+    return decode(heartbeat_lines(data)[1])

@@ -19,6 +19,8 @@ scrape reads the whole history once. Everything runs in a thread, off the event 
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 from collections.abc import Iterable, Iterator
 
@@ -38,6 +40,7 @@ from spool.spool import Spool
 from spool.timetext import parse_time
 
 ANY_ROLE = ("submit", "work", "admin")
+log = logging.getLogger("spool.serve")
 STATES = tuple(state.value for state in State)
 
 
@@ -45,6 +48,18 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
     collector = SpoolCollector(ctx.sp)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    warming: list[asyncio.Task[None]] = []
+
+    async def start_warming() -> None:
+        # The whole history is folded once, in a thread, while the server starts answering.
+        warming.append(asyncio.create_task(run_in_threadpool(collector.warm)))
+
+    async def stop_warming() -> None:
+        for task in warming:
+            task.cancel()
+
+    ctx.on_startup.append(start_warming)
+    ctx.on_shutdown.append(stop_warming)
 
     async def metrics(request: Request) -> Response:
         require(ctx, request, *ANY_ROLE)
@@ -67,6 +82,14 @@ class SpoolCollector(Collector):
         self.sp = sp
         self._lock = threading.Lock()
         self._totals = HistoryTotals()
+
+    def warm(self) -> None:
+        """Fold the history written so far (the server's first scrape then reads only new rows)."""
+        try:
+            with self._lock:
+                self._totals = catch_up(self.sp.ledger, self._totals)
+        except LedgerError as err:
+            log.warning("metrics: the ledger's history could not be read yet (%s); the first scrape will", err)
 
     def collect(self) -> Iterable[Metric]:
         ledger = self.sp.ledger

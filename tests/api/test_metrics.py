@@ -20,7 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from spool.layout import State, is_dot_name
 from support import ROOT, SPOOL_CMD, run_spool, wait_until
 
-FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2", "--backoff-base-seconds", "0.1", "--backoff-max-seconds", "0.2")
+FAST = (
+    "--lease-seconds",
+    "2",
+    "--poll-seconds",
+    "0.2",
+    "--backoff-base-seconds",
+    "0.1",
+    "--backoff-max-seconds",
+    "0.2",
+)
 Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 

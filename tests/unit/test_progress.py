@@ -15,9 +15,8 @@ from spool import progress as progress_function
 from spool.layout import (
     State,
     heartbeat_content,
-    heartbeat_first_line,
+    heartbeat_lines,
     heartbeat_name,
-    heartbeat_progress,
     parse_heartbeat,
     worker_lock_name,
 )
@@ -128,10 +127,9 @@ def test_the_heartbeat_file_keeps_its_counter_line_first_and_old_files_still_par
     content = heartbeat_content(7, WORKER, line)
     assert content == b"7 w-progress\n" + line + b"\n"
     assert parse_heartbeat(content) == (7, WORKER)
-    assert heartbeat_first_line(content) == heartbeat_content(7, WORKER)
-    assert heartbeat_progress(content) == line
+    assert heartbeat_lines(content) == (heartbeat_content(7, WORKER), line)
     old = heartbeat_content(7, WORKER)  # no progress: the format every older worker wrote
-    assert old == b"7 w-progress\n" and parse_heartbeat(old) == (7, WORKER) and heartbeat_progress(old) is None
+    assert old == b"7 w-progress\n" and parse_heartbeat(old) == (7, WORKER) and heartbeat_lines(old) == (old, None)
     assert parse_heartbeat(b"7 w-progress extra\n" + line) is None  # a torn or planted first line
 
 
