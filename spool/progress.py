@@ -39,7 +39,9 @@ __all__ = [
 ]
 
 MAX_MESSAGE_CHARS = 200  # a longer message is cut here (a status line, not a log)
-MAX_ENCODED_BYTES = 16 + 6 * MAX_MESSAGE_CHARS + 64  # ensure_ascii: at most 6 bytes a character
+# ensure_ascii spells a character in at most 12 bytes (a surrogate pair, "\ud83d\ude00"): a line
+# stays under PIPE_BUF (4096), so the child's write of it is whole or nothing.
+MAX_ENCODED_BYTES = 64 + 12 * MAX_MESSAGE_CHARS
 
 _sink: Callable[[Progress], None] | None = None
 

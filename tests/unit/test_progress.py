@@ -101,7 +101,9 @@ def test_outside_an_attempt_progress_checks_and_does_nothing_and_inside_it_reach
 
 
 def test_encode_decode_round_trip_and_garbage_decodes_to_none() -> None:
-    for value in (Progress(0.5, "halfway"), Progress(None, 'ü\n"quoted"'), Progress(1.0, "")):
+    widest = check(0.5, "\U0001f600" * 1000)  # cut at 200 characters, each 12 bytes as ASCII JSON
+    assert len(encode(widest)) < 4096  # under PIPE_BUF: the child's write is whole or nothing
+    for value in (Progress(0.5, "halfway"), Progress(None, 'ü\n"quoted"'), Progress(1.0, ""), widest):
         line = encode(value)
         assert b"\n" not in line and line.isascii()
         assert decode(line) == value
@@ -146,7 +148,8 @@ def test_readers_see_the_newest_progress_of_a_leased_job_and_none_once_it_is_don
     assert read_progresses(sp, [job_id, other]) == {job_id: Progress(0.5, "halfway")}
     heartbeat(sp, lease, 2)  # a beat without progress (an older worker) shows none
     assert read_progress(sp, job_id) is None
-    heartbeat(sp, lease, 3, Progress(0.9, "nearly"))
+    heartbeat(sp, lease, 3, check(0.9, "\U0001f600" * 500))  # the widest message a handler can give
+    assert read_progress(sp, job_id) == Progress(0.9, "\U0001f600" * MAX_MESSAGE_CHARS)
     complete(sp, lease, b'{"ok": true}')
     assert read_progress(sp, job_id) is None and sp.status(job_id)["progress"] is None
     assert sp.status(other)["progress"] is None  # pending: no lease, no progress
