@@ -13,6 +13,7 @@ from spool.cli.app import App, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 from spool.errors import InvalidJob, NotFound, UsageError
 from spool.layout import State
+from spool.progress import Progress, read_progresses
 from spool.schedules import key_prefix
 from spool.settings import parse_duration
 from spool.spool import Spool
@@ -21,6 +22,7 @@ from spool.workers import handlers_of, live_workers, unhandled_warning
 
 WAIT_POLL_SECONDS = 0.1
 PROGRESS_WIDTH = 30
+WAIT_MESSAGE_CHARS = 40  # a handler's message beside the bar, cut so the line fits a terminal
 
 
 @command()
@@ -44,6 +46,14 @@ def status(app: App, job_id: str) -> None:
         echo_json(view)
     else:
         render_status(view, {parent["id"]: _link_word(parent) for parent in view["parents"]})
+        if view["progress"] is not None:
+            click.echo(f"{'progress:':<17}{progress_text(Progress(**view['progress']))}")
+
+
+def progress_text(value: Progress) -> str:
+    """``50% halfway``, ``50%``, or the message alone when the handler gave no fraction."""
+    percent = f"{value.fraction * 100:.0f}%" if value.fraction is not None else ""
+    return " ".join(part for part in (percent, value.message) if part) or "(no message)"
 
 
 def _link_word(link: Mapping[str, Any]) -> str:
@@ -95,25 +105,44 @@ class UnhandledWatch:
 
 
 class WaitReport:
-    """What `spool wait` says on stderr after each poll: unhandled-task warnings, and on a
-    terminal a progress bar redrawn in place."""
+    """What `spool wait` says on stderr after each poll: unhandled-task warnings; on a terminal a
+    progress bar redrawn in place (jobs ended, plus the running handlers' own ``spool.progress``
+    fractions, and the message of the one running job when only one runs); otherwise one plain
+    line each time a running job's progress changes."""
 
     def __init__(self, sp: Spool, *, show_progress: bool) -> None:
+        self.sp = sp
         self.unhandled = UnhandledWatch(sp)
         self.show_progress = show_progress
+        self.shown: dict[str, Progress] = {}  # job id -> the progress last printed as a line
 
     def __call__(self, states: Mapping[str, State]) -> None:
         for line in self.unhandled.check(states):
             click.echo(("\n" if self.show_progress else "") + f"spool: warning: {line}", err=True)
+        leased = [job_id for job_id, state in states.items() if state is State.LEASED]
+        running = read_progresses(self.sp, leased) if leased else {}
         if self.show_progress:
-            ended = sum(1 for state in states.values() if state.terminal)
-            done = sum(1 for state in states.values() if state is State.DONE)
-            filled = PROGRESS_WIDTH * ended // len(states)
-            click.echo(
-                f"\r[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {ended}/{len(states)} ended, {done} done",
-                err=True,
-                nl=False,
-            )
+            click.echo("\r" + self._bar(states, running) + "\x1b[K", err=True, nl=False)
+            return
+        for job_id, value in running.items():
+            if self.shown.get(job_id) != value:
+                self.shown[job_id] = value
+                click.echo(f"spool: {job_id}: {progress_text(value)}", err=True)
+
+    @staticmethod
+    def _bar(states: Mapping[str, State], running: Mapping[str, Progress]) -> str:
+        ended = sum(1 for state in states.values() if state.terminal)
+        done = sum(1 for state in states.values() if state is State.DONE)
+        partial = sum(value.fraction or 0.0 for value in running.values())
+        share = min(1.0, (ended + partial) / len(states))
+        filled = int(PROGRESS_WIDTH * share)
+        line = f"[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {share * 100:3.0f}% {ended}/{len(states)} ended"
+        line += f", {done} done"
+        if len(running) == 1:
+            message = next(iter(running.values())).message
+            if message:
+                line += f"  {message[:WAIT_MESSAGE_CHARS]}"
+        return line
 
     def finish(self) -> None:
         if self.show_progress:

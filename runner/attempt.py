@@ -23,6 +23,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -30,9 +31,10 @@ from subprocess import DEVNULL
 from typing import Any
 
 from spool.errors import UsageError
+from spool.progress import Progress, encode, set_sink
 from spool.registry import Current, Reject, handler_for, import_task_modules, set_current
 from spool.runner.lifeline import die_with_parent
-from spool.runner.pipes import write_all
+from spool.runner.pipes import progress_line, write_all
 
 ERROR_BYTES = 4096
 _HIGH_FDS = 4096  # the channel goes just below min(this, RLIMIT_NOFILE)
@@ -90,10 +92,44 @@ def _hide(fd: int) -> int:
     return moved
 
 
+class _ProgressSender:
+    """``spool.progress``'s sink during one attempt: a line to the worker, never blocking.
+
+    The reply pipe is non-blocking on our side; a progress line is under PIPE_BUF, so it goes
+    whole or not at all: a full pipe (a worker behind) skips the value. The lock keeps a handler's
+    thread from writing into the middle of the reply, which may be longer than PIPE_BUF."""
+
+    def __init__(self, reply_fd: int) -> None:
+        self._fd = reply_fd
+        self._lock = threading.Lock()
+        self._seq: int | None = None  # the attempt whose values we send; None between attempts
+        self._last: Progress | None = None
+
+    def start(self, seq: int) -> None:
+        with self._lock:
+            self._seq, self._last = seq, None
+
+    def stop(self) -> None:
+        """Before the reply: a value sent after this line would come after the reply."""
+        with self._lock:
+            self._seq = None
+
+    def __call__(self, value: Progress) -> None:
+        with self._lock:
+            if self._seq is None or value == self._last:
+                return
+            try:
+                os.write(self._fd, progress_line(self._seq, encode(value)))
+            except (BlockingIOError, BrokenPipeError):
+                return  # a worker behind skips this value; a gone worker kills us soon
+            self._last = value
+
+
 class _Attempts:
     """Runs the requests the child reads, one at a time."""
 
-    def __init__(self, config: dict[str, Any], import_error: str | None) -> None:
+    def __init__(self, config: dict[str, Any], import_error: str | None, progress: _ProgressSender) -> None:
+        self._progress = progress
         self._allow_shell: bool = config["allow_shell"]
         self._max_result_bytes: int = config["max_result_bytes"]
         self._import_error = import_error
@@ -116,6 +152,8 @@ class _Attempts:
         os.dup2(self._output, 2)
         job_id, attempt = request["job_id"], request["attempt"]
         set_current(_current(request))
+        self._progress.start(int(request["seq"]))
+        set_sink(self._progress)
         try:
             if handler is None:
                 value: object = self._shell(request["args"], job_id, attempt)
@@ -130,6 +168,8 @@ class _Attempts:
             text = "".join(traceback.format_exception(type(exc), exc, tb))
             return _error_reply(_tail(text.encode(errors="replace"), ERROR_BYTES))
         finally:
+            set_sink(None)
+            self._progress.stop()
             set_current(None)
             _flush_std()
             os.dup2(self._idle_out, 1)
@@ -245,7 +285,8 @@ def main(argv: Sequence[str]) -> int:
         import_task_modules(config["import_modules"])
     except UsageError as exc:
         import_error = str(exc)
-    attempts = _Attempts(config, import_error)
+    os.set_blocking(reply_fd, False)  # progress never blocks a handler; write_all waits for room
+    attempts = _Attempts(config, import_error, _ProgressSender(reply_fd))
     try:
         write_all(reply_fd, b'{"hello":true}\n')
         with open(request_fd, "rb") as requests:

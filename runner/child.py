@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from subprocess import DEVNULL
 from typing import Any
 
+from spool.progress import Progress
+from spool.runner import pipes
 from spool.runner.attempt import ERROR_BYTES, describe_exit, main
 from spool.runner.pipes import HELLO, Garbled, LogSink, Output, Replies, is_reply, preview, request_line, write_all
 
@@ -142,10 +144,16 @@ class Child:
         self._log: LogSink | None = None  # the running attempt's, until its output is drained
         self._encoded = ""
         self._deadline: float | None = None  # None until the request is sent
+        self._progress: Progress | None = None  # the running attempt's newest, not yet taken
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def take_progress(self) -> Progress | None:
+        """The running handler's newest ``spool.progress`` since the last call; None if none came."""
+        value, self._progress = self._progress, None
+        return value
 
     def start(self) -> None:
         """Spawn the child if none is running; returns at once (it imports in the background)."""
@@ -202,6 +210,7 @@ class Child:
         self.start()
         self._drain_output()  # what came out between attempts is not this attempt's
         self._request, self._encoded, self._log = request, encoded, request.log
+        self._progress = None
         self._served += 1
         if self._hello and not self._send():
             # The idle child died between attempts (OOM killer, a handler's stray thread). The
@@ -210,8 +219,9 @@ class Child:
             self.start()
             self._request, self._served, self._log = request, 1, request.log
 
-    def poll(self, timeout_seconds: float) -> Outcome | None:
-        """Wait up to ``timeout_seconds`` for the attempt's outcome; None while it still runs.
+    def poll(self, timeout_seconds: float, *, until_progress: bool = False) -> Outcome | None:
+        """Wait up to ``timeout_seconds`` for the attempt's outcome; None while it still runs (with
+        ``until_progress``, as soon as the handler reports progress: ``take_progress``).
 
         Past the attempt's timeout (or the child's start timeout) the child's process group is
         killed and the timeout is the outcome.
@@ -226,6 +236,8 @@ class Child:
                     self._take_hello()
                 elif (outcome := self._take_reply()) is not None:
                     return outcome
+                elif until_progress and self._progress is not None:
+                    return None
                 if self._exited or (self._pidfd < 0 and _has_exited(self._proc.pid)):
                     self._replies_available()  # a reply written just before the exit still counts
                     outcome = self._take_reply() if self._hello else None
@@ -325,6 +337,9 @@ class Child:
 
     def _take_reply(self) -> Outcome | None:
         message = self._next_line()
+        while pipes.is_progress(message):
+            self._progress = pipes.progress_of(message, self._seq) or self._progress
+            message = self._next_line()
         if message is None:
             return None
         if not is_reply(message, self._seq):

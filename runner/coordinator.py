@@ -36,10 +36,12 @@ from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.ingest import ingest
 from spool.layout import (
+    HEARTBEAT_MAX_BYTES,
     SCHEDULES,
     WAKE_NAME,
     State,
     coordinator_lock_name,
+    heartbeat_lines,
     heartbeat_name,
     is_ignored_name,
     job_id_of,
@@ -365,8 +367,9 @@ class Coordinator:
 
 
 def _read_counter(dir_fd: int, name: str) -> bytes | None:
+    """The heartbeat file's counter line; the progress line after it is a display, never a beat."""
     try:
-        return fs.read_file(dir_fd, name, 64)
+        return heartbeat_lines(fs.read_file(dir_fd, name, HEARTBEAT_MAX_BYTES))[0]
     except (OSError, InvalidJob):  # gone, or planted (a directory): no beat seen; never fatal
         return None
 

@@ -5,12 +5,17 @@ child moves out of a handler's way), so nothing a handler prints can corrupt the
 
     child  -> worker  {"hello": true}      once, after the task modules are imported
     worker -> child   {"seq", "job_id", "attempt", "task", "args", "tries_left", "deadline"}
+    child  -> worker  {"seq", "progress": {"fraction", "message"}}  any number, while it runs
     child  -> worker  {"seq", "ok", "value", "error", "reject"}   one reply per request
     EOF on the request pipe asks an idle child to exit.
 
-A line that is not the reply to the request in flight (not JSON, not a reply, another ``seq``:
-a handler wrote to the channel after all) raises ``Garbled``: the worker fails the attempt and
-replaces the child.
+A progress line is what the handler last passed to ``spool.progress``. The child writes it
+without blocking (the reply pipe is non-blocking on the child's side, and a line is under
+PIPE_BUF, so it goes whole or not at all): when the worker is behind, that value is skipped,
+never the handler's time. A progress line for another ``seq`` (a handler's thread that outlived
+its attempt) is dropped. Any other line that is not the reply to the request in flight (not
+JSON, not a reply, another ``seq``: a handler wrote to the channel after all) raises ``Garbled``:
+the worker fails the attempt and replaces the child.
 
 The child's stdout and stderr are a third pipe (``Output``): during an attempt what comes out
 goes to the attempt's log (a ``LogSink``), otherwise to the worker's own stderr.
@@ -23,7 +28,22 @@ import os
 import select
 from typing import Any, Protocol
 
-__all__ = ["HELLO", "Garbled", "LogSink", "Output", "Replies", "is_reply", "preview", "request_line", "write_all"]
+from spool.progress import Progress, check
+
+__all__ = [
+    "HELLO",
+    "Garbled",
+    "LogSink",
+    "Output",
+    "Replies",
+    "is_progress",
+    "is_reply",
+    "preview",
+    "progress_line",
+    "progress_of",
+    "request_line",
+    "write_all",
+]
 
 HELLO = {"hello": True}
 REPLY_SLACK = 1 << 16  # a reply may be this much longer than max_result_bytes
@@ -55,6 +75,34 @@ def is_reply(message: object, seq: int) -> bool:
     )
 
 
+def is_progress(message: object) -> bool:
+    """A progress line's shape (its values are checked by ``spool.progress.check``)."""
+    return (
+        isinstance(message, dict)
+        and set(message) == {"seq", "progress"}
+        and isinstance(message["seq"], int)
+        and isinstance(message["progress"], dict)
+        and set(message["progress"]) == {"fraction", "message"}
+    )
+
+
+def progress_of(message: dict[str, Any], seq: int) -> Progress | None:
+    """The Progress in a progress line for request ``seq``; None for another request's (a
+    handler's thread that outlived its attempt); Garbled when its values are not progress."""
+    if message["seq"] != seq:
+        return None
+    values = message["progress"]
+    try:
+        return check(values["fraction"], values["message"])
+    except (TypeError, ValueError) as err:
+        raise Garbled(f"the attempt's progress was garbled: {err}") from None
+
+
+def progress_line(seq: int, encoded: bytes) -> bytes:
+    """One progress line: ``encoded`` (``spool.progress.encode``) for request ``seq``."""
+    return b'{"seq":%d,"progress":%s}\n' % (seq, encoded)
+
+
 def request_line(seq: int, deadline: float, encoded: str) -> bytes:
     """One request: ``encoded`` (a JSON object) with the seq and the deadline, known only when it
     is sent, spliced in at the front."""
@@ -62,10 +110,15 @@ def request_line(seq: int, deadline: float, encoded: str) -> bytes:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to a pipe; BrokenPipeError when the reader is gone."""
+    """Write all of ``data`` to a pipe, blocking or not; BrokenPipeError when the reader is gone."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # a non-blocking pipe that is full: wait for room
+            waiter = select.poll()  # not select(): the child's channel fds are above FD_SETSIZE
+            waiter.register(fd, select.POLLOUT)
+            waiter.poll()
 
 
 class Replies:

@@ -28,6 +28,7 @@ from spool.layout import State, log_name, worker_lock_name
 from spool.locks import Lock, acquire_within
 from spool.records import LeaseStatus
 from spool.runner.child import AttemptRequest, Child, Outcome
+from spool.runner.progress_writes import ProgressWrites
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.transitions import Held, Lease, cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
@@ -262,8 +263,11 @@ class Worker:
             )
         )
         next_beat = time.monotonic() + interval
+        shown = ProgressWrites()
         while True:
-            outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
+            wake = min(next_beat, shown.due())  # a progress value waiting to be written wakes us too
+            outcome = self.child.poll(max(0.0, min(wake - time.monotonic(), 0.5)), until_progress=wake == next_beat)
+            shown.offer(self.child.take_progress())
             if outcome is not None:
                 attempt_log.close()  # trimmed before the job moves on: a follower then sees it whole
                 self._report(lease, held, outcome)
@@ -273,9 +277,11 @@ class Worker:
                 attempt_log.close()
                 self._release(lease, held)
                 return
+            if time.monotonic() < next_beat and shown.due() <= time.monotonic():
+                heartbeat(self.sp, lease, beats, shown.write())  # the same counter: not a beat
             if time.monotonic() >= next_beat:
                 beats += 1
-                heartbeat(self.sp, lease, beats)
+                heartbeat(self.sp, lease, beats, shown.write())
                 interval = self._heartbeat_seconds()  # a coordinator restarted with a shorter term
                 next_beat = time.monotonic() + interval
                 status = lease_status(self.sp, lease, held)

@@ -9,12 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spool.errors import SpoolError
+from spool.progress import progress
 from spool.registry import Reject, current, task
 
 if TYPE_CHECKING:
     from spool.spool import Spool
 
-__all__ = ["Spool", "SpoolError", "Reject", "current", "task"]
+# ``spool.progress`` is the function (what a handler calls); its module is imported by name:
+# ``from spool.progress import Progress, read_progress``.
+__all__ = ["Spool", "SpoolError", "Reject", "current", "progress", "task"]
 
 
 def __getattr__(name: str) -> object:

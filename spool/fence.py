@@ -22,6 +22,7 @@ from spool.errors import DiskFull, InvalidJob, LeaseLost
 from spool.fsio import fs
 from spool.job import JobFile
 from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name
+from spool.progress import Progress, encode
 from spool.records import Lease, LeaseStatus
 from spool.recovery import resync
 from spool.store import copy_in, decode_job, only_in, read_job_bytes, write_dot_file
@@ -87,13 +88,20 @@ def check_fence(sp: Handle, lease: Lease, held: Held | None = None) -> JobFile:
     return job_file
 
 
-def heartbeat(sp: Handle, lease: Lease, counter: int) -> None:
-    """Bump the lease's counter beside the job: no lock, no fsync. The coordinator watches it
+def heartbeat(sp: Handle, lease: Lease, counter: int, progress: Progress | None = None) -> None:
+    """Write the lease's counter beside the job: no lock, no fsync. The coordinator watches it
     change on its own clock; the worker's clock is never read. The file (``.<id>.<attempt>.hb``)
-    also names the worker, so the coordinator can check its liveness lock without parsing YAML."""
+    also names the worker, so the coordinator can check its liveness lock without parsing YAML,
+    and carries the handler's newest ``progress`` when there is one. A caller that only has new
+    progress passes the counter it wrote last: progress alone is not a beat (the coordinator
+    compares the counter's line only)."""
+    extra = encode(progress) if progress is not None else b""
     try:
         write_dot_file(
-            sp, State.LEASED, heartbeat_name(lease.job_id, lease.attempt), heartbeat_content(counter, lease.worker)
+            sp,
+            State.LEASED,
+            heartbeat_name(lease.job_id, lease.attempt),
+            heartbeat_content(counter, lease.worker, extra),
         )
     except OSError as err:
         # A missed beat (a full disk, say) is not fatal: the next one may land; if none does

@@ -26,8 +26,10 @@ suffix or a prefix itself. Who writes each entry and who reads it:
                                                                             inotify watch
     leased/<id>.yaml                     claim (the lease is in the file)   the worker, the coordinator
     leased/.<id>.<attempt>.hb            the claim (counter 0, before its   the coordinator (counter changes
-                                         rename), then the worker's beats:  on its clock; the worker's lock)
-                                         "<counter> <worker>\n", no fsync
+                                         rename), then the worker's beats:  on its clock; the worker's lock),
+                                         "<counter> <worker>\n", then the   readers of progress (status,
+                                         handler's progress as one JSON     wait, the API)
+                                         line when it reported any; no fsync
     leased/.<id>.cancel                  ``spool cancel`` of a leased job   the worker (lease_status), expire
     {state}/<name>.planted-<hex>         store.set_aside: a planted entry   nobody
                                          moved out of the runner's names
@@ -172,16 +174,29 @@ def parse_heartbeat_name(name: str) -> tuple[str, int] | None:
     return (job_id, int(attempt)) if _is_decimal(attempt) else None
 
 
-def heartbeat_content(counter: int, worker: str) -> bytes:
-    """What a heartbeat file holds: the counter the coordinator watches change, and the worker,
-    so the coordinator can check the worker's liveness lock without reading the job file."""
-    return f"{counter} {worker}\n".encode()
+HEARTBEAT_MAX_BYTES = 4096  # a counter, a worker name (<= 64) and a progress line (spool.progress)
+
+
+def heartbeat_content(counter: int, worker: str, progress: bytes = b"") -> bytes:
+    """What a heartbeat file holds: a first line with the counter the coordinator watches change
+    and the worker (so the coordinator can check its liveness lock without reading the job file),
+    then, when the handler reported one, a second line with its progress (``spool.progress``)."""
+    first = f"{counter} {worker}\n".encode()
+    return first + progress + b"\n" if progress else first
+
+
+def heartbeat_lines(content: bytes) -> tuple[bytes, bytes | None]:
+    """(the counter's line, the progress line or None). The coordinator compares the first only,
+    so a rewritten progress line is never a beat; without a newline (an older file, a torn read)
+    the whole content is the first."""
+    first, newline, rest = content.partition(b"\n")
+    return first + newline, rest.rstrip(b"\n") or None
 
 
 def parse_heartbeat(content: bytes | None) -> tuple[int, str] | None:
     """(counter, worker) from a heartbeat file's content; None when it is not one a worker wrote
     (a planted entry read as nothing, a beat caught while being rewritten)."""
-    parts = (content or b"").split()
+    parts = heartbeat_lines(content or b"")[0].split()
     if len(parts) != 2 or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1].decode("utf-8", "replace")

@@ -25,6 +25,7 @@ from spool.handle import Handle
 from spool.ids import is_valid_id
 from spool.job import MAX_SECONDS, JobFile
 from spool.layout import Layout, State, result_name
+from spool.progress import read_progress
 from spool.rootdir import init_spool, is_group_shared, refuse_unsafe_root
 from spool.settings import Settings, load_settings
 from spool.submission import Submitted, submit
@@ -329,6 +330,7 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "max_tries": job_file.job.max_tries,
         "attempts": [record.to_mapping() for record in job_file.attempts],
         "lease": lease.to_mapping() if lease else None,
+        "progress": _progress_of(sp, job_file) if lease else None,
         "error": job_file.error,
         "result": str(sp.layout.path("results", result_name(job_file.id))) if state is State.DONE else None,
         "priority": job_file.job.priority,
@@ -342,6 +344,12 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
     from spool.chainview import chain_view  # start-up: schedules, zoneinfo and datetime load only for a view
 
     return {**view, **chain_view(sp, view)}  # parents, waiting_for, children, schedule
+
+
+def _progress_of(sp: Handle, job_file: JobFile) -> dict[str, object] | None:
+    """The running handler's newest ``spool.progress`` ({fraction, message}), or None."""
+    value = read_progress(sp, job_file.id, job_file.attempt)
+    return value.to_mapping() if value is not None else None
 
 
 def _check_id(job_id: str) -> None:
