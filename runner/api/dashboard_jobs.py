@@ -46,6 +46,7 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
     query = dict(request.query_params)
     f = filter_of(query)
     found = browse.page(dash.sp, f, before=cursor_of(query), limit=PAGE_SIZE)
+    tasks, reasons = dash.choices()
     return dash.render(
         "jobs.html",
         request,
@@ -58,8 +59,8 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
         matching=browse.count(dash.sp, f),
         counts=dash.live.sample_now.counts,
         states=STATES,
-        tasks=browse.tasks(dash.sp),
-        reasons=browse.reasons(dash.sp),
+        tasks=tasks,
+        reasons=reasons,
         first_page=not query.get("before"),
     )
 

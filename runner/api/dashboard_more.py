@@ -4,15 +4,18 @@ Schedules: ``spool.scheduling``'s list view (next fire time, the last slot) with
 latest firings from the ledger; enable, disable and "run now" are ``scheduling.set_enabled`` and
 ``scheduling.run_now``, as ``spool schedule`` does them.
 
-Workers: local ones from their liveness locks (alive now) and the ledger's ``workers`` table
-(when each was last seen); remote ones are the holders of leases that no local worker holds and
-the work tokens (a work token's name is its worker's name), last heard from when their token was
-last used. What each holds comes from the ledger (a leased job's claim names its worker). A worker
-not alive and not heard from for ``AGE_OUT_SECONDS`` is left out.
+Workers: local ones from the ledger's ``workers`` table (when each was last seen) and their
+liveness locks (alive now: only those names' locks are probed, never a listing of ``locks/``,
+which holds a lock per key, 100,000 of them at 100,000 keyed jobs). Remote ones are the holders
+of leases that no local worker holds and the work tokens (a work token's name is its worker's
+name), last heard from when their token was last used. What each holds comes from the ledger (a
+leased job's claim names its worker). A worker not alive and not heard from for
+``AGE_OUT_SECONDS`` is left out.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -20,9 +23,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from spool import browse, scheduling
-from spool.errors import InvalidJob
+from spool.errors import InvalidJob, SpoolError
+from spool.fsio import fs
+from spool.layout import worker_lock_name
+from spool.locks import is_held
 from spool.timetext import format_time
-from spool.workers import WORKER_NAME, live_workers
+from spool.workers import WORKER_NAME
 
 from .dashboard_auth import Session
 from .dashboard_web import Dash, back
@@ -76,15 +82,13 @@ def workers_page(dash: Dash, request: Request, session: Session) -> Response:
 def workers_view(dash: Dash) -> dict[str, Any]:
     now = dash.sp.clock.wall()
     held = browse.holders(dash.sp)
-    alive = {w.name: w for w in live_workers(dash.sp)}
+    locks_fd = dash.sp.layout.fd("locks")
     local: dict[str, dict[str, Any]] = {}
     for name, pid, host, started, seen in dash.sp.ledger.workers():
-        if name in alive or now - seen < AGE_OUT_SECONDS:
-            local[name] = _worker(name, pid, host, started, seen, name in alive, held)
-    for name, live in alive.items():  # alive, but not yet in the ledger's table
-        local.setdefault(name, _worker(name, live.pid, live.host, None, None, True, held))
-    for name, worker in local.items():
-        worker["tasks"] = sorted(alive[name].tasks or ()) if name in alive else []
+        alive = is_held(locks_fd, worker_lock_name(name)) is True
+        if alive or now - seen < AGE_OUT_SECONDS:
+            local[name] = _worker(name, pid, host, started, seen, alive, held)
+            local[name]["tasks"] = _tasks_of(locks_fd, name) if alive else []
     remote: dict[str, dict[str, Any]] = {}
     for info in dash.ctx.tokens.list():
         if info.role != "work" or info.name in local:
@@ -96,6 +100,16 @@ def workers_view(dash: Dash) -> dict[str, Any]:
         if name not in local and name not in remote:
             remote[name] = _worker(name, None, None, None, None, None, held)
     return {"local": list(local.values()), "remote": sorted(remote.values(), key=lambda w: w["name"])}
+
+
+def _tasks_of(locks_fd: int, name: str) -> list[str]:
+    """What a live worker says it handles, from its own lock file (``spool.workers``)."""
+    try:
+        advert = json.loads(fs.read_file(locks_fd, worker_lock_name(name), 64 * 1024) or b"null")
+    except (OSError, ValueError, SpoolError):
+        return []
+    tasks = advert.get("tasks") if isinstance(advert, dict) else None
+    return sorted(str(task) for task in tasks) if isinstance(tasks, list) else []
 
 
 def _worker(
