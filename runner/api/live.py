@@ -166,7 +166,7 @@ class Live:
         """One browser's server-sent events, until it goes or ``STREAM_SECONDS`` pass."""
         ends = time.monotonic() + STREAM_SECONDS
         yield "retry: 1000\n\n"
-        seen = -1
+        seen = 0  # the version last sent; samples start at 1, so the first wait is for a real one
         while time.monotonic() < ends:
             await self.wait_for(seen, timeout=5.0)
             if await is_gone():
@@ -175,7 +175,7 @@ class Live:
             if sample.version == seen:
                 yield ": idle\n\n"  # a comment: keeps proxies from closing a quiet stream
                 continue
-            full = seen < 0 or sample.version != seen + 1
+            full = seen == 0 or sample.version != seen + 1
             points = self.whole() if full else sample.changed
             seen = sample.version
             yield "data: " + json.dumps(_message(sample, points, full=full), separators=(",", ":")) + "\n\n"
