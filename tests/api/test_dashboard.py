@@ -267,3 +267,21 @@ def test_the_event_stream_needs_a_session_and_sends_the_counts(served: Any) -> N
 
     message = wait_until(lambda: (m := first_message())["counts"].get("pending") == 3 and m, timeout=10)
     assert isinstance(message, dict) and message["full"] is True and message["window"] == 3600
+
+
+def test_a_jobs_chain_is_drawn_with_its_parents_and_children_and_their_states(served: Any) -> None:
+    with Spool(served.root) as sp:
+        parent = sp.submit("echo", {"n": 1})
+        other = dead_job(served)
+        child = sp.submit("echo", {"n": 2}, depends_on=[parent, other])
+        grandchild = sp.submit("echo", {"n": 3}, depends_on=[child])
+    browser = Browser(served)
+    browser.login(served.token("viewer", "submit"))
+    page = browser.get(f"/jobs/{child}").body
+    chain = page[page.index('<svg class="chain"') : page.index("</svg>", page.index('<svg class="chain"'))]
+    for job_id, state in ((parent, "pending"), (other, "dead"), (child, "waiting"), (grandchild, "waiting")):
+        assert f'href="/jobs/{job_id}"' in chain and job_id in chain
+        assert re.search(rf'node state-{state}[^"]*">\s*<rect[^>]*/>\s*<text[^>]*>{job_id}<', chain), job_id
+    assert chain.count('class="edge"') == 3  # two parents in, one child out
+    other_page = browser.get(f"/jobs/{other}").body
+    assert '<svg class="chain"' in other_page and f'href="/jobs/{child}"' in other_page  # its child, seen from it
