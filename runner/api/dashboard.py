@@ -17,7 +17,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from spool.stats import coordinator_state
+
 from . import dashboard_jobs, dashboard_more
+from .dashboard_more import workers_view
 from .dashboard_auth import COOKIE, FormError, Session, check_csrf, clear_cookie_header, cookie_header, read_form
 from .dashboard_web import HERE, Dash, back, safe_next, secured
 
@@ -48,7 +51,15 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
 
 def overview(dash: Dash, request: Request, session: Session) -> Response:
     sample = dash.live.sample_now
-    return dash.render("overview.html", request, session, counts=sample.counts, trouble=sample.trouble)
+    return dash.render(
+        "overview.html",
+        request,
+        session,
+        counts=sample.counts,
+        trouble=sample.trouble,
+        coordinator=coordinator_state(dash.sp),
+        workers_alive=sum(1 for w in workers_view(dash)["local"] if w["alive"]),
+    )
 
 
 async def events(dash: Dash, request: Request) -> Response:

@@ -148,6 +148,8 @@ def test_a_person_watches_jobs_run_opens_a_failure_requeues_it_and_filters(
     wait_until(risen_to_all, timeout=60, interval=0.1, message="the done count to rise")
     assert len(seen) >= 3, f"the count jumped at once, not while jobs ran: {sorted(seen)}"
     assert browser.find_elements(By.CSS_SELECTOR, "#chart polyline.series.completed")
+    browser.find_element(By.CSS_SELECTOR, '#zoom [data-window="300"]').click()
+    assert text_of(browser, "axis-start") == "-5 min"
     shots.take("01-overview")
 
     # Open the failed job from the dead list and read its traceback.
@@ -170,6 +172,22 @@ def test_a_person_watches_jobs_run_opens_a_failure_requeues_it_and_filters(
     rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-id]")
     assert len(rows) == SLEEP_JOBS and {row.get_attribute("data-task") for row in rows} == {"sleep"}
     shots.take("03-filtered-by-task")
+
+    # The system's dark preference: the same page, dark, with the chain of a job drawn.
+    with Spool(served.root) as sp:
+        parent = sp.submit("echo", {"step": "fetch"})
+        child = sp.submit("echo", {"step": "parse"}, depends_on=[parent])
+        sp.submit("echo", {"step": "index"}, depends_on=[child])
+    browser.get(served.url + f"/jobs/{child}")
+    light = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
+    wait_until(lambda: _state(served, child) == "done", timeout=30, message="the chain's middle job to run")
+    browser.get(served.url + f"/jobs/{child}")
+    dark = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+    assert dark != light and browser.find_elements(By.CSS_SELECTOR, "#chain g.node.state-done")
+    shots.take("04-dark-job-chain")
     assert all(path.stat().st_size > 10_000 for path in shots.saved)
 
 

@@ -10,7 +10,8 @@
   const chart = document.getElementById("chart");
   const WIDTH = 720, HEIGHT = 200, BINS = 720;
   let points = new Map();  // second -> [completed, failed]
-  let now = 0, windowSeconds = 3600;
+  let now = 0, windowSeconds = 3600;  // what the server keeps
+  let shownSeconds = 3600;  // what the chart shows: the zoom buttons pick it
 
   function setText(id, text) {
     const el = document.getElementById(id);
@@ -24,12 +25,13 @@
   }
 
   function bins() {
-    // Average per-second rates in BINS equal slices of the window, oldest first.
-    const per = windowSeconds / BINS, start = now - windowSeconds + 1;
-    const done = new Array(BINS).fill(0), failed = new Array(BINS).fill(0);
+    // Average per-second rates in equal slices of the shown window, oldest first; a slice is never
+    // shorter than a second (the buckets' own size).
+    const count = Math.min(BINS, shownSeconds), per = shownSeconds / count, start = now - shownSeconds + 1;
+    const done = new Array(count).fill(0), failed = new Array(count).fill(0);
     for (const [second, [c, f]] of points) {
       const i = Math.floor((second - start) / per);
-      if (i < 0 || i >= BINS) continue;
+      if (i < 0 || i >= count) continue;
       done[i] += c / per;
       failed[i] += f / per;
     }
@@ -82,6 +84,17 @@
     if (trouble) { trouble.hidden = !message.trouble; trouble.textContent = message.trouble || ""; }
     live.dataset.updated = String(now);
     draw();
+  }
+
+  for (const button of document.querySelectorAll("#zoom [data-window]")) {
+    button.addEventListener("click", () => {
+      shownSeconds = Number(button.dataset.window);
+      for (const other of document.querySelectorAll("#zoom [data-window]")) other.classList.remove("here");
+      button.classList.add("here");
+      setText("axis-start", "-" + shownSeconds / 60 + " min");
+      setText("axis-mid", "-" + shownSeconds / 120 + " min");
+      draw();
+    });
   }
 
   const source = new EventSource(live.dataset.events);
