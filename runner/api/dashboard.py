@@ -67,7 +67,7 @@ async def events(dash: Dash, request: Request) -> Response:
     all fed from the one sampler."""
     if dash.session(request) is None:
         return dash.refuse(request, None, 401, "not logged in")
-    stream = dash.live.events(request.is_disconnected)
+    stream = dash.live.events(request.is_disconnected, request.headers.get("last-event-id"))
     return secured(StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}))
 
 

@@ -3,7 +3,7 @@
 The cookie holds a random session id (``secrets.token_urlsafe``), never the token: the server
 keeps, in memory, which token name and role each session belongs to, its expiry, and its CSRF
 token. A restart of the server logs everyone out, which is the safe direction. The cookie is
-``Secure; HttpOnly; SameSite=Strict; Path=/``. Every request checks the session's token is
+``Secure; HttpOnly; SameSite=Strict; Path=/``, named ``__Host-...``. Every request checks the session's token is
 still the one in ``tls/tokens.yaml`` (same name and creation time), so ``spool token revoke``
 ends its sessions at their next request.
 
@@ -25,7 +25,8 @@ from starlette.requests import Request
 
 from spool.tokens import TokenStore
 
-COOKIE = "spool_session"
+# __Host-: the browser keeps it only if Secure, for Path=/ and this host alone (no Domain).
+COOKIE = "__Host-spool_session"
 SESSION_SECONDS = 8 * 3600
 MAX_SESSIONS = 10_000
 FORM_MAX_BYTES = 16 * 1024

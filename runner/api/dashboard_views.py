@@ -24,6 +24,7 @@ from spool.timetext import format_time
 from spool.workers import WORKER_NAME
 
 SHOW_BYTES = 64 * 1024
+LOGS_SHOWN = 10  # the latest attempts' logs (a job requeued often has many; `spool logs` has all)
 STATES = tuple(state.value for state in State)
 _FIELD_MAX = 200
 
@@ -76,7 +77,10 @@ def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
         "history": history,
         "progress": progress_of(sp, job_id) if state is State.LEASED else None,
         "result": result_text(sp, job_id) if state is State.DONE else None,
-        "logs": [{"attempt": n, "text": log_tail(sp, job_id, n)} for n in range(job_file.attempt, 0, -1)],
+        "logs": [
+            {"attempt": n, "text": log_tail(sp, job_id, n)}
+            for n in range(job_file.attempt, max(0, job_file.attempt - LOGS_SHOWN), -1)
+        ],
         "chain": chain_graph(view),
     }
 

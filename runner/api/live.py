@@ -7,8 +7,9 @@ server-sent-event stream reads the latest sample from memory, so a hundred open 
 the ledger the same one read a second as none: never a folder scan per refresh per viewer.
 
 A stream first gets the whole hour (only the seconds that had events), then, each second, the
-counts and the buckets that changed. A stream that missed a sample (a slow client) gets the whole
-hour again, so no browser ever draws a bucket that changed without it.
+counts and the buckets that changed. A stream that missed samples (a slow client, a reconnect
+naming its last event) gets the changes of all it missed from the last ``RESUME_SAMPLES`` samples,
+or the whole hour again: no browser ever draws a bucket that changed without it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,7 +34,10 @@ log = logging.getLogger("spool.serve.live")
 
 WINDOW_SECONDS = 3600
 SAMPLE_SECONDS = 1.0
-STREAM_SECONDS = 55.0  # a stream ends after this (the browser reconnects), so none outlives a stop
+# A stream ends after this and the browser reconnects (resuming, see ``events``): an open
+# dashboard never holds a stopping server for longer.
+STREAM_SECONDS = 20.0
+RESUME_SAMPLES = 120
 _FAILED = ("fail", "expire")
 
 
@@ -56,6 +62,8 @@ class Live:
         self._seq: int | None = None  # the last history row read; None: read the hour first
         self._generation: int | None = None
         self.sample_now = Sample()
+        self._recent: deque[Sample] = deque(maxlen=RESUME_SAMPLES)  # for a browser that reconnects
+        self._epoch = secrets.token_hex(4)  # tells this process's event ids from a previous one's
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -86,6 +94,7 @@ class Live:
             changed={s: self.bucket(s) for s in changed},
             trouble=trouble,
         )
+        self._recent.append(self.sample_now)
         return self.sample_now
 
     def _reload(self, now: int) -> set[int]:
@@ -162,11 +171,13 @@ class Live:
 
     # -- what a stream sends ------------------------------------------------------------------
 
-    async def events(self, is_gone: Callable[[], Any]) -> AsyncIterator[str]:
-        """One browser's server-sent events, until it goes or ``STREAM_SECONDS`` pass."""
+    async def events(self, is_gone: Callable[[], Any], last_event_id: str | None = None) -> AsyncIterator[str]:
+        """One browser's server-sent events, until it goes or ``STREAM_SECONDS`` pass. A browser
+        that reconnects names the last event it got (``Last-Event-ID``): it gets only what changed
+        since, when this server still holds those samples, else the whole hour."""
         ends = time.monotonic() + STREAM_SECONDS
         yield "retry: 1000\n\n"
-        seen = 0  # the version last sent; samples start at 1, so the first wait is for a real one
+        seen = self._resumed_at(last_event_id)  # 0: nothing sent yet (samples start at 1)
         while time.monotonic() < ends:
             await self.wait_for(seen, timeout=5.0)
             if await is_gone():
@@ -175,10 +186,29 @@ class Live:
             if sample.version == seen:
                 yield ": idle\n\n"  # a comment: keeps proxies from closing a quiet stream
                 continue
-            full = seen == 0 or sample.version != seen + 1
-            points = self.whole() if full else sample.changed
+            changes = self._changes_since(seen)
+            full = changes is None
             seen = sample.version
-            yield "data: " + json.dumps(_message(sample, points, full=full), separators=(",", ":")) + "\n\n"
+            message = _message(sample, self.whole() if changes is None else changes, full=full)
+            yield f"id: {self._epoch}.{seen}\ndata: " + json.dumps(message, separators=(",", ":")) + "\n\n"
+
+    def _resumed_at(self, last_event_id: str | None) -> int:
+        epoch, _, version = (last_event_id or "").partition(".")
+        if epoch != self._epoch or not version.isdigit() or int(version) > self.sample_now.version:
+            return 0  # none, another server process's, or nonsense: start with the whole hour
+        return int(version)
+
+    def _changes_since(self, version: int) -> dict[int, tuple[int, int]] | None:
+        """The buckets changed by every sample after ``version``, or None when not all are held."""
+        if version == 0:
+            return None
+        newer = [sample for sample in self._recent if sample.version > version]
+        if not newer or newer[0].version != version + 1:
+            return None
+        merged: dict[int, tuple[int, int]] = {}
+        for sample in newer:
+            merged.update(sample.changed)  # a bucket's value is its whole count: the latest wins
+        return merged
 
 
 def _message(sample: Sample, points: dict[int, tuple[int, int]], *, full: bool) -> dict[str, Any]:

@@ -18,21 +18,25 @@ def totals(live: Live) -> tuple[int, int]:
     return sum(c for c, _ in whole), sum(f for _, f in whole)
 
 
-def all_terminal(sp: Spool, ids: list[str]) -> bool:
-    return all((state := sp.state(job_id)) is not None and state.terminal for job_id in ids)
+def ledger_has(sp: Spool, counts: dict[str, int]) -> bool:
+    """The ledger's rows (and their history) are written just after a job's result: wait for them."""
+    return sp.ledger.counts() == counts
 
 
 def test_the_sampler_counts_what_the_ledger_holds_and_streams_the_hour_then_changes(sp: Spool, procs: Procs) -> None:
     procs.start("run", "--workers", "2", "--import", "examples.tasks", name="run")
-    ok = [sp.submit("echo", {"n": i}) for i in range(5)]
-    bad = [sp.submit("fail_until", {"attempt": 99}, max_tries=1) for _ in range(3)]
-    wait_until(lambda: all_terminal(sp, ok + bad), timeout=60, message="the first jobs to end")
+    for i in range(5):
+        sp.submit("echo", {"n": i})
+    for _ in range(3):
+        sp.submit("fail_until", {"attempt": 99}, max_tries=1)
+    wait_until(lambda: ledger_has(sp, {"done": 5, "dead": 3}), timeout=60, message="the first jobs to end")
     steady = Live(sp)
     first = steady.sample()
     assert totals(steady) == (5, 3) and first.counts == {"done": 5, "dead": 3}
 
-    more = [sp.submit("echo", {"n": i}) for i in range(4)]
-    wait_until(lambda: all_terminal(sp, more), timeout=60, message="the second jobs to end")
+    for i in range(4):
+        sp.submit("echo", {"n": i})
+    wait_until(lambda: ledger_has(sp, {"done": 9, "dead": 3}), timeout=60, message="the second jobs to end")
     second = steady.sample()  # reads only the history rows after the first sample's
     assert totals(steady) == (9, 3) and second.counts == {"done": 9, "dead": 3}
     assert second.version == first.version + 1
@@ -44,8 +48,9 @@ def test_the_sampler_counts_what_the_ledger_holds_and_streams_the_hour_then_chan
 
 def test_every_stream_gets_the_whole_hour_then_only_changes(sp: Spool, procs: Procs) -> None:
     procs.start("run", "--workers", "1", "--import", "examples.tasks", name="run")
-    ids = [sp.submit("echo", {"n": i}) for i in range(3)]
-    wait_until(lambda: all_terminal(sp, ids), timeout=60, message="the jobs to end")
+    for i in range(3):
+        sp.submit("echo", {"n": i})
+    wait_until(lambda: ledger_has(sp, {"done": 3}), timeout=60, message="the jobs to end")
 
     async def two_streams() -> list[list[dict[str, Any]]]:
         live = Live(sp)
@@ -58,8 +63,8 @@ def test_every_stream_gets_the_whole_hour_then_only_changes(sp: Spool, procs: Pr
             async def read(n: int) -> list[dict[str, Any]]:
                 got = []
                 async for event in live.events(never_gone):
-                    if event.startswith("data: "):
-                        got.append(json.loads(event[6:]))
+                    if "data: " in event:
+                        got.append(json.loads(event.split("data: ", 1)[1]))
                         if len(got) == n:
                             return got
                 return got
@@ -72,3 +77,42 @@ def test_every_stream_gets_the_whole_hour_then_only_changes(sp: Spool, procs: Pr
         assert first["full"] is True and sum(c for _, c, _ in first["points"]) == 3
         assert first["counts"] == {"done": 3}
         assert second["full"] is False and second["points"] == []  # nothing changed since
+
+
+def test_a_browser_that_reconnects_gets_only_what_it_missed(sp: Spool, procs: Procs) -> None:
+    procs.start("run", "--workers", "1", "--import", "examples.tasks", name="run")
+
+    async def never_gone() -> bool:
+        return False
+
+    async def messages(live: Live, n: int, last_event_id: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        got = []
+        async for event in live.events(never_gone, last_event_id):
+            if event.startswith("id: "):
+                head, data = event.split("\n", 1)
+                got.append((head[4:], json.loads(data[6:])))
+                if len(got) == n:
+                    break
+        return got
+
+    async def scenario() -> None:
+        live = Live(sp)
+        await live.start()
+        try:
+            (first_id, first), *_ = await messages(live, 1)
+            assert first["full"] is True
+            for i in range(3):
+                sp.submit("echo", {"n": i})
+            while not ledger_has(sp, {"done": 3}):
+                await asyncio.sleep(0.05)
+            await live.wait_for(live.sample_now.version + 1, timeout=5)  # a sample after the last end
+            (_, resumed), *_ = await messages(live, 1, first_id)
+            assert resumed["full"] is False and sum(c for _, c, _ in resumed["points"]) == 3
+            assert resumed["counts"] == {"done": 3}
+            for stranger in ("", "0000.1", "x.y", first_id.split(".")[0] + ".999999"):
+                (_, restarted), *_ = await messages(live, 1, stranger)
+                assert restarted["full"] is True and sum(c for _, c, _ in restarted["points"]) == 3
+        finally:
+            await live.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
