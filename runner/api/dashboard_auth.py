@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 
@@ -116,7 +116,9 @@ def clear_cookie_header() -> str:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """A urlencoded form of at most FORM_MAX_BYTES; each field once. Raises FormError."""
+    """A urlencoded form of at most FORM_MAX_BYTES; each field once; sent from a page of this
+    server (``check_origin``). Raises FormError."""
+    check_origin(request)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise FormError(415, "expected a form (application/x-www-form-urlencoded)")
@@ -136,6 +138,19 @@ async def read_form(request: Request) -> dict[str, str]:
     if repeated:
         raise FormError(400, f"field {repeated[0]!r} given more than once")
     return {name: values[0] for name, values in fields.items()}
+
+
+def check_origin(request: Request) -> None:
+    """Refuse a form a browser sends from another site's page (its ``Origin`` names that site).
+    This also covers the login form, where there is no session yet and so no CSRF token: another
+    site can't log a browser in with a token of its own. A client that sends no Origin is not a
+    browser posting across sites; the session's CSRF token still guards every action."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    parts = urlsplit(origin)
+    if parts.scheme != "https" or parts.netloc.lower() != request.headers.get("host", "").lower():
+        raise FormError(403, f"a form from {origin[:100]!r} is not one of this dashboard's pages")
 
 
 def check_csrf(session: Session, form: dict[str, str]) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
 
 from spool import Spool
-from support import run_spool, wait_until
+from support import Procs, run_spool, wait_until
 
 
 class Browser:
@@ -113,8 +114,13 @@ def test_a_post_without_the_sessions_csrf_token_is_refused_and_moves_nothing(ser
     assert other.post(f"/jobs/{job_id}/requeue", {"csrf": csrf}).status == 403  # another session's token
     stranger = Browser(served)
     assert stranger.post(f"/jobs/{job_id}/requeue", {"csrf": csrf}).status == 401  # no session at all
+    here = f"https://{served.host}:{served.port}"
+    for origin in ("https://evil.example", "null", here.replace("https", "http")):
+        cross = browser.request("POST", f"/jobs/{job_id}/requeue", {"csrf": csrf}, Origin=origin)
+        assert cross.status == 403 and "not one of this dashboard" in cross.body, origin
+    assert Browser(served).request("POST", "/login", {"token": "x"}, Origin="https://evil.example").status == 403
     assert state_of(served, job_id) == "dead"
-    done = browser.post(f"/jobs/{job_id}/requeue", {"csrf": csrf})
+    done = browser.request("POST", f"/jobs/{job_id}/requeue", {"csrf": csrf}, Origin=here)
     assert done.status == 303 and "requeued" in done.headers["location"]
     assert state_of(served, job_id) == "pending"
 
@@ -285,3 +291,21 @@ def test_a_jobs_chain_is_drawn_with_its_parents_and_children_and_their_states(se
     assert chain.count('class="edge"') == 3  # two parents in, one child out
     other_page = browser.get(f"/jobs/{other}").body
     assert '<svg class="chain"' in other_page and f'href="/jobs/{child}"' in other_page  # its child, seen from it
+
+
+def test_the_workers_page_shows_each_local_worker_with_what_it_holds(served: Any, tmp_path: Path) -> None:
+    procs = Procs(served.root, tmp_path)
+    try:
+        procs.start("worker", "--name", "w-one", "--import", "examples.tasks", name="worker")
+        with Spool(served.root) as sp:
+            job_id = sp.submit("sleep", {"seconds": 30})
+        wait_until(lambda: state_of(served, job_id) == "leased", timeout=30, message="the worker to take the job")
+        browser = Browser(served)
+        browser.login(served.token("viewer", "submit"))
+        page = wait_until(
+            lambda: (p := browser.get("/workers")) and job_id in p.body and p, timeout=15, message="the holder listed"
+        )
+        row = re.search(r"<tr class=\"alive\"><td>w-one</td>.*?</tr>", page.body, re.S)
+        assert row and job_id in row.group(0) and "sleep" in row.group(0), page.body
+    finally:
+        procs.kill_all()
