@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
@@ -65,7 +66,7 @@ def overview(dash: Dash, request: Request, session: Session) -> Response:
 async def events(dash: Dash, request: Request) -> Response:
     """The live numbers as server-sent events (``live.Live.events``): one stream per browser,
     all fed from the one sampler."""
-    if dash.session(request) is None:
+    if await dash.session(request) is None:
         return dash.refuse(request, None, 401, "not logged in")
     stream = dash.live.events(request.is_disconnected, request.headers.get("last-event-id"))
     return secured(StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}))
@@ -75,7 +76,7 @@ async def login_form(dash: Dash, request: Request, status: int = 200, error: str
     return dash.render(
         "login.html",
         request,
-        dash.session(request),
+        await dash.session(request),
         status=status,
         error=error,
         next=safe_next(request.query_params.get("next")),
@@ -89,7 +90,7 @@ async def login(dash: Dash, request: Request) -> Response:
     except FormError as err:
         return dash.refuse(request, None, err.status, err.message)
     token = form.get("token", "").strip()
-    made = dash.sessions.login(token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
+    made = await run_in_threadpool(dash.sessions.login, token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
     if made is None:
         return await login_form(dash, request, status=401, error="that token is not valid (or was revoked)")
     dash.sessions.logout(request.cookies.get(COOKIE))  # a new session id at every login
@@ -99,7 +100,7 @@ async def login(dash: Dash, request: Request) -> Response:
 
 
 async def logout(dash: Dash, request: Request) -> Response:
-    session = dash.session(request)
+    session = await dash.session(request)
     if session is not None:
         try:
             check_csrf(session, await read_form(request))

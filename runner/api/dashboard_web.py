@@ -12,6 +12,9 @@ Work on the spool (ledger reads, moves) runs in a worker thread, never on the ev
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -25,7 +28,6 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from spool import browse
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
-from spool.timetext import format_time
 
 from .dashboard_auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
 from .live import Live
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 CHOICES_SECONDS = 10.0
+_NOTE_KEY = secrets.token_bytes(32)  # signs the one-line notes of this server's redirects
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
@@ -52,11 +55,6 @@ Page = Callable[[Request, Session], Response]
 Action = Callable[[Request, Session, dict[str, str]], Response]
 
 
-def when(moment: float | None) -> str:
-    """A ledger time (seconds) as the job files write times, or '' for none."""
-    return format_time(moment) if moment else ""
-
-
 class Dash:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -68,7 +66,6 @@ class Dash:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.templates.filters["when"] = when
         self.templates.globals["query"] = query_string
         self._choices: tuple[float, list[str], list[str]] | None = None
 
@@ -80,14 +77,16 @@ class Dash:
             self._choices = (now, browse.tasks(self.sp), browse.reasons(self.sp))
         return self._choices[1], self._choices[2]
 
-    def session(self, request: Request) -> Session | None:
-        return self.sessions.lookup(request.cookies.get(COOKIE))
+    async def session(self, request: Request) -> Session | None:
+        """The request's live session (its check re-reads tls/tokens.yaml when it changed: off
+        the event loop, like every read of the spool)."""
+        return await run_in_threadpool(self.sessions.lookup, request.cookies.get(COOKIE))
 
     def render(
         self, template: str, request: Request, session: Session | None, status: int = 200, **values: Any
     ) -> Response:
         html = self.templates.get_template(template).render(
-            session=session, note=request.query_params.get("note", ""), path=request.url.path, **values
+            session=session, note=_note_of(request), path=request.url.path, **values
         )
         return secured(HTMLResponse(html, status_code=status))
 
@@ -99,7 +98,7 @@ class Dash:
 
         @functools.wraps(page)
         async def endpoint(request: Request) -> Response:
-            session = self.session(request)
+            session = await self.session(request)
             if session is None:
                 return secured(RedirectResponse("/login?" + urlencode({"next": _local(request)}), status_code=303))
             try:
@@ -109,18 +108,18 @@ class Dash:
 
         return endpoint
 
-    def action(self, act: Action, *, admin: bool = True) -> Callable[[Request], Awaitable[Response]]:
-        """A POST: a session, a good CSRF token and (unless ``admin=False``) the admin role."""
+    def action(self, act: Action) -> Callable[[Request], Awaitable[Response]]:
+        """A POST: a session, a good CSRF token and the admin role."""
 
         @functools.wraps(act)
         async def endpoint(request: Request) -> Response:
-            session = self.session(request)
+            session = await self.session(request)
             if session is None:
                 return self.refuse(request, None, 401, "not logged in (or the session ended): log in again")
             try:
                 form = await read_form(request)
                 check_csrf(session, form)
-                if admin and not session.is_admin:
+                if not session.is_admin:
                     raise FormError(403, f"token {session.name!r} has role {session.role}: only admin may act")
                 return await run_in_threadpool(act, request, session, form)
             except (SpoolError, FormError) as err:
@@ -136,9 +135,21 @@ def secured(response: Response) -> Response:
 
 
 def back(to: str, note: str = "") -> Response:
-    """303 to a page of ours, with a one-line ``note`` it shows."""
+    """303 to a page of ours, with a one-line ``note`` it shows (signed, so a link from elsewhere
+    can't make a page of ours say what it likes)."""
     sep = "&" if "?" in to else "?"
-    return secured(RedirectResponse(to + (sep + urlencode({"note": note}) if note else ""), status_code=303))
+    signed = {"note": note, "sig": _sign(note)}
+    return secured(RedirectResponse(to + (sep + urlencode(signed) if note else ""), status_code=303))
+
+
+def _sign(note: str) -> str:
+    return hmac.new(_NOTE_KEY, note.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _note_of(request: Request) -> str:
+    note = request.query_params.get("note", "")
+    good = hmac.compare_digest(request.query_params.get("sig", "").encode(), _sign(note).encode())
+    return note if note and good else ""
 
 
 def _status_of(err: Exception) -> tuple[int, str]:

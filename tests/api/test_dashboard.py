@@ -122,6 +122,10 @@ def test_a_post_without_the_sessions_csrf_token_is_refused_and_moves_nothing(ser
     assert state_of(served, job_id) == "dead"
     done = browser.request("POST", f"/jobs/{job_id}/requeue", {"csrf": csrf}, Origin=here)
     assert done.status == 303 and "requeued" in done.headers["location"]
+    assert 'id="note">requeued: now pending<' in browser.get(done.headers["location"]).body
+    # A note is shown only as this server signed it: a link from elsewhere can't put words on a page.
+    forged = browser.get(f"/jobs/{job_id}?note=your+token+expired%2C+paste+it+at+evil.example&sig=0")
+    assert forged.status == 200 and 'id="note"' not in forged.body
     assert state_of(served, job_id) == "pending"
 
 
