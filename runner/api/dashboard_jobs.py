@@ -105,6 +105,7 @@ def bulk_confirm(dash: Dash, request: Request, session: Session) -> Response:
         raise FormError(403, f"token {session.name!r} has role {session.role}: only admin may act")
     action, f = _bulk_filter(dict(request.query_params))
     ids = list(browse.matching_ids(dash.sp, f, limit=BULK_MAX + 1))
+    rows = browse.job_rows(dash.sp, ids[:BULK_SHOWN])
     return dash.render(
         "bulk.html",
         request,
@@ -113,7 +114,7 @@ def bulk_confirm(dash: Dash, request: Request, session: Session) -> Response:
         fields=filter_fields(f),
         total=min(len(ids), BULK_MAX),
         more=len(ids) > BULK_MAX,
-        shown=browse.job_rows(dash.sp, ids[:BULK_SHOWN]).values(),
+        shown=[row for row in (rows.get(job_id) for job_id in ids[:BULK_SHOWN]) if row],
     )
 
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from spool.attemptlog import LogReader
 from spool.browse import Filter
-from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
+from spool.errors import InvalidJob, LedgerError, SpoolError
 from spool.fsio import fs
 from spool.ids import is_valid_id
+from spool.job import JobFile
 from spool.layout import State, log_name, result_name
 from spool.spool import Spool, status_view
 from spool.timetext import format_time
@@ -60,9 +61,7 @@ def filter_fields(f: Filter) -> dict[str, str]:
 
 def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
     """Everything the job's page shows. NotFound for an unknown id, InvalidJob for a bad one."""
-    if not is_valid_id(job_id):
-        raise InvalidJob(f"{job_id!r} is not a job id")
-    state, job_file = sp.job(job_id)
+    state, job_file = find_job(sp, job_id)
     view = status_view(sp, state, job_file)
     try:
         history = [
@@ -189,10 +188,8 @@ def chain_graph(view: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def find_job(sp: Spool, job_id: str) -> tuple[State, Any]:
+def find_job(sp: Spool, job_id: str) -> tuple[State, JobFile]:
+    """The job's state and file: InvalidJob for a path-like id, NotFound for an unknown one."""
     if not is_valid_id(job_id):
         raise InvalidJob(f"{job_id!r} is not a job id")
-    try:
-        return sp.job(job_id)
-    except NotFound:
-        raise NotFound(f"no job {job_id}") from None
+    return sp.job(job_id)
