@@ -20,7 +20,7 @@ from spool.errors import InvalidJob, SpoolError
 from spool.layout import State
 
 from .dashboard_auth import FormError, Session
-from .dashboard_views import STATES, cursor_of, filter_fields, filter_of, find_job, job_story
+from .dashboard_views import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of
 from .dashboard_web import Dash, back, query_string
 
 PAGE_SIZE = 50
@@ -62,6 +62,7 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
         tasks=tasks,
         reasons=reasons,
         first_page=not query.get("before"),
+        progress=progresses_of(dash.sp, [row["id"] for row in found.rows if row["state"] == "leased"]),
     )
 
 

@@ -86,19 +86,25 @@ def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
 
 def progress_of(sp: Spool, job_id: str) -> dict[str, Any] | None:
     """The progress a running handler last reported, when this version has spool.progress."""
+    return progresses_of(sp, [job_id]).get(job_id)
+
+
+def progresses_of(sp: Spool, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """job id -> its progress, for the leased jobs among ``job_ids`` that reported one."""
+    if not job_ids:
+        return {}
     try:
         progress = importlib.import_module("spool.progress")
     except ImportError:
-        return None  # a spool without handler progress: the page shows none
-    found = progress.read_progress(sp, job_id)
-    if found is None:
-        return None
-    fraction = found.fraction
-    return {
-        "fraction": fraction,
-        "percent": None if fraction is None else round(100 * fraction),
-        "message": found.message,
-    }
+        return {}  # a version without handler progress: pages show none
+    found = {job_id: progress.read_progress(sp, job_id) for job_id in job_ids}
+    return {job_id: _progress_view(value) for job_id, value in found.items() if value is not None}
+
+
+def _progress_view(value: Any) -> dict[str, Any]:
+    fraction = value.fraction
+    percent = None if fraction is None else round(100 * fraction)
+    return {"fraction": fraction, "percent": percent, "message": value.message}
 
 
 def result_text(sp: Spool, job_id: str) -> str:
