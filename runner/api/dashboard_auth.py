@@ -25,6 +25,8 @@ from starlette.requests import Request
 
 from spool.tokens import TokenStore
 
+from .context import ApiError, read_body
+
 # __Host-: the browser keeps it only if Secure, for Path=/ and this host alone (no Domain).
 COOKIE = "__Host-spool_session"
 SESSION_SECONDS = 8 * 3600
@@ -122,14 +124,10 @@ async def read_form(request: Request) -> dict[str, str]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise FormError(415, "expected a form (application/x-www-form-urlencoded)")
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > FORM_MAX_BYTES):
-        raise FormError(413, f"a form is at most {FORM_MAX_BYTES} bytes")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > FORM_MAX_BYTES:
-            raise FormError(413, f"a form is at most {FORM_MAX_BYTES} bytes")
+    try:
+        body = await read_body(request, FORM_MAX_BYTES)  # the API's caps: size, and a slow body's time
+    except ApiError as err:
+        raise FormError(err.status, err.message) from None
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=50)
     except (UnicodeDecodeError, ValueError) as err:

@@ -313,3 +313,23 @@ def test_the_workers_page_shows_each_local_worker_with_what_it_holds(served: Any
         assert row and job_id in row.group(0) and "sleep" in row.group(0), page.body
     finally:
         procs.kill_all()
+
+
+def test_a_form_is_read_only_when_small_well_formed_and_a_form(served: Any) -> None:
+    job_id = dead_job(served)
+    browser = Browser(served)
+    browser.login(served.token("boss", "admin"))
+    csrf = browser.csrf()
+    path = f"/jobs/{job_id}/requeue"
+    big = browser.request("POST", path, {"csrf": csrf, "pad": "x" * 20_000})
+    assert big.status == 413
+    twice = browser.served.call(
+        "POST",
+        path,
+        body=f"csrf={csrf}&csrf={csrf}".encode(),
+        headers={"Cookie": browser.cookie or "", "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert twice.status == 400 and "more than once" in twice.body
+    as_json = browser.served.call("POST", path, json={"csrf": csrf}, headers={"Cookie": browser.cookie or ""})
+    assert as_json.status == 415
+    assert state_of(served, job_id) == "dead"
