@@ -116,3 +116,43 @@ def test_a_browser_that_reconnects_gets_only_what_it_missed(sp: Spool, procs: Pr
             await live.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_many_open_dashboards_cost_the_ledger_what_one_does(sp: Spool) -> None:
+    sp.submit("echo", {"n": 1})
+    reads = 0
+    real_read = sp.ledger._read
+
+    def counted(sql: str, params: Any = ()) -> Any:
+        nonlocal reads
+        reads += 1
+        return real_read(sql, params)
+
+    sp.ledger._read = counted  # type: ignore[method-assign]  # counts the reads, changes none
+
+    async def streams(viewers: int) -> tuple[int, int]:
+        live = Live(sp)
+        await live.start()
+        try:
+
+            async def never_gone() -> bool:
+                return False
+
+            async def read(n: int) -> int:
+                got = 0
+                async for event in live.events(never_gone):
+                    got += "data: " in event
+                    if got == n:
+                        break
+                return got
+
+            before = reads
+            got = await asyncio.wait_for(asyncio.gather(*(read(3) for _ in range(viewers))), timeout=20)
+            return sum(got), reads - before
+        finally:
+            await live.stop()
+
+    one_message, one_reads = asyncio.run(streams(1))
+    many_messages, many_reads = asyncio.run(streams(50))
+    assert one_message == 3 and many_messages == 150
+    assert many_reads <= one_reads + 4, (one_reads, many_reads)  # a sample's reads, not one per viewer
