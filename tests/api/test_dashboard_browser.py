@@ -55,8 +55,8 @@ def spki_pin(cert_path: Path) -> str:
     return base64.b64encode(hashlib.sha256(spki).digest()).decode()
 
 
-@pytest.fixture
-def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
+def chromium(profile: Path, pin: str) -> Any:
+    """Headless Chromium that trusts, besides the system's CAs, only the key ``pin`` names."""
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in (
@@ -65,14 +65,30 @@ def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
         "--disable-dev-shm-usage",
         "--disable-gpu",
         "--window-size=1280,1000",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        f"--ignore-certificate-errors-spki-list={spki_pin(served.cacert)}",
+        f"--user-data-dir={profile}",
+        f"--ignore-certificate-errors-spki-list={pin}",
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(30)
+    return driver
+
+
+@pytest.fixture
+def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
+    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
     try:
         yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_browser_trusts_this_servers_key_only(served: Any, tmp_path: Path) -> None:
+    other_key = base64.b64encode(hashlib.sha256(b"not this server's key").digest()).decode()
+    driver = chromium(tmp_path / "other-profile", other_key)
+    try:
+        driver.get(served.url + "/login")
+        assert not driver.find_elements(By.ID, "token"), "a page was shown over a certificate nobody trusts"
     finally:
         driver.quit()
 
