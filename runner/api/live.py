@@ -36,7 +36,7 @@ WINDOW_SECONDS = 3600
 SAMPLE_SECONDS = 1.0
 # A stream ends after this and the browser reconnects (resuming, see ``events``): an open
 # dashboard never holds a stopping server for longer.
-STREAM_SECONDS = 20.0
+STREAM_SECONDS = 10.0
 RESUME_SAMPLES = 120
 _FAILED = ("fail", "expire")
 
