@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spool import browse
+from spool import browse, scheduling
 from spool.browse import Filter
 from spool.errors import InvalidJob, SpoolError
 from spool.layout import State
@@ -61,6 +61,7 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
         states=STATES,
         tasks=tasks,
         reasons=reasons,
+        schedules=sorted(scheduling.entries(dash.sp)),
         first_page=not query.get("before"),
         progress=progresses_of(dash.sp, [row["id"] for row in found.rows if row["state"] == "leased"]),
     )
