@@ -1,11 +1,112 @@
-"""Placeholder until its owner's module lands: no routes yet."""
+"""The dashboard at ``/``: routes, the login form, the overview and its live event stream.
+
+Behind the API's own tokens: the login form takes a token once and sets a session cookie
+(``dashboard_auth``). A submit or work token sees every page read-only (no buttons; a POST is
+refused with 403); an admin token may act. Pages: ``/`` (live counts and the last hour's
+throughput, drawn by ``static/dashboard.js`` from ``/events``), ``/jobs`` and ``/jobs/{id}``
+(``dashboard_jobs``), ``/schedules`` and ``/workers`` (``dashboard_more``).
+"""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from functools import partial
+from typing import TYPE_CHECKING
 
-from spool.runner.api.context import ApiContext
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from spool.stats import coordinator_state
+
+from . import dashboard_jobs, dashboard_more
+from .dashboard_more import workers_view
+from .dashboard_auth import COOKIE, FormError, Session, check_csrf, clear_cookie_header, cookie_header, read_form
+from .dashboard_web import HERE, Dash, back, safe_next, secured
+
+if TYPE_CHECKING:
+    from .context import ApiContext
+
+__all__ = ["routes"]
+
+TOKEN_MAX_CHARS = 512
 
 
 def routes(ctx: ApiContext) -> list[BaseRoute]:
-    return []
+    """Every route of the dashboard; its sampler starts and stops with the app."""
+    dash = Dash(ctx)
+    ctx.on_startup.append(dash.live.start)
+    ctx.on_shutdown.append(dash.live.stop)
+    return [
+        Route("/", dash.view(lambda r, s: overview(dash, r, s)), methods=["GET"]),
+        Route("/events", partial(events, dash), methods=["GET"]),
+        Route("/login", partial(login_form, dash), methods=["GET"]),
+        Route("/login", partial(login, dash), methods=["POST"]),
+        Route("/logout", partial(logout, dash), methods=["POST"]),
+        *dashboard_jobs.routes(dash),
+        *dashboard_more.routes(dash),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+
+
+def overview(dash: Dash, request: Request, session: Session) -> Response:
+    sample = dash.live.sample_now
+    return dash.render(
+        "overview.html",
+        request,
+        session,
+        counts=sample.counts,
+        trouble=sample.trouble,
+        coordinator=coordinator_state(dash.sp),
+        workers_alive=sum(1 for w in workers_view(dash)["local"] if w["alive"]),
+    )
+
+
+async def events(dash: Dash, request: Request) -> Response:
+    """The live numbers as server-sent events (``live.Live.events``): one stream per browser,
+    all fed from the one sampler."""
+    if await dash.session(request) is None:
+        return dash.refuse(request, None, 401, "not logged in")
+    stream = dash.live.events(request.is_disconnected, request.headers.get("last-event-id"))
+    return secured(StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}))
+
+
+async def login_form(dash: Dash, request: Request, status: int = 200, error: str = "") -> Response:
+    return dash.render(
+        "login.html",
+        request,
+        await dash.session(request),
+        status=status,
+        error=error,
+        next=safe_next(request.query_params.get("next")),
+    )
+
+
+async def login(dash: Dash, request: Request) -> Response:
+    """A token in a form -> a session cookie; a bad token answers 401 and the form again."""
+    try:
+        form = await read_form(request)
+    except FormError as err:
+        return dash.refuse(request, None, err.status, err.message)
+    token = form.get("token", "").strip()
+    made = await run_in_threadpool(dash.sessions.login, token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
+    if made is None:
+        return await login_form(dash, request, status=401, error="that token is not valid (or was revoked)")
+    dash.sessions.logout(request.cookies.get(COOKIE))  # a new session id at every login
+    response = back(safe_next(form.get("next")))
+    response.headers.append("Set-Cookie", cookie_header(made[0]))
+    return response
+
+
+async def logout(dash: Dash, request: Request) -> Response:
+    session = await dash.session(request)
+    if session is not None:
+        try:
+            check_csrf(session, await read_form(request))
+        except FormError as err:
+            return dash.refuse(request, session, err.status, err.message)
+        dash.sessions.logout(request.cookies.get(COOKIE))
+    response = back("/login")
+    response.headers.append("Set-Cookie", clear_cookie_header())
+    return response

@@ -1,0 +1,140 @@
+"""The dashboard's job pages: the filtered list, one job's page, and the moves a person asks for.
+
+Every move goes through the facade (``Spool.requeue``, ``Spool.cancel``, ``Spool.submit``), so
+the dashboard makes no move of its own. A bulk action takes the list's filter, forced to the
+one state it applies to (requeue: dead; cancel: pending), shows what it would touch on a confirm
+page, and acts on at most ``BULK_MAX`` jobs a time (the page says when more remain).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from spool import browse, scheduling
+from spool.browse import Filter
+from spool.errors import InvalidJob, SpoolError
+from spool.layout import State
+
+from .dashboard_auth import FormError, Session
+from .dashboard_views import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of
+from .dashboard_web import Dash, back, query_string
+
+PAGE_SIZE = 50
+BULK_MAX = 10_000
+BULK_SHOWN = 20
+LOCK_WAIT_SECONDS = 5.0
+BULK_ACTIONS = {"requeue": State.DEAD.value, "cancel": State.PENDING.value}
+
+
+def routes(dash: Dash) -> list[BaseRoute]:
+    return [
+        Route("/jobs", dash.view(lambda r, s: jobs_page(dash, r, s)), methods=["GET"]),
+        Route("/jobs/{job_id}", dash.view(lambda r, s: job_page(dash, r, s)), methods=["GET"]),
+        Route("/jobs/{job_id}/requeue", dash.action(lambda r, s, f: requeue_one(dash, r)), methods=["POST"]),
+        Route("/jobs/{job_id}/cancel", dash.action(lambda r, s, f: cancel_one(dash, r)), methods=["POST"]),
+        Route("/jobs/{job_id}/run-again", dash.action(lambda r, s, f: run_again(dash, r)), methods=["POST"]),
+        Route("/bulk", dash.view(lambda r, s: bulk_confirm(dash, r, s)), methods=["GET"]),
+        Route("/bulk", dash.action(lambda r, s, f: bulk_do(dash, f)), methods=["POST"]),
+    ]
+
+
+def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
+    query = dict(request.query_params)
+    f = filter_of(query)
+    found = browse.page(dash.sp, f, before=cursor_of(query), limit=PAGE_SIZE)
+    tasks, reasons = dash.choices()
+    return dash.render(
+        "jobs.html",
+        request,
+        session,
+        rows=found.rows,
+        next=found.next,
+        scan_stopped=found.scan_stopped,
+        scan_files=browse.ARGS_SCAN_FILES,
+        fields=filter_fields(f),
+        matching=browse.count(dash.sp, f),
+        counts=dash.live.sample_now.counts,
+        states=STATES,
+        tasks=tasks,
+        reasons=reasons,
+        schedules=sorted(scheduling.entries(dash.sp)),
+        first_page=not query.get("before"),
+        progress=progresses_of(dash.sp, [row["id"] for row in found.rows if row["state"] == "leased"]),
+    )
+
+
+def job_page(dash: Dash, request: Request, session: Session) -> Response:
+    story = job_story(dash.sp, request.path_params["job_id"])
+    return dash.render("job.html", request, session, **story)
+
+
+def requeue_one(dash: Dash, request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+    find_job(dash.sp, job_id)
+    target = dash.sp.requeue(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+    return back(f"/jobs/{job_id}", f"requeued: now {target.value}")
+
+
+def cancel_one(dash: Dash, request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+    find_job(dash.sp, job_id)
+    outcome = dash.sp.cancel(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+    note = "cancelled" if outcome == "cancelled" else "cancel requested: its worker stops it at its next heartbeat"
+    return back(f"/jobs/{job_id}", note)
+
+
+def run_again(dash: Dash, request: Request) -> Response:
+    """A new job (a new id, no key) with the same task, args and limits."""
+    _, job_file = find_job(dash.sp, request.path_params["job_id"])
+    job = job_file.job
+    new_id = dash.sp.submit(job.task, job.args, priority=job.priority, max_tries=job.max_tries, timeout=job.timeout)
+    return back(f"/jobs/{new_id}", f"a new run of {job.id}")
+
+
+def _bulk_filter(values: dict[str, str]) -> tuple[str, Filter]:
+    action = values.get("action", "")
+    if action not in BULK_ACTIONS:
+        raise InvalidJob(f"action: one of {', '.join(BULK_ACTIONS)}, not {action!r}")
+    return action, filter_of({**values, "state": BULK_ACTIONS[action]})
+
+
+def bulk_confirm(dash: Dash, request: Request, session: Session) -> Response:
+    if not session.is_admin:
+        raise FormError(403, f"token {session.name!r} has role {session.role}: only admin may act")
+    action, f = _bulk_filter(dict(request.query_params))
+    ids = list(browse.matching_ids(dash.sp, f, limit=BULK_MAX + 1))
+    rows = browse.job_rows(dash.sp, ids[:BULK_SHOWN])
+    return dash.render(
+        "bulk.html",
+        request,
+        session,
+        action=action,
+        fields=filter_fields(f),
+        total=min(len(ids), BULK_MAX),
+        more=len(ids) > BULK_MAX,
+        shown=[row for row in (rows.get(job_id) for job_id in ids[:BULK_SHOWN]) if row],
+    )
+
+
+def bulk_do(dash: Dash, form: dict[str, str]) -> Response:
+    action, f = _bulk_filter(form)
+    done, refused = 0, 0
+    ids = list(browse.matching_ids(dash.sp, f, limit=BULK_MAX + 1))
+    for job_id in ids[:BULK_MAX]:
+        try:
+            if action == "requeue":
+                dash.sp.requeue(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+            else:
+                dash.sp.cancel(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+            done += 1
+        except SpoolError:
+            refused += 1  # it moved meanwhile (or was re-armed with its parent): not ours to force
+    verb = "requeued" if action == "requeue" else "cancelled"
+    note = f"{verb} {done}" + (f"; {refused} had moved meanwhile" if refused else "")
+    note += f"; more than {BULK_MAX} matched: run it again for the rest" if len(ids) > BULK_MAX else ""
+    fields: dict[str, Any] = {k: v for k, v in filter_fields(f).items() if k != "state"}
+    return back("/jobs?" + query_string(fields, state=BULK_ACTIONS[action]), note)

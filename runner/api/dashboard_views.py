@@ -1,0 +1,201 @@
+"""What the job pages show, assembled from the spool: a filter from a query, a job's whole story
+(every attempt with its error, the ledger's history, progress, result, logs) and its chain graph.
+
+Everything read from a job is bounded before it reaches a page: a result and each attempt's log
+are shown up to ``SHOW_BYTES`` (a log's end, where the failure is).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spool.attemptlog import LogReader
+from spool.browse import Filter
+from spool.errors import InvalidJob, LedgerError, SpoolError
+from spool.fsio import fs
+from spool.ids import is_valid_id
+from spool.job import JobFile
+from spool.layout import State, log_name, result_name
+from spool.spool import Spool, status_view
+from spool.timetext import format_time
+from spool.workers import WORKER_NAME
+
+SHOW_BYTES = 64 * 1024
+LOGS_SHOWN = 10  # the latest attempts' logs (a job requeued often has many; `spool logs` has all)
+STATES = tuple(state.value for state in State)
+_FIELD_MAX = 200
+
+
+def filter_of(query: Mapping[str, str]) -> Filter:
+    """The list's filter from a query string (or a form); a value that can't be one is refused."""
+    values = {
+        name: (query.get(name) or "").strip() or None for name in ("state", "task", "reason", "schedule", "search")
+    }
+    for name, value in values.items():
+        if value is not None and len(value) > _FIELD_MAX:
+            raise InvalidJob(f"{name}: at most {_FIELD_MAX} characters")
+    if values["state"] is not None and values["state"] not in STATES:
+        raise InvalidJob(f"state: one of {', '.join(STATES)}, not {values['state']!r}")
+    if values["schedule"] is not None and not WORKER_NAME.fullmatch(values["schedule"]):
+        raise InvalidJob(f"schedule: {values['schedule']!r} is not a schedule name")
+    return Filter(**values)
+
+
+def cursor_of(query: Mapping[str, str]) -> str | None:
+    before = query.get("before") or None
+    if before is not None and not is_valid_id(before):
+        raise InvalidJob(f"before: {before!r} is not a job id")
+    return before
+
+
+def filter_fields(f: Filter) -> dict[str, str]:
+    return {name: getattr(f, name) or "" for name in ("state", "task", "reason", "schedule", "search")}
+
+
+# -- one job ----------------------------------------------------------------------------------
+
+
+def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
+    """Everything the job's page shows. NotFound for an unknown id, InvalidJob for a bad one."""
+    state, job_file = find_job(sp, job_id)
+    view = status_view(sp, state, job_file)
+    try:
+        history = [
+            {"at": format_time(at), "event": event, "attempt": attempt, "worker": worker, "detail": detail}
+            for at, event, attempt, worker, detail in sp.ledger.history(job_id)
+        ]
+    except LedgerError:
+        history = []
+    return {
+        "view": view,
+        "args": json.dumps(job_file.job.args, indent=2, ensure_ascii=False, sort_keys=True),
+        "history": history,
+        "progress": progress_of(sp, job_id) if state is State.LEASED else None,
+        "result": result_text(sp, job_id) if state is State.DONE else None,
+        "logs": [
+            {"attempt": n, "text": log_tail(sp, job_id, n)}
+            for n in range(job_file.attempt, max(0, job_file.attempt - LOGS_SHOWN), -1)
+        ],
+        "chain": chain_graph(view),
+    }
+
+
+def progress_of(sp: Spool, job_id: str) -> dict[str, Any] | None:
+    """The progress a running handler last reported, when this version has spool.progress."""
+    return progresses_of(sp, [job_id]).get(job_id)
+
+
+def progresses_of(sp: Spool, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """job id -> its progress, for the leased jobs among ``job_ids`` that reported one."""
+    if not job_ids:
+        return {}
+    try:
+        progress = importlib.import_module("spool.progress")
+    except ImportError:
+        return {}  # a version without handler progress: pages show none
+    found = {job_id: progress.read_progress(sp, job_id) for job_id in job_ids}
+    return {job_id: _progress_view(value) for job_id, value in found.items() if value is not None}
+
+
+def _progress_view(value: Any) -> dict[str, Any]:
+    fraction = value.fraction
+    percent = None if fraction is None else round(100 * fraction)
+    return {"fraction": fraction, "percent": percent, "message": value.message}
+
+
+def result_text(sp: Spool, job_id: str) -> str:
+    try:
+        data = fs.read_file(sp.layout.fd("results"), result_name(job_id), sp.settings.max_result_bytes + 1024)
+    except (FileNotFoundError, SpoolError):
+        return ""
+    try:
+        text = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
+    except ValueError:
+        text = data.decode("utf-8", "replace")
+    return text if len(text) <= SHOW_BYTES else text[:SHOW_BYTES] + "\n... (cut; `spool result` prints it all)"
+
+
+def log_tail(sp: Spool, job_id: str, attempt: int) -> str | None:
+    """The end of one attempt's log (at most SHOW_BYTES), or None when it wrote nothing."""
+    reader = LogReader(sp.layout.fd("logs"), log_name(job_id, attempt))
+    kept, cut = b"", False
+    try:
+        for chunk in reader.chunks():
+            kept += chunk
+            if len(kept) > SHOW_BYTES:
+                kept, cut = kept[-SHOW_BYTES:], True
+    except OSError:
+        return None
+    finally:
+        reader.close()
+    if not kept and not cut:
+        return None
+    text = kept.decode("utf-8", "replace")
+    return ("... (the start is cut; `spool logs` shows it all)\n" + text) if cut else text
+
+
+# -- the chain graph --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    state: str
+    x: int
+    y: int
+    here: bool = False
+
+
+@dataclass(frozen=True)
+class Edge:
+    x1: int
+    y1: int
+    x2: int
+    y2: int
+
+
+NODE_W, NODE_H, GAP_X, GAP_Y = 220, 40, 90, 14
+_SHOWN_PER_SIDE = 30
+
+
+def chain_graph(view: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Parents left, the job in the middle, children right; None when it has neither. Drawn as
+    SVG by the template, so it needs no script."""
+    parents = list(view.get("parents") or ())[:_SHOWN_PER_SIDE]
+    children = list(view.get("children") or ())[:_SHOWN_PER_SIDE]
+    if not parents and not children:
+        return None
+    rows = max(len(parents), len(children), 1)
+    height = rows * (NODE_H + GAP_Y) + GAP_Y
+
+    def column(links: list[Mapping[str, Any]], x: int) -> list[Node]:
+        top = (height - len(links) * (NODE_H + GAP_Y) + GAP_Y) // 2
+        return [Node(link["id"], link["state"], x, top + i * (NODE_H + GAP_Y)) for i, link in enumerate(links)]
+
+    here = Node(view["id"], view["state"], NODE_W + GAP_X if parents else 0, (height - NODE_H) // 2, here=True)
+    left = column(parents, 0)
+    right = column(children, here.x + NODE_W + GAP_X)
+    edges = [Edge(n.x + NODE_W, n.y + NODE_H // 2, here.x, here.y + NODE_H // 2) for n in left]
+    edges += [Edge(here.x + NODE_W, here.y + NODE_H // 2, n.x, n.y + NODE_H // 2) for n in right]
+    width = (right[0].x if right else here.x) + NODE_W
+    return {
+        "nodes": [*left, here, *right],
+        "edges": edges,
+        "width": width,
+        "height": height,
+        "node_w": NODE_W,
+        "node_h": NODE_H,
+        "more_parents": len(view.get("parents") or ()) - len(parents),
+        "more_children": len(view.get("children") or ()) - len(children),
+    }
+
+
+def find_job(sp: Spool, job_id: str) -> tuple[State, JobFile]:
+    """The job's state and file: InvalidJob for a path-like id, NotFound for an unknown one."""
+    if not is_valid_id(job_id):
+        raise InvalidJob(f"{job_id!r} is not a job id")
+    return sp.job(job_id)

@@ -1,0 +1,214 @@
+"""The dashboard's read-only questions to the ledger: pages of jobs, counts, holders, firings.
+
+Each is one short read on the ledger's connection (``sp.ledger``), so a page costs the same at
+100,000 jobs as at ten: lists are keyset pages over the ``id`` primary key (ids are ULIDs, so
+``id DESC`` is newest first) and never a folder listing. They only ask; every move stays with
+``spool.admin`` and ``spool.transitions``.
+
+The search matches a job's id (a prefix), its key (anywhere in it) or its args. The ledger holds
+no args, so args are matched by reading job files: at most ``ARGS_SCAN_FILES`` of them per page,
+newest first among the jobs the other filters match. A page that stopped at that bound says so
+(``Page.scan_stopped``) and its cursor continues the search where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from spool.errors import InvalidJob
+from spool.layout import State
+from spool.schedules import key_prefix
+from spool.store import read_job
+
+if TYPE_CHECKING:
+    from spool.handle import Handle
+
+__all__ = [
+    "ARGS_SCAN_FILES",
+    "Filter",
+    "Page",
+    "count",
+    "firings",
+    "holders",
+    "history_after",
+    "history_since",
+    "job_rows",
+    "last_history_seq",
+    "matching_ids",
+    "page",
+    "reasons",
+    "tasks",
+]
+
+ARGS_SCAN_FILES = 2000
+_CHUNK = 200
+_COLUMNS = "id, key, task, state, reason, priority, attempt, tries, max_tries, submitted_at, updated"
+# The history events a throughput chart counts: a completed attempt, and a failed or expired one.
+THROUGHPUT_EVENTS = ("complete", "fail", "expire")
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What a job list shows and a bulk action acts on; an empty field filters nothing."""
+
+    state: str | None = None
+    task: str | None = None
+    reason: str | None = None
+    schedule: str | None = None
+    search: str | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        """The SQL condition of every field but ``search``'s args part, with its parameters."""
+        sql, params = ["1=1"], list[Any]()
+        for column in ("state", "task", "reason"):
+            value = getattr(self, column)
+            if value:
+                sql.append(f"{column} = ?")
+                params.append(value)
+        if self.schedule:
+            low = key_prefix(self.schedule)
+            sql.append("key >= ? AND key < ?")
+            params += [low, low[:-1] + chr(ord(low[-1]) + 1)]
+        return " AND ".join(sql), params
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    next: str | None = None  # the cursor of the next page (an id: the page's rows are all older)
+    scan_stopped: bool = False  # the args search read ARGS_SCAN_FILES files and stopped there
+
+
+def _read(sp: Handle, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+    return sp.ledger._read(sql, params)
+
+
+def _as_rows(found: list[Any]) -> list[dict[str, Any]]:
+    names = [name.strip() for name in _COLUMNS.split(",")]
+    return [dict(zip(names, row)) for row in found]
+
+
+def _chunk(sp: Handle, f: Filter, before: str | None, limit: int) -> list[dict[str, Any]]:
+    where, params = f.where()
+    if before:
+        where, params = where + " AND id < ?", params + [before]
+    return _as_rows(_read(sp, f"SELECT {_COLUMNS} FROM jobs WHERE {where} ORDER BY id DESC LIMIT ?", [*params, limit]))
+
+
+def _id_or_key_matches(row: dict[str, Any], search: str) -> bool:
+    return row["id"].startswith(search) or row["id"].startswith(search.upper()) or search in row["key"]
+
+
+def _args_match(sp: Handle, row: dict[str, Any], search: str) -> bool:
+    try:
+        job_file = read_job(sp, State(row["state"]), row["id"])
+    except (FileNotFoundError, InvalidJob, ValueError):
+        return False  # moved or purged since the ledger's row was read: it is on another page now
+    return search in json.dumps(job_file.job.args, ensure_ascii=False, sort_keys=True)
+
+
+def page(sp: Handle, f: Filter, *, before: str | None = None, limit: int = 50) -> Page:
+    """The ``limit`` newest jobs matching ``f`` older than the cursor ``before``."""
+    if not f.search:
+        rows = _chunk(sp, f, before, limit + 1)
+        return Page(rows[:limit], rows[limit - 1]["id"] if len(rows) > limit else None)
+    found, scanned, cursor = Page(), 0, before
+    while True:
+        chunk = _chunk(sp, f, cursor, _CHUNK)
+        for row in chunk:
+            cursor = row["id"]
+            if _id_or_key_matches(row, f.search):
+                found.rows.append(row)
+            else:
+                scanned += 1
+                if _args_match(sp, row, f.search):
+                    found.rows.append(row)
+            if len(found.rows) == limit or scanned >= ARGS_SCAN_FILES:
+                found.scan_stopped = len(found.rows) < limit
+                found.next = cursor
+                return found
+        if len(chunk) < _CHUNK:
+            return found
+
+
+def matching_ids(sp: Handle, f: Filter, *, limit: int) -> Iterator[str]:
+    """Every job matching ``f`` (the args search unbounded), newest first, at most ``limit``."""
+    cursor, given = None, 0
+    while given < limit:
+        chunk = _chunk(sp, f, cursor, _CHUNK)
+        for row in chunk:
+            cursor = row["id"]
+            if not f.search or _id_or_key_matches(row, f.search) or _args_match(sp, row, f.search):
+                yield row["id"]
+                given += 1
+                if given >= limit:
+                    return
+        if len(chunk) < _CHUNK:
+            return
+
+
+def count(sp: Handle, f: Filter) -> int | None:
+    """How many jobs match ``f``; None with a search (args are not in the ledger to count)."""
+    if f.search:
+        return None
+    where, params = f.where()
+    return int(_read(sp, f"SELECT count(*) FROM jobs WHERE {where}", params)[0][0])
+
+
+def job_rows(sp: Handle, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """id -> the ledger's row, for these ids (ids without a row are left out)."""
+    ids = list(job_ids)
+    found: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        rows = _read(sp, f"SELECT {_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(part))})", part)
+        found.update((row["id"], row) for row in _as_rows(rows))
+    return found
+
+
+def tasks(sp: Handle) -> list[str]:
+    return [row[0] for row in _read(sp, "SELECT DISTINCT task FROM jobs ORDER BY task")]
+
+
+def reasons(sp: Handle) -> list[str]:
+    return [row[0] for row in _read(sp, "SELECT DISTINCT reason FROM jobs WHERE reason IS NOT NULL ORDER BY reason")]
+
+
+def holders(sp: Handle) -> dict[str, list[str]]:
+    """worker -> the leased jobs it holds (its claim's history row names it), oldest claim first."""
+    sql = (
+        "SELECT h.worker, j.id FROM jobs j JOIN history h ON h.job_id = j.id AND h.event = 'claim'"
+        " AND h.attempt = j.attempt WHERE j.state = 'leased' ORDER BY h.seq"
+    )
+    held: dict[str, list[str]] = {}
+    for worker, job_id in _read(sp, sql):
+        held.setdefault(worker or "?", []).append(job_id)
+    return held
+
+
+def firings(sp: Handle, schedule: str, limit: int = 5) -> list[tuple[str, str, str]]:
+    """(key, id, state) of a schedule's latest firings, newest slot first."""
+    low = key_prefix(schedule)
+    sql = "SELECT key, id, state FROM jobs WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
+    return [(k, i, s) for k, i, s in _read(sp, sql, (low, low[:-1] + chr(ord(low[-1]) + 1), limit))]
+
+
+def last_history_seq(sp: Handle) -> int:
+    return int(_read(sp, "SELECT coalesce(max(seq), 0) FROM history")[0][0])
+
+
+def history_after(sp: Handle, seq: int) -> list[tuple[int, float, str]]:
+    """(seq, at, event) of the throughput events after ``seq``, in order."""
+    marks = ",".join("?" * len(THROUGHPUT_EVENTS))
+    sql = f"SELECT seq, at, event FROM history WHERE seq > ? AND event IN ({marks}) ORDER BY seq"
+    return [(s, a, e) for s, a, e in _read(sp, sql, (seq, *THROUGHPUT_EVENTS))]
+
+
+def history_since(sp: Handle, since: float) -> list[tuple[int, str, int]]:
+    """(second, event, how many) of the throughput events at or after ``since`` (a wall time)."""
+    marks = ",".join("?" * len(THROUGHPUT_EVENTS))
+    sql = f"SELECT CAST(at AS INTEGER), event, count(*) FROM history WHERE at >= ? AND event IN ({marks}) GROUP BY 1, 2"
+    return [(int(s), e, int(n)) for s, e, n in _read(sp, sql, (since, *THROUGHPUT_EVENTS))]
