@@ -7,7 +7,6 @@ are shown up to ``SHOW_BYTES`` (a log's end, where the failure is).
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.job import JobFile
 from spool.layout import State, log_name, result_name
+from spool.progress import read_progresses
 from spool.spool import Spool, status_view
 from spool.timetext import format_time
 from spool.workers import WORKER_NAME
@@ -85,7 +85,7 @@ def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
 
 
 def progress_of(sp: Spool, job_id: str) -> dict[str, Any] | None:
-    """The progress a running handler last reported, when this version has spool.progress."""
+    """The progress a running handler last reported (spool.progress), or None."""
     return progresses_of(sp, [job_id]).get(job_id)
 
 
@@ -93,11 +93,7 @@ def progresses_of(sp: Spool, job_ids: list[str]) -> dict[str, dict[str, Any]]:
     """job id -> its progress, for the leased jobs among ``job_ids`` that reported one."""
     if not job_ids:
         return {}
-    try:
-        progress = importlib.import_module("spool.progress")
-    except ImportError:
-        return {}  # a version without handler progress: pages show none
-    found = {job_id: progress.read_progress(sp, job_id) for job_id in job_ids}
+    found = read_progresses(sp, job_ids)  # one listing of leased/ for the page
     return {job_id: _progress_view(value) for job_id, value in found.items() if value is not None}
 
 
