@@ -20,10 +20,8 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "worker": (
         "claim-after-heartbeat",  # the lease's first heartbeat written, the job still in pending/
         "claim-after-rename",
-        "claim-after-sync",  # the rename and the new content (staged in tmp/) durable; not renamed over yet
         "after-claim",
         "complete-after-stage",
-        "complete-after-sync",  # the result and the done file staged in tmp/ and synced, nothing linked
         "after-result",
         "complete-after-move",
         "fail-after-rename",

@@ -162,54 +162,6 @@ def rewrite_job(sp: Handle, state: State, job_file: JobFile, *, sync: bool) -> b
     return data
 
 
-def sync_staged(sp: Handle, *staged: str) -> bool:
-    """Make everything written so far durable with one ``syncfs`` (files staged unsynced in tmp/,
-    and every rename and link made before it, in every folder): True. False where there is no
-    trustworthy syncfs (``fsio.RealFS.syncfs``): then each ``staged`` file is fsync'd and the
-    caller fsyncs its folders as before. One syncfs costs about what one fsync does on a
-    journaled disk, and less than one on the root disk; it stands in for two to four."""
-    tmp_fd = sp.layout.fd("tmp")
-    if fs.syncfs(tmp_fd):
-        return True
-    for name in staged:
-        fs.fsync_file(tmp_fd, name)
-    return False
-
-
-def replace_from_tmp(sp: Handle, staged: str, state: State, job_id: str) -> None:
-    """Rename a staged (and already durable) file over ``state``/<id>.yaml; the name not fsync'd."""
-    try:
-        fs.rename_replace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_id))
-    except BaseException:
-        unstage(sp, staged)
-        raise
-
-
-def rewrite_moved(sp: Handle, state: State, job_file: JobFile, *, crash_step: str) -> bytes:
-    """``rewrite_job(sync=True)`` for a file just moved into ``state`` (a claim's rename), made
-    durable together with that move. Returns the bytes written.
-
-    The new content is staged unsynced and one ``sync_staged`` makes it and the move durable;
-    then it is renamed over the moved file, that name not fsync'd (at the next sync of anything
-    on the disk it is). A power cut before then may bring back the old content, the state a
-    crash between the move and its rewrite leaves, which the move's recovery already finishes
-    (a claim's: ``settle`` counts the spent try). One syncfs instead of the file's fsync and
-    the folder's; without syncfs, those two as before. ``crash_step``: after the sync.
-    """
-    data = jobs.encode(job_file)
-    staged = stage(sp, data, sync=False)
-    try:
-        synced = sync_staged(sp, staged)
-        crash.point(crash_step)
-    except BaseException:
-        unstage(sp, staged)
-        raise
-    replace_from_tmp(sp, staged, state, job_file.id)
-    if not synced:
-        fs.fsync_dir(sp.layout.fd(state))
-    return data
-
-
 def publish_job(sp: Handle, job_file: JobFile, source: State, target: State, *, crash_step: str) -> None:
     """Move a job forward to a final folder with its new content already in place.
 
@@ -220,20 +172,10 @@ def publish_job(sp: Handle, job_file: JobFile, source: State, target: State, *, 
     its new state never lacks its reason. ``crash_step`` names the crash point between the two.
     Caller holds the job's lock.
     """
-    staged = stage(sp, jobs.encode(job_file), sync=True)
-    publish_staged(sp, staged, job_file.id, source, target, crash_step)
-
-
-def publish_staged(sp: Handle, staged: str, job_id: str, source: State, target: State, crash_step: str) -> None:
-    """``publish_job`` for a new copy already written whole and durable as tmp/``staged``."""
-    try:
-        fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_id))
-    except BaseException:
-        unstage(sp, staged)
-        raise
+    _place(sp, job_file, target, replace=False)
     fs.fsync_dir(sp.layout.fd(target))
     crash.point(crash_step)
-    fs.unlink(sp.layout.fd(source), job_name(job_id), missing_ok=True)
+    fs.unlink(sp.layout.fd(source), job_name(job_file.id), missing_ok=True)
 
 
 def move_job(sp: Handle, job_id: str, source: State, target: State) -> None:

@@ -25,9 +25,9 @@ from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fence import Held, check_fence, drop_first_beat, first_beat, heartbeat, lease_status
 from spool.fsio import fs
-from spool.job import JobFile, encode, tail
+from spool.job import JobFile, tail
 from spool.layout import State, cancel_name, result_name
-from spool.moves import bury, done_file, finish_done, retry_or_bury
+from spool.moves import bury, finish_done, retry_or_bury
 from spool.records import Attempt, Lease
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import (
@@ -39,9 +39,7 @@ from spool.store import (
     only_in,
     read_job,
     rewrite_job,
-    rewrite_moved,
     stage,
-    sync_staged,
     unstage,
     wake,
 )
@@ -70,10 +68,9 @@ def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held |
     the attempt's later steps can check their fence without a parse (``spool.fence``).
 
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
-    attempt+1, tries+1 and the lease, the rename and the new content durable before the handler
-    may start (``store.rewrite_moved``), so a counted try survives a power cut. Crash before the
-    commit: nothing changed (a ledger row left 'leased' is put back by the coordinator's
-    reconcile). Crash between commit and
+    attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
+    counted try survives a power cut. Crash before the commit: nothing changed (a ledger row
+    left 'leased' is put back by the coordinator's reconcile). Crash between commit and
     rewrite: a file in leased/ with no lease for its attempt; ``settle`` (coordinator, under
     the lock) counts it as a spent try and expires it. The lease's first heartbeat file is
     written before the rename (``fence.first_beat``), so the coordinator never parses a new lease.
@@ -165,7 +162,7 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
         attempts=records + (Attempt(attempt, worker, started=now),),
     )
     try:
-        data = rewrite_moved(sp, State.LEASED, claimed, crash_step="claim-after-sync")
+        data = rewrite_job(sp, State.LEASED, claimed, sync=True)
     except DiskFull:
         # No room for the counted try: undo the claim under our lock, so a full disk costs the
         # job nothing (left in leased/ it would be settled as a spent try). A crash before this
@@ -182,34 +179,28 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
 def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = None) -> None:
     """LEASED -> DONE with ``result_json`` as results/<id>.json.
 
-    Commit point: link(tmp/X, results/<id>.json), after the result was written whole in tmp/
-    and made durable in one ``sync_staged`` with the done file's content staged beside it; then
-    results/ is fsync'd, then done/ (``finish_done``): a syncfs and two folder fsyncs, not four
-    fsyncs. Crash before the link: nothing changed; the lease expires, the job is retried. Crash
-    after it: the job is done; its file still in leased/ is moved to done/ by whoever takes its
-    lock next (``settle``). A stale attempt (fence mismatch) raises LeaseLost and links nothing:
-    the first result wins, a late one is dropped. ``held``: what the claim wrote (``spool.fence``).
+    Commit point: link(tmp/X, results/<id>.json), after the result was written whole and
+    fsync'd in tmp/; then results/ is fsync'd. Crash before it: nothing changed; the lease
+    expires and the job is retried. Crash after it: the job is done; its file still in leased/
+    is moved to done/ by whoever takes its lock next (``settle`` via the coordinator, or a
+    claim). A stale attempt (fence mismatch) raises LeaseLost and links nothing: the first
+    result wins and a late one is dropped. ``held``: what the claim wrote (``spool.fence``).
     """
-    staged = [stage(sp, result_json, sync=False)]  # the result, then the done file's content
+    staged = stage(sp, result_json, sync=True)
     crash.point("complete-after-stage")
     try:
         with job_lock(sp, lease.job_id, blocking=True):
             job_file = check_fence(sp, lease, held)
-            done = done_file(sp, job_file)
-            staged.append(stage(sp, encode(done), sync=False))
-            sync_staged(sp, *staged)
-            crash.point("complete-after-sync")
             try:
-                fs.link(sp.layout.fd("tmp"), staged[0], sp.layout.fd("results"), result_name(lease.job_id))
+                fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
             except FileExistsError:
                 raise LeaseLost(f"{lease.job_id}: already has a result; this one is dropped") from None
             fs.fsync_dir(sp.layout.fd("results"))
             crash.point("after-result")
-            finish_done(sp, job_file, staged=(done, staged[1]))
+            done = finish_done(sp, job_file)
             sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     finally:
-        for name in staged:
-            unstage(sp, name)  # the done file's is gone already once published
+        unstage(sp, staged)
     # No done/.wake: nothing waits on one (the coordinator's watch ignores dot-files outside
     # pending/ and already sees the done file land; Spool.wait polls). It cost 3 syscalls and
     # a coordinator pass per job.

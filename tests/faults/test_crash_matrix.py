@@ -455,12 +455,6 @@ SCENARIOS: dict[str, list[Scenario]] = {
         Scenario("retried", as_worker(), setup=echo_job()),
         Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
     ],
-    # The rename and the new content durable in one sync, the content not renamed over the old:
-    # leased/ holds the pending file's content one attempt behind its heartbeat, a spent try.
-    "worker:claim-after-sync": [
-        Scenario("retried", as_worker(), setup=echo_job()),
-        Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
-    ],
     "worker:after-claim": [
         Scenario("retried", as_worker(), setup=echo_job()),
         Scenario("lease-expires", as_worker(liveness_lock=False), setup=echo_job()),
@@ -468,11 +462,6 @@ SCENARIOS: dict[str, list[Scenario]] = {
     ],
     "worker:complete-after-stage": [
         Scenario("retried", as_worker(completes), setup=echo_job()),
-    ],
-    # The result and the done file staged in tmp/ and synced, nothing linked: nothing changed.
-    "worker:complete-after-sync": [
-        Scenario("retried", as_worker(completes), setup=echo_job()),
-        Scenario("last-try", as_worker(completes), setup=echo_job(max_tries=1), expect=("dead:expired",)),
     ],
     "worker:after-result": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),

@@ -317,13 +317,11 @@ def _one_error_line(output: str, role: str, pid: int) -> None:
     assert f"{role}[{pid}] ERROR" in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(("nth_fsync", "outcomes"), [(1, ["lost", "done"]), (2, ["expired", "done"])],
+@pytest.mark.parametrize(("nth_fsync", "outcomes"), [(1, ["lost", "done"]), (3, ["expired", "done"])],
                          ids=["claim-fsync", "result-fsync"])
 def test_worker_exits_1_when_an_fsync_fails(nth_fsync: int, outcomes: list[str], fast_spool: Path, procs: Any,
                                             check_end_state: Callable[[Spool], dict[str, Any]]) -> None:
-    """fsync 1 is the claim's counted try, fsync 2 the staged result (see the recording test).
-    Changed with group commit: each is now one syncfs (the claim's rename and new content; the
-    result's and the done file's bytes), so the staged result's sync is the 2nd, not the 3rd."""
+    """fsync 1 is the claim's counted try, fsync 3 the staged result (see the recording test)."""
     with Spool(fast_spool, environ={}) as sp:
         job_id = sp.submit("echo", {"n": 1})
     worker = procs.start("worker", "--import", "tests.faults.inject_faults", "--import", "examples.tasks",

@@ -324,62 +324,24 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Bug 2: the move to done/ was not fsync'd, so the next claim's fsync of leased/ could make
     the job's removal from leased/ durable and its entry in done/ not: the job file vanished,
-    and fsck --repair then removed its result as an orphan. Take the done/ fsync out again.
-
-    Changed with group commit: complete now publishes a done file it staged and synced with the
-    result (``store.publish_staged``, no longer ``publish_job``), so that is what loses its
-    fsync here; and the claim after it uses syncfs where there is one, which makes both halves
-    of the move durable and would hide the bug, so this runs where there is none (``NoSyncfs``:
-    the next claim fsyncs leased/ alone, as before)."""
+    and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
     import spool.moves
+    from spool.job import encode
     from spool.layout import job_name
 
-    def publish_without_done_fsync(sp: Any, staged: str, job_id: str, source: State, target: State,
-                                   crash_step: str) -> None:
-        store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_id))
+    def publish_without_done_fsync(sp: Any, job_file: Any, source: State, target: State, *, crash_step: str) -> None:
+        staged = store.stage(sp, encode(job_file), sync=True)
+        store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_file.id))
         if target is not State.DONE:
             store.fs.fsync_dir(sp.layout.fd(target))
-        store.fs.unlink(sp.layout.fd(source), job_name(job_id))
+        store.fs.unlink(sp.layout.fd(source), job_name(job_file.id))
 
-    monkeypatch.setattr(spool.moves, "publish_staged", publish_without_done_fsync)  # finish_done's move
-    run = run_model(SCENARIO["complete, then claim another"], tmp_path, fs_class=NoSyncfs, max_drops=2, stop_after=1)
+    monkeypatch.setattr(spool.moves, "publish_job", publish_without_done_fsync)  # finish_done's move
+    run = run_model(SCENARIO["complete, then claim another"], tmp_path, max_drops=2, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a move to done/ that is never fsync'd"
     problems = run.violations[0].problems
     assert any("lost" in p and "in no folder" in p for p in problems), run.violations[0]
-
-
-# The claim's and complete's group commit: one syncfs covers what two fsyncs did. The same
-# scenarios where there is no syncfs (each file fsync'd, then its folder: the fallback), and
-# bites: a syncfs that does nothing must lose the claim's counted try and the result.
-LIFECYCLES = ["submit+claim+complete", "complete, then claim another", "submit+claim+fail to retry"]
-
-
-@pytest.mark.parametrize("name", LIFECYCLES)
-def test_every_power_cut_keeps_the_promises_without_syncfs(name: str, tmp_path: Path) -> None:
-    run = run_model(SCENARIO[name], tmp_path, fs_class=NoSyncfs)
-    print(run.summary())
-    assert not any(op.kind == "syncfs" for op in run.ops) and any(op.kind == "fsync_file" for op in run.ops)
-    assert run.with_losses > 0 and not run.violations, run.violations[:3]
-
-
-def test_the_claim_and_complete_sync_with_one_syncfs_each(tmp_path: Path) -> None:
-    run = run_model(SCENARIO["submit+claim+complete"], tmp_path, max_drops=0)
-    kinds = [op.kind for op in run.ops]
-    claimed = next(n for n, op in enumerate(run.ops) if op.kind == "rename" and op.dst_dir == "leased")
-    synced = [n for n, kind in enumerate(kinds) if kind == "syncfs" and n > claimed]
-    assert len(synced) == 2, run.ops  # the claim's, then the complete's (result and done file)
-    after = kinds[claimed:]
-    assert after.count("fsync_file") == 0 and after.count("fsync_dir") == 2  # results/, then done/
-    assert all(op.kind != "create" or not op.synced for op in run.ops[claimed:])  # no file fsync'd on its own
-
-
-def test_model_finds_the_try_and_the_result_lost_when_their_syncfs_does_nothing(tmp_path: Path) -> None:
-    run = run_model(SCENARIO["submit+claim+complete"], tmp_path, fs_class=SyncfsDoesNothing, stop_after=3)
-    print(run.summary())
-    problems = [p for v in run.violations for p in v.problems]
-    assert run.violations, "the model passed a claim and a complete whose one sync did nothing"
-    assert any("result" in p or "tr" in p for p in problems), problems
 
 
 # -- the model's rules, on a history written by hand ----------------------------------------------
