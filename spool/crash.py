@@ -22,7 +22,6 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "claim-after-rename",
         "after-claim",
         "complete-after-stage",
-        "complete-after-sync",  # the result and the done file's content staged in tmp/ and fsync'd, nothing linked
         "after-result",
         "complete-after-move",
         "fail-after-rename",

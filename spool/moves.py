@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from spool import crash
 from spool.job import JobFile
 from spool.layout import State
-from spool.store import clear_lease_files, move_job, publish_job, publish_staged, rewrite_job
+from spool.store import clear_lease_files, move_job, publish_job, rewrite_job
 from spool.timetext import now_text
 
 if TYPE_CHECKING:
@@ -25,33 +25,20 @@ def backoff_seconds(sp: Handle, tries: int) -> float:
     return round(ceiling * sp.clock.jitter(0.5, 1.0), 3)
 
 
-def done_file(sp: Handle, job_file: JobFile) -> JobFile:
-    """The job's done content: no lease, its attempt closed as done."""
-    return job_file.replace(
+def finish_done(sp: Handle, job_file: JobFile, source: State = State.LEASED) -> JobFile:
+    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock.
+
+    ``publish_job``: the done file is whole and durable before the leased copy goes, so no
+    fsync of leased/ by another claim can ever leave the job in neither folder.
+    """
+    done = job_file.replace(
         lease=None,
         backoff_seconds=None,
         reason=None,
         error=None,
         attempts=job_file.end_attempt(outcome="done", ended=now_text(sp.clock)),
     )
-
-
-def finish_done(
-    sp: Handle, job_file: JobFile, source: State = State.LEASED, staged: tuple[JobFile, str] | None = None
-) -> JobFile:
-    """The bookkeeping after a result exists: leased/ (or wherever) -> done/. Caller holds the lock.
-
-    ``publish_job``: the done file is whole and durable before the leased copy goes, so no
-    fsync of leased/ by another claim can ever leave the job in neither folder. ``staged``: the
-    done content (``done_file``) already written whole and durable in tmp/ (``complete`` syncs
-    it in the same syncfs as the result's bytes), under that name.
-    """
-    if staged is None:
-        done = done_file(sp, job_file)
-        publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
-    else:
-        done, name = staged
-        publish_staged(sp, name, job_file.id, source, State.DONE, crash_step="complete-after-move")
+    publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
     clear_lease_files(sp, job_file.id, job_file.attempt)
     return done
 

@@ -25,15 +25,14 @@ from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fence import Held, check_fence, drop_first_beat, first_beat, heartbeat, lease_status
 from spool.fsio import fs
-from spool.job import JobFile, encode, tail
+from spool.job import JobFile, tail
 from spool.layout import State, cancel_name, result_name
-from spool.moves import bury, done_file, finish_done, retry_or_bury
+from spool.moves import bury, finish_done, retry_or_bury
 from spool.records import Attempt, Lease
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import (
     clear_lease_files,
     copy_in,
-    fsync_staged,
     has_result,
     job_lock,
     move_job,
@@ -180,35 +179,28 @@ def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
 def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = None) -> None:
     """LEASED -> DONE with ``result_json`` as results/<id>.json.
 
-    Commit point: link(tmp/X, results/<id>.json), after the result was written whole in tmp/
-    and fsync'd, together with the done file's content staged beside it (``fsync_staged``: one
-    journal commit for both, where there is a journal); then results/ is fsync'd, then done/
-    (``finish_done``). Crash before the link: nothing changed; the lease expires, the job is
-    retried. Crash after it: the job is done; its file still in leased/ is moved to done/ by
-    whoever takes its lock next (``settle``). A stale attempt (fence mismatch) raises LeaseLost
-    and links nothing: the first result wins, a late one is dropped. ``held``: what the claim
-    wrote (``spool.fence``).
+    Commit point: link(tmp/X, results/<id>.json), after the result was written whole and
+    fsync'd in tmp/; then results/ is fsync'd. Crash before it: nothing changed; the lease
+    expires and the job is retried. Crash after it: the job is done; its file still in leased/
+    is moved to done/ by whoever takes its lock next (``settle`` via the coordinator, or a
+    claim). A stale attempt (fence mismatch) raises LeaseLost and links nothing: the first
+    result wins and a late one is dropped. ``held``: what the claim wrote (``spool.fence``).
     """
-    staged = [stage(sp, result_json, sync=False)]  # the result, then the done file's content
+    staged = stage(sp, result_json, sync=True)
     crash.point("complete-after-stage")
     try:
         with job_lock(sp, lease.job_id, blocking=True):
             job_file = check_fence(sp, lease, held)
-            done = done_file(sp, job_file)
-            staged.append(stage(sp, encode(done), sync=False))
-            fsync_staged(sp, staged)
-            crash.point("complete-after-sync")
             try:
-                fs.link(sp.layout.fd("tmp"), staged[0], sp.layout.fd("results"), result_name(lease.job_id))
+                fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
             except FileExistsError:
                 raise LeaseLost(f"{lease.job_id}: already has a result; this one is dropped") from None
             fs.fsync_dir(sp.layout.fd("results"))
             crash.point("after-result")
-            finish_done(sp, job_file, staged=(done, staged[1]))
+            done = finish_done(sp, job_file)
             sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     finally:
-        for name in staged:
-            unstage(sp, name)  # the done file's is gone already once published
+        unstage(sp, staged)
     # No done/.wake: nothing waits on one (the coordinator's watch ignores dot-files outside
     # pending/ and already sees the done file land; Spool.wait polls). It cost 3 syscalls and
     # a coordinator pass per job.

@@ -31,8 +31,8 @@ Use:
 ``installed()`` puts the FaultFS behind the seam every spool module calls (``spool.fsio.use``
 swaps what ``spool.fsio.fs`` delegates to) and puts the original back on exit; ``install()``
 does the same until its returned function is called (tests/faults/inject_faults.py, for a whole
-process). Counting starts at install. While a FaultFS method runs, ``spool.fsio.os`` is a proxy
-for the whole process, so its methods run one at a time (a lock), whichever thread calls them.
+process). Counting starts at install. Not thread-safe: while a FaultFS method runs,
+``spool.fsio.os`` is a proxy for the whole process.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from __future__ import annotations
 import ctypes
 import errno as errnos
 import os
-import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,7 +80,6 @@ class FaultFS(RealFS):
         self._counted = 0
         self._method, self._name = "?", ""
         self._torn_fd: int | None = None  # a write fault's short write happened; the next write fails
-        self._one_at_a_time = threading.RLock()
         if self._renameat2 is not None:
             self._renameat2 = self._wrap_renameat2(self._renameat2)
         if self._syncfs is not None:
@@ -90,14 +88,11 @@ class FaultFS(RealFS):
     # -- what tests read ---------------------------------------------------------------------
 
     def fsyncs_after_failure(self) -> list[Op]:
-        """fsyncs of the failed call's fd after it failed (a failed fsync must never be retried).
-        ``fsync_file`` opens the file by name for its fsync, so there the same name is what
-        counts: its fd number is reused by the next open of another file."""
-        failed = self.failed
-        if failed is None:
+        """fsyncs of the failed call's fd after it failed (a failed fsync must never be retried)."""
+        if self.failed is None:
             return []
-        return [op for op in self.ops if op.index > failed.index and op.kind == "fsync"
-                and (op.name == failed.name if "fsync_file" in (op.method, failed.method) else op.fd == failed.fd)]
+        return [op for op in self.ops if op.index > self.failed.index and op.kind == "fsync"
+                and op.fd == self.failed.fd]
 
     # -- putting it in place -----------------------------------------------------------------
 
@@ -156,19 +151,16 @@ class FaultFS(RealFS):
 
     @contextmanager
     def _in(self, method: str, name: str) -> Iterator[None]:
-        """Route fsio's ``os`` calls through this FaultFS while ``method`` runs. One method at a
-        time: ``store.fsync_staged`` calls ``fsync_file`` from two threads, and the swap of the
-        module's ``os`` must not interleave (a thread would restore another's proxy)."""
-        with self._one_at_a_time:
-            outer = self._method, self._name
-            self._method, self._name = method, name
-            real_os = fsio.os
-            fsio.os = _FaultingOS(real_os, self)  # type: ignore[assignment]
-            try:
-                yield
-            finally:
-                fsio.os = real_os
-                self._method, self._name = outer
+        """Route fsio's ``os`` calls through this FaultFS while ``method`` runs."""
+        outer = self._method, self._name
+        self._method, self._name = method, name
+        real_os = fsio.os
+        fsio.os = _FaultingOS(real_os, self)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            fsio.os = real_os
+            self._method, self._name = outer
 
     def _risky(self, kind: str, fd: int) -> bool:
         """Record one risky call; True when it is the one to fail."""

@@ -463,11 +463,6 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "worker:complete-after-stage": [
         Scenario("retried", as_worker(completes), setup=echo_job()),
     ],
-    # The result and the done file's content staged in tmp/ and fsync'd, nothing linked: nothing changed.
-    "worker:complete-after-sync": [
-        Scenario("retried", as_worker(completes), setup=echo_job()),
-        Scenario("last-try", as_worker(completes), setup=echo_job(max_tries=1), expect=("dead:expired",)),
-    ],
     "worker:after-result": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
         Scenario("last-try", as_worker(completes), setup=echo_job(max_tries=1), check=result_by(CRASHED_WORKER)),

@@ -324,46 +324,24 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Bug 2: the move to done/ was not fsync'd, so the next claim's fsync of leased/ could make
     the job's removal from leased/ durable and its entry in done/ not: the job file vanished,
-    and fsck --repair then removed its result as an orphan. Take the done/ fsync out again.
-    (Changed when complete began staging the done file beside its result and fsyncing both at
-    once: complete now publishes that staged file with ``publish_staged``, no longer
-    ``publish_job``, so that is the function that loses its fsync here.)"""
+    and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
     import spool.moves
+    from spool.job import encode
     from spool.layout import job_name
 
-    def publish_without_done_fsync(sp: Any, staged: str, job_id: str, source: State, target: State,
-                                   crash_step: str) -> None:
-        store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_id))
+    def publish_without_done_fsync(sp: Any, job_file: Any, source: State, target: State, *, crash_step: str) -> None:
+        staged = store.stage(sp, encode(job_file), sync=True)
+        store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(target), job_name(job_file.id))
         if target is not State.DONE:
             store.fs.fsync_dir(sp.layout.fd(target))
-        store.fs.unlink(sp.layout.fd(source), job_name(job_id))
+        store.fs.unlink(sp.layout.fd(source), job_name(job_file.id))
 
-    monkeypatch.setattr(spool.moves, "publish_staged", publish_without_done_fsync)  # finish_done's move
+    monkeypatch.setattr(spool.moves, "publish_job", publish_without_done_fsync)  # finish_done's move
     run = run_model(SCENARIO["complete, then claim another"], tmp_path, max_drops=2, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a move to done/ that is never fsync'd"
     problems = run.violations[0].problems
     assert any("lost" in p and "in no folder" in p for p in problems), run.violations[0]
-
-
-def test_model_finds_the_result_torn_when_complete_skips_its_staged_fsyncs(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """complete stages the result and the done file unsynced and fsyncs both at once
-    (``store.fsync_staged``); without that call the result's name can outlive its bytes."""
-    import spool.transitions
-
-    monkeypatch.setattr(spool.transitions, "fsync_staged", lambda sp, names: None)
-    run = run_model(SCENARIO["submit+claim+complete"], tmp_path, stop_after=1)
-    print(run.summary())
-    assert run.violations, "the model passed a result whose bytes were never fsync'd"
-
-
-def test_complete_fsyncs_its_two_staged_files_before_linking(tmp_path: Path) -> None:
-    run = run_model(SCENARIO["submit+claim+complete"], tmp_path, max_drops=0)
-    linked = next(n for n, op in enumerate(run.ops) if op.kind == "link" and op.dst_dir == "results")
-    staged = [op for op in run.ops[:linked] if op.kind == "create" and op.dir == "tmp" and not op.synced]
-    fsynced = {op.name for op in run.ops[:linked] if op.kind == "fsync_file"}
-    assert len(staged) == 2 and {op.name for op in staged} <= fsynced, run.ops
 
 
 # -- the model's rules, on a history written by hand ----------------------------------------------
