@@ -954,7 +954,7 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         row(f"file creations per job (strace, {st['jobs']} jobs)", st["creations_per_job"], fmt="{:.2f}")
         row("  O_CREAT opens without O_EXCL per job", st["creat_no_excl_per_job"], fmt="{:.2f}")
         row("  links / renames per job", f"{st['links_per_job']:.2f} / {st['renames_per_job']:.2f}")
-        row("fsync+fdatasync+syncfs per job (strace)", st["fsyncs_per_job"], fmt="{:.2f}")
+        row("fsync+fdatasync per job (strace)", st["fsyncs_per_job"], fmt="{:.2f}")  # syncfs counted too
         row("  producer / spool run", f"{st['fsyncs_producer_per_job']:.2f} / {st['fsyncs_run_per_job']:.2f}")
         if "syncfs_run_per_job" in st:
             row("  of them syncfs: producer / spool run",
@@ -962,7 +962,7 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     else:
         row("file creations, fsyncs per job (strace)", "n/a (no strace)" if o.strace_jobs else "n/a (skipped)")
     f = r["fsync_seam"]
-    row("syncs (fsync or syncfs) per job at the fsio seam", f["lifecycle"], fmt="{:g}")
+    row("fsyncs per job at the fsio seam", f["lifecycle"], fmt="{:g}")  # a syncfs counts as one
     row("  submit / claim / complete", f"{f['submit']:g} / {f['claim']:g} / {f['complete']:g}")
 
 
