@@ -40,8 +40,9 @@ Three ways, each printed as a row:
   the done move of k-1, the claim of k+1]). This is the floor: every step above needs its
   barrier before it is acknowledged, and only these can be shared.
 
-Each row prints jobs/s, CPU ms per job by process, and syncs per job by process (counted here:
-they are this script's own calls).
+Each row prints jobs/s, CPU ms per job by process, syncs per job by process (counted here: they
+are this script's own calls), and the producer's rate alone with nothing consuming (Huey's: its
+enqueue rate, as bench.py measures it).
 """
 
 from __future__ import annotations
@@ -195,10 +196,25 @@ def _finish(disk: Disk, to_done: list[str], moved: list[str], last: float, done:
     return last, done
 
 
-def floor_drain(work: Path, mode: str, jobs: int) -> dict[str, Any]:
-    root = work / f"floor-{mode}"
+def make_folders(root: Path) -> None:
     for name in FOLDERS:
         (root / name).mkdir(parents=True)
+
+
+def floor_submits(work: Path, mode: str, jobs: int) -> float:
+    """The producer alone, nothing consuming: acknowledged submits per second."""
+    root = work / f"floor-submit-{mode}"
+    make_folders(root)
+    disk = Disk(root, mode)
+    started = time.perf_counter()
+    for n in range(jobs):
+        submit(disk, n)
+    return jobs / (time.perf_counter() - started)
+
+
+def floor_drain(work: Path, mode: str, jobs: int) -> dict[str, Any]:
+    root = work / f"floor-{mode}"
+    make_folders(root)
     consumers = [
         subprocess.Popen([sys.executable, str(THIS), "_consume", str(root), mode, str(me)], stdout=subprocess.PIPE)
         for me in range(2)
@@ -261,9 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         report["load_before"] = os.getloadavg()[0]
         for mode in MODES:
             report[mode] = floor_drain(work, mode, o.jobs)
+            report[mode]["submit_alone"] = floor_submits(work, mode, o.jobs)
         if not o.no_huey and bench.huey_importable():
             opts = argparse.Namespace(jobs=o.jobs, timeout=600.0, pickups=0)
             report["huey"] = bench.huey_drain(work, "default poll", bench.HUEY_POLLS["default poll"], opts)
+            env = bench.huey_env(work / "huey-submit.db")
+            report["huey"]["submit_alone"] = bench.run_child("submit-huey", {"jobs": o.jobs}, 600.0, env=env)["rate"]
         report["load_after"] = os.getloadavg()[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -281,7 +300,8 @@ def print_table(r: dict[str, Any]) -> None:
     )
     d = r["disk"]
     print(f"disk: {d['source']} mounted at {d['mount']}, {d['fstype']}, journal: {d['journal']}")
-    print(f"  {'':34}{'drain/s':>9}{'x Huey':>8}{'producer/s':>12}  {'CPU ms/job':22}  syncs/job")
+    head = f"  {'':34}{'drain/s':>9}{'x Huey':>8}{'producer/s':>12}  {'CPU ms/job':22}  syncs/job"
+    print(f"{head}{'submit alone/s':>29}")
     for mode in MODES:
         m = r[mode]
         cpu, syncs = m["cpu_ms_per_job"], m["syncs_per_job"]
@@ -290,12 +310,14 @@ def print_table(r: dict[str, Any]) -> None:
             f"  floor, {mode + ' barriers':26}{m['rate']:9.0f}{ratio:>8}{m['producer_rate']:12.0f}  "
             f"{'prod {:.2f}, cons {:.2f}'.format(cpu['producer'], cpu['consumers']):22}  "
             f"prod {syncs['producer']:.2f}, cons {syncs['consumers']:.2f}"
+            f"{m.get('submit_alone', 0):>16.0f}"
         )
     if huey:
         cpu = r["huey"]["cpu_ms_per_job"]
         print(
             f"  {'Huey SqliteHuey, default poll':34}{huey:9.0f}{'1.00':>8}{r['huey']['producer']['rate']:12.0f}  "
             + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items()))
+            + f"   enqueue alone {r['huey'].get('submit_alone', 0):.0f}/s"
         )
         print(f"  {'target (1.5 x Huey)':34}{1.5 * huey:9.0f}")
 
