@@ -72,7 +72,7 @@ from spool import Spool  # noqa: E402
 
 THIS = Path(__file__).resolve()
 HUEY_POLLS = {"default poll": [], "5 ms poll": ["-d", "0.005", "-m", "0.005", "-b", "1"]}
-STRACE_CALLS = "open,openat,creat,mkdir,mkdirat,link,linkat,rename,renameat,renameat2,fsync,fdatasync,sync_file_range"
+STRACE_CALLS = "open,openat,creat,mkdir,mkdirat,link,linkat,rename,renameat,renameat2,fsync,fdatasync,sync_file_range,syncfs"
 
 _CHILDREN: list[subprocess.Popen[Any]] = []
 _HOSTS: list[Any] = []
@@ -728,9 +728,11 @@ def measure_syscalls(work: Path, o: argparse.Namespace) -> dict[str, Any] | None
         "creat_no_excl_per_job": both["O_CREAT (no O_EXCL)"] / jobs,
         "links_per_job": both["link"] / jobs,
         "renames_per_job": (both["rename"] + both["renameat2"]) / jobs,
-        "fsyncs_per_job": (both["fsync"] + both["fdatasync"] + both["sync_file_range"]) / jobs,
-        "fsyncs_producer_per_job": (producer["fsync"] + producer["fdatasync"]) / jobs,
-        "fsyncs_run_per_job": (run["fsync"] + run["fdatasync"]) / jobs,
+        "fsyncs_per_job": (both["fsync"] + both["fdatasync"] + both["sync_file_range"] + both["syncfs"]) / jobs,
+        "fsyncs_producer_per_job": (producer["fsync"] + producer["fdatasync"] + producer["syncfs"]) / jobs,
+        "fsyncs_run_per_job": (run["fsync"] + run["fdatasync"] + run["syncfs"]) / jobs,
+        "syncfs_producer_per_job": producer["syncfs"] / jobs,
+        "syncfs_run_per_job": run["syncfs"] / jobs,
     }
 
 
@@ -952,12 +954,15 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         row(f"file creations per job (strace, {st['jobs']} jobs)", st["creations_per_job"], fmt="{:.2f}")
         row("  O_CREAT opens without O_EXCL per job", st["creat_no_excl_per_job"], fmt="{:.2f}")
         row("  links / renames per job", f"{st['links_per_job']:.2f} / {st['renames_per_job']:.2f}")
-        row("fsync+fdatasync per job (strace)", st["fsyncs_per_job"], fmt="{:.2f}")
+        row("fsync+fdatasync per job (strace)", st["fsyncs_per_job"], fmt="{:.2f}")  # syncfs counted too
         row("  producer / spool run", f"{st['fsyncs_producer_per_job']:.2f} / {st['fsyncs_run_per_job']:.2f}")
+        if "syncfs_run_per_job" in st:
+            row("  of them syncfs: producer / spool run",
+                f"{st['syncfs_producer_per_job']:.2f} / {st['syncfs_run_per_job']:.2f}")
     else:
         row("file creations, fsyncs per job (strace)", "n/a (no strace)" if o.strace_jobs else "n/a (skipped)")
     f = r["fsync_seam"]
-    row("fsyncs per job at the fsio seam", f["lifecycle"], fmt="{:g}")
+    row("fsyncs per job at the fsio seam", f["lifecycle"], fmt="{:g}")  # a syncfs counts as one
     row("  submit / claim / complete", f"{f['submit']:g} / {f['claim']:g} / {f['complete']:g}")
 
 

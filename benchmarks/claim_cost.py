@@ -74,6 +74,17 @@ class CountingFS(fsio.RealFS):
         self.calls["fsync"] += 1
         super().fsync_dir(dir_fd)
 
+    def fsync_file(self, dir_fd: int, name: str) -> None:
+        self.calls["fsync"] += 1
+        super().fsync_file(dir_fd, name)
+
+    def syncfs(self, dir_fd: int) -> bool:
+        """One syncfs counts as one sync (it stands in for several fsyncs: that is its point)."""
+        synced = super().syncfs(dir_fd)
+        self.calls["fsync"] += int(synced)
+        self.calls["syncfs"] += int(synced)
+        return synced
+
     def list_dir(self, dir_fd: int) -> list[str]:
         self.calls["list_dir"] += 1
         return super().list_dir(dir_fd)

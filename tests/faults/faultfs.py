@@ -9,8 +9,8 @@ DurabilityError for a failed fsync) is what the test exercises.
     kind     the call                                           a fault does
     write    os.write in write_new, or in append (an attempt    a short write of half the bytes,
              log's output)                                      then the error on the next write
-    fsync    os.fsync of a file (write_new) or a folder         the error, no fsync
-             (fsync_dir)
+    fsync    os.fsync of a file (write_new, fsync_file) or a     the error, no fsync
+             folder (fsync_dir); syncfs(2) (syncfs)
     rename   renameat2 / os.rename (rename_noreplace,           the error, nothing moved
              rename_replace)
     link     os.link (link; rename_noreplace's fallback)        the error, nothing linked
@@ -82,6 +82,8 @@ class FaultFS(RealFS):
         self._torn_fd: int | None = None  # a write fault's short write happened; the next write fails
         if self._renameat2 is not None:
             self._renameat2 = self._wrap_renameat2(self._renameat2)
+        if self._syncfs is not None:
+            self._syncfs = self._wrap_syncfs(self._syncfs)
 
     # -- what tests read ---------------------------------------------------------------------
 
@@ -120,6 +122,14 @@ class FaultFS(RealFS):
     def fsync_dir(self, dir_fd: int) -> None:
         with self._in("fsync_dir", ""):
             super().fsync_dir(dir_fd)
+
+    def fsync_file(self, dir_fd: int, name: str) -> None:
+        with self._in("fsync_file", name):
+            super().fsync_file(dir_fd, name)
+
+    def syncfs(self, dir_fd: int) -> bool:
+        with self._in("syncfs", ""):
+            return super().syncfs(dir_fd)
 
     def rename_noreplace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         with self._in("rename_noreplace", dst):
@@ -176,6 +186,19 @@ class FaultFS(RealFS):
             return result
 
         return renameat2
+
+
+    def _wrap_syncfs(self, real: Any) -> Callable[[int], int]:
+        """A syncfs fault is what the kernel reports for a failed writeback: -1 with the errno."""
+
+        def syncfs(fd: int) -> int:
+            if self._risky("fsync", fd):
+                ctypes.set_errno(self.error)
+                return -1
+            result: int = real(fd)
+            return result
+
+        return syncfs
 
 
 class _FaultingOS:

@@ -94,8 +94,19 @@ def _no_retry(sp: Spool, ctx: Ctx) -> None:
     pass
 
 
+def _submit_batch(sp: Spool, ctx: Ctx) -> Any:
+    """submit_many of two keyed jobs: its files staged unsynced, one syncfs (a risky fsync that
+    FaultFS fails like the kernel would), the keys, the renames, one fsync of each folder."""
+    return sp.submit_many([sp.spec("echo", {"n": 1}, key="k-io"), sp.spec("echo", {"n": 2}, key="k-io-2")])
+
+
+def _resubmit_batch(sp: Spool, ctx: Ctx) -> None:
+    ctx["job"] = _submit_batch(sp, ctx)[0].id
+
+
 TRANSITIONS = [
     Transition("submit", lambda sp, ctx: None, _submit, _resubmit, frozenset({"done"})),
+    Transition("submit_many", lambda sp, ctx: None, _submit_batch, _resubmit_batch, frozenset({"done"})),
     Transition("claim", _target(3), _as_worker(lambda sp, ctx: claim(sp, WORKER, ["echo"])), _no_retry,
                frozenset({"done"})),
     Transition("complete", _claimed(3), _as_worker(lambda sp, ctx: complete(sp, ctx["lease"], b'{"by": "w-io"}')),
@@ -205,7 +216,7 @@ def test_each_risky_call_fails_cleanly(transition: Transition, error_name: str, 
             recover(sp)
             jobs = check_end_state(sp)
             assert jobs[ctx["bystander"]][0] is State.PENDING
-            if transition.name == "submit":
+            if transition.name in ("submit", "submit_many"):
                 assert [j.job.key for _s, j in jobs.values()].count("k-io") == 1, f"{where}: {jobs}"
             state, job_file = jobs[ctx["job"]]
             outcome = "done" if state is State.DONE else f"dead:{job_file.reason}"
