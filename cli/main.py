@@ -65,6 +65,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("processes", "worker"),
     "run": ("processes", "run"),
     "demo": ("processes", "demo"),
+    "serve": ("serving", "serve"),
+    "token": ("serving", "token"),
 }
 
 

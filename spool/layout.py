@@ -45,10 +45,16 @@ suffix or a prefix itself. Who writes each entry and who reads it:
                                          holds its advertisement (JSON)     stats, spool.workers
     locks/coordinator.lock               the coordinator, while it runs     stats, fsck, a second coordinator
     locks/ledger.lock                    ledger_file (create, set aside)    ledger_file
+    locks/tls.lock                       spool.tokens (each rewrite), the   the same
+                                         self-signed pair's making
     logs/<id>.<attempt>.log              the worker (the attempt's          ``spool logs``; purge removes them
                                          stdout and stderr, capped), made
                                          at the attempt's first output
-    tls/                                 reserved (certificate, tokens)     nothing in this version
+    tls/tokens.yaml                      ``spool token add``/``revoke``,     the server (spool.tokens), at each
+                                         a request's last-used mark (tmp,   request when the file changed;
+                                         fsync, rename; 0600): hashes only  ``spool token list``
+    tls/cert.pem, tls/key.pem            ``spool serve --self-signed`` on   ``spool serve``
+                                         first use (key 0600)
     tmp/<pid>-<random>.tmp               every atomic write, staged         the tmp sweep (fsck): swept once
                                                                             the writer pid is gone
     tmp/<pid>-purge-<id>.tmp             purge: the job file it removes     the tmp sweep finishes that purge
@@ -344,6 +350,20 @@ class Layout:
             fs.close(dir_fd)
         self._fds.clear()
         fs.close(self.root_fd)
+
+
+# -- tls/ ---------------------------------------------------------------------------------------
+
+TLS = "tls"
+TOKENS_NAME = "tokens.yaml"
+CERT_NAME = "cert.pem"
+KEY_NAME = "key.pem"
+
+
+def tls_lock_name() -> str:
+    """Held to write in tls/: tokens.yaml (add, revoke, the server's last-used marks), the
+    self-signed pair."""
+    return TLS + _LOCK_SUFFIX
 
 
 # -- schedules/ ---------------------------------------------------------------------------------

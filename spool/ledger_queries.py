@@ -42,8 +42,12 @@ class LedgerQueries:
         *,
         task: str | None = None,
         key_prefix: str | None = None,
+        before: str | None = None,
     ) -> list[str]:
+        """Ids newest first; ``before``: only those older than that id (the next page of a listing)."""
         sql, params = "SELECT id FROM jobs WHERE 1=1", list[str]()
+        if before:
+            sql, params = sql + " AND id < ?", params + [before]
         if state:
             sql, params = sql + " AND state = ?", params + [state]
         if reason:

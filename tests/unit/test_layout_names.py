@@ -112,6 +112,7 @@ WHOLE = (".spool", "config.yaml", "coordinator.lock")
 # (module, literal): why it is not a name inside the spool.
 EXCEPTIONS = {
     ("cli/processes.py", "worker-"): "the supervisor's label for its N-th worker process (`worker-1`), not a file",
+    ("runner/api/openapi.py", "/openapi.json"): "the API's URL path for its OpenAPI document, not a file",
 }
 
 SCANNED = ("spool", "runner", "cli")

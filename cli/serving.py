@@ -1,0 +1,117 @@
+"""``spool serve`` (the HTTPS API and dashboard) and ``spool token add|list|revoke``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from spool import crash
+from spool.cli.app import App, SpoolCommand, command, pass_app
+from spool.cli.render import echo_json, render_table
+from spool.errors import NotFound, UsageError
+from spool.timetext import format_time
+from spool.tokens import ROLES, TokenStore
+
+
+@command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8443, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
+@click.option("--cert", "cert_file", metavar="FILE", help="The server's certificate chain (PEM).")
+@click.option("--key", "key_file", metavar="FILE", help="The certificate's private key (PEM).")
+@click.option("--self-signed", is_flag=True, help="Use tls/cert.pem and tls/key.pem, made on first use.")
+@pass_app
+def serve(app: App, host: str, port: int, cert_file: str | None, key_file: str | None, self_signed: bool) -> None:
+    """Serve the HTTPS API and the dashboard (HTTPS only, TLS 1.2 or newer)."""
+    from spool.runner.api import serve as server, tls  # start-up: uvicorn, starlette, cryptography only here
+
+    if self_signed == bool(cert_file or key_file) or bool(cert_file) != bool(key_file):
+        raise UsageError("serve takes --cert FILE --key FILE, or --self-signed")
+    crash.arm("serve", os.environ)
+    sp = app.spool()
+    if self_signed:
+        cert, key, made = tls.self_signed(sp)
+        if made:
+            click.echo(f"made a self-signed certificate: {cert}")
+    else:
+        cert, key = Path(str(cert_file)), Path(str(key_file))
+    fingerprint = tls.fingerprint(cert)
+    sock = server.bind(host, port)
+    url = server.url_of(sock)
+
+    def ready() -> None:
+        if app.json_output:
+            echo_json({"url": url, "cert": str(cert), "sha256": fingerprint})
+        else:
+            click.echo(f"certificate SHA-256 fingerprint {fingerprint}")
+            click.echo(f"listening on {url}")
+        sys.stdout.flush()
+
+    server.serve(sp, sock, cert, key, on_ready=ready)
+
+
+class TokenGroup(SpoolCommand, click.Group):
+    """The group takes ``--spool`` and ``--json`` after its name too: ``spool token --json list``."""
+
+
+@click.group(name="token", cls=TokenGroup)
+def token() -> None:
+    """API tokens: add (prints the token once), list, revoke."""
+
+
+@token.command("add", cls=SpoolCommand)
+@click.argument("name")
+@click.option("--role", required=True, type=click.Choice(ROLES), help="What the token may do.")
+@pass_app
+def token_add(app: App, name: str, role: str) -> None:
+    """Make a token for NAME (a work token's name is its worker's name); prints it once, last."""
+    value = TokenStore(app.spool()).add(name, role)
+    if app.json_output:
+        echo_json({"name": name, "role": role, "token": value})
+    else:
+        click.echo(f"token {name} ({role}), shown this once: {value}")
+
+
+@token.command("list", cls=SpoolCommand)
+@pass_app
+def token_list(app: App) -> None:
+    """Names, roles, when each was made and last used (never the tokens)."""
+    infos = TokenStore(app.spool()).list()
+    if app.json_output:
+        echo_json(
+            [
+                {
+                    "name": info.name,
+                    "role": info.role,
+                    "created": format_time(info.created),
+                    "last_used": None if info.last_used is None else format_time(info.last_used),
+                }
+                for info in infos
+            ]
+        )
+        return
+    rows = [
+        [
+            info.name,
+            info.role,
+            format_time(info.created),
+            "never" if info.last_used is None else format_time(info.last_used),
+        ]
+        for info in infos
+    ]
+    render_table(["NAME", "ROLE", "CREATED", "LAST USED"], rows)
+
+
+@token.command("revoke", cls=SpoolCommand)
+@click.argument("name")
+@pass_app
+def token_revoke(app: App, name: str) -> None:
+    """Revoke NAME's token: refused at the server's next request."""
+    if not TokenStore(app.spool()).revoke(name):
+        raise NotFound(f"no token named {name!r}")
+    if app.json_output:
+        echo_json({"revoked": name})
+    else:
+        click.echo(f"token {name} revoked")

@@ -1,0 +1,139 @@
+"""What every route module of the API shares: the ``ApiContext``, ``ApiError``, ``require`` (who is
+calling, with which role) and ``read_json`` (a request body read under a cap, as hostile input).
+
+Roles: ``submit`` submits, reads, cancels and requeues jobs; ``work`` leases and reports its own
+leases (its token's name is its worker name); ``admin`` passes every check (and alone may submit
+a ``shell`` job). ``/healthz`` alone is anonymous.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.requests import ClientDisconnect, Request
+
+from spool.spool import Spool
+from spool.tokens import TokenInfo, TokenStore
+
+# A JSON body may hold a job (max_job_bytes) or a result (max_result_bytes) with escapes: JSON
+# can spell a byte of YAML or JSON as up to six ("\u0000"), but a realistic spec's escaping
+# stays well under twice its size, and anything past the cap is refused, not truncated.
+JSON_MARGIN_BYTES = 16 * 1024
+BODY_SECONDS = 30.0  # a body must arrive whole within this (a slow-loris upload is cut with 408)
+
+
+@dataclass
+class ApiContext:
+    """The open spool and what the server's parts share. ``on_startup``/``on_shutdown``: long-lived
+    background work (a sampler, the token last-use writer) started and stopped with the app."""
+
+    sp: Spool
+    tokens: TokenStore
+    on_startup: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    on_shutdown: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body any endpoint takes (a job or a result), plus the JSON margin: the
+        cap checked on Content-Length before any endpoint runs."""
+        settings = self.sp.settings
+        return max(settings.max_job_bytes, settings.max_result_bytes) + JSON_MARGIN_BYTES
+
+    @property
+    def max_job_body_bytes(self) -> int:
+        """A submit's body: one job spec (``max_job_bytes``) plus the JSON margin."""
+        return self.sp.settings.max_job_bytes + JSON_MARGIN_BYTES
+
+
+class ApiError(Exception):
+    """An answer other than success: the app sends ``{"error": message, "where": where}`` with
+    ``status`` (and ``headers``, e.g. Retry-After)."""
+
+    def __init__(
+        self, status: int, message: str, where: str | None = None, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.where = where
+        self.headers = headers or {}
+
+
+def require(ctx: ApiContext, request: Request, *roles: str) -> TokenInfo:
+    """The caller's token, checked: 401 without one or with an unknown or revoked one, 403 when its
+    role is not in ``roles`` (admin passes every check). The token is read from the Authorization
+    header only, never from the URL."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(
+            401, "a token is needed: send 'Authorization: Bearer <token>'", "header Authorization", headers=_CHALLENGE
+        )
+    info = ctx.tokens.verify(token.strip())
+    if info is None:
+        raise ApiError(401, "unknown or revoked token", "header Authorization", headers=_CHALLENGE)
+    if info.role != "admin" and info.role not in roles:
+        raise ApiError(403, f"token {info.name!r} has role {info.role!r}; this needs {' or '.join(roles) or 'admin'}")
+    return info
+
+
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request's body, at most ``max_bytes``: 413 from Content-Length before reading a byte,
+    413 as soon as a chunked or lying body passes the cap, 408 if it is not whole within
+    ``BODY_SECONDS``."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise ApiError(400, f"Content-Length {length[:40]!r} is not a number", "header Content-Length")
+        if int(length) > max_bytes:
+            raise ApiError(413, f"body of {int(length)} bytes is over the cap of {max_bytes}", "body")
+    chunks, size = [], 0
+    try:
+        with anyio.fail_after(BODY_SECONDS):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ApiError(413, f"body is over the cap of {max_bytes} bytes", "body")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, f"body not received whole within {BODY_SECONDS:.0f} s", "body") from None
+    except ClientDisconnect:
+        raise ApiError(400, "client went away before sending the whole body", "body") from None
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """The body as JSON (``read_body``'s caps): 400 when it is not JSON, saying where."""
+    data = await read_body(request, max_bytes)
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ApiError(400, "body is nested too deeply", "body") from None
+    except ValueError as err:
+        if isinstance(err, (UnicodeDecodeError, json.JSONDecodeError)):
+            raise _not_json(err) from None
+        raise ApiError(400, f"body: {err}", "body") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _not_json(err: UnicodeDecodeError | json.JSONDecodeError) -> ApiError:
+    if isinstance(err, UnicodeDecodeError):
+        return ApiError(400, f"body is not UTF-8: {err.reason} at byte {err.start}", "body")
+    return ApiError(400, f"body is not JSON: {err.msg}", f"body line {err.lineno} column {err.colno}")
+
+
+def object_body(value: Any, where: str = "body") -> dict[str, Any]:
+    """``value`` as a JSON object, or 422."""
+    if not isinstance(value, dict):
+        raise ApiError(422, f"expected a JSON object, got {type(value).__name__}", where)
+    return value

@@ -1,0 +1,115 @@
+"""``spool serve``: the app on uvicorn, HTTPS only (TLS 1.2 or newer), never plain HTTP.
+
+The server binds its socket itself (so ``--port 0`` works and the address it prints is the one
+it listens on) and hands it to uvicorn with an SSLContext from ``runner.api.tls``. Limits against
+clients that hold connections open (slow-loris):
+
+- ``KEEP_ALIVE_SECONDS``: an idle keep-alive connection is closed after 5 s;
+- ``MAX_HEADER_BYTES``: h11 refuses a request whose head (request line + headers) is over 16 KiB;
+- ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once;
+- a body must arrive whole within ``context.BODY_SECONDS`` (30 s) and under its cap (413);
+- the TLS handshake itself is cut after 10 s (``HANDSHAKE_SECONDS``, asyncio's own default is 60).
+
+The access log prints the client, the request line (method and path: tokens never travel in a
+URL) and the status; no header is ever logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from spool.runner.api.app import create_app
+from spool.runner.api.context import ApiContext
+from spool.runner.api.tls import server_context
+from spool.spool import Spool
+from spool.tokens import TokenStore
+
+KEEP_ALIVE_SECONDS = 5
+MAX_HEADER_BYTES = 16 * 1024
+MAX_CONNECTIONS = 200
+HANDSHAKE_SECONDS = 10.0
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: any free port)."""
+    family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    sock.bind(address)
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def serve(sp: Spool, sock: socket.socket, cert: Path, key: Path, *, on_ready: Callable[[], None] | None = None) -> None:
+    """Serve the API on ``sock`` until SIGINT/SIGTERM (uvicorn's own graceful shutdown)."""
+    context = server_context(cert, key)
+    ctx = ApiContext(sp=sp, tokens=TokenStore(sp))
+    config = uvicorn.Config(
+        create_app(ctx),
+        ssl_context_factory=lambda _config, _default: context,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        limit_concurrency=MAX_CONNECTIONS,
+        http="h11",
+        ws="none",
+        lifespan="on",
+        server_header=False,
+        log_config=_log_config(),
+    )
+    server = uvicorn.Server(config)
+    asyncio.run(_serve(server, sock, on_ready))
+
+
+async def _serve(server: uvicorn.Server, sock: socket.socket, on_ready: Callable[[], None] | None) -> None:
+    _shorten_handshakes()
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if on_ready is not None and server.started:
+        on_ready()
+    await task
+
+
+def _shorten_handshakes() -> None:
+    """asyncio takes ``ssl_handshake_timeout`` per server; uvicorn passes none, so set the
+    loop's default for servers made on it."""
+    loop = asyncio.get_running_loop()
+    original = loop.create_server
+
+    async def create_server(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", HANDSHAKE_SECONDS)
+        return await original(*args, **kwargs)
+
+    loop.create_server = create_server  # type: ignore[method-assign]
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's loggers on stderr, one line each: errors and the access log (no headers)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        },
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
+        "loggers": {
+            "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        },
+    }

@@ -1,0 +1,103 @@
+"""The server's certificate: a self-signed one made in tls/ on first use, its fingerprint, and the
+server's SSLContext (TLS 1.2 at least).
+
+``--self-signed`` makes an ECDSA P-256 key and a certificate for localhost, 127.0.0.1, ::1 and
+this host's name, valid ten years, and keeps both in tls/ (both 0600, written whole in tmp/,
+fsync'd and renamed in, the key first, under locks/tls.lock, so two servers starting at once
+make one pair). Clients
+trust it with ``--cacert tls/cert.pem`` (or pin its SHA-256 fingerprint, printed at start).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import socket
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from spool.fsio import fs
+from spool.handle import Handle
+from spool.layout import CERT_NAME, KEY_NAME, TLS, tls_lock_name, tmp_name
+from spool.locks import acquire
+
+VALID_DAYS = 3650
+_KEY_MODE = 0o600
+
+
+def self_signed(sp: Handle) -> tuple[Path, Path, bool]:
+    """tls/cert.pem and tls/key.pem, made now if missing; (cert, key, made)."""
+    tls_fd = sp.layout.fd(TLS)
+    paths = sp.layout.path(TLS, CERT_NAME), sp.layout.path(TLS, KEY_NAME)
+    with acquire(sp.layout.fd("locks"), tls_lock_name(), blocking=True):  # RACE: another server starting
+        if fs.exists(tls_fd, CERT_NAME):
+            return *paths, False
+        key_pem, cert_pem = make_self_signed(socket.gethostname(), sp.clock.wall())
+        _publish(sp, KEY_NAME, key_pem)
+        _publish(sp, CERT_NAME, cert_pem)  # last: a cert in tls/ means its key is there too
+    return *paths, True
+
+
+def make_self_signed(host: str, now: float) -> tuple[bytes, bytes]:
+    """(key PEM, certificate PEM) for ``host`` and the loopback names."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host or "localhost")])
+    names: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1")]
+    if host and host != "localhost":
+        names.append(x509.DNSName(host))
+    start = datetime.datetime.fromtimestamp(now, datetime.UTC) - datetime.timedelta(minutes=5)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=VALID_DAYS))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+
+
+def fingerprint(cert_path: Path) -> str:
+    """The certificate's SHA-256 fingerprint, as ``AB:CD:...`` (what browsers and openssl show)."""
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest().upper()
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:
+    """An SSLContext that speaks TLS 1.2 or newer only."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert_path), str(key_path))
+    return context
+
+
+def _publish(sp: Handle, name: str, data: bytes) -> None:
+    """tmp/ (0600, fsync'd), renamed into tls/ (over a key left by a crash before its cert),
+    tls/ fsync'd."""
+    tmp_fd, tls_fd = sp.layout.fd("tmp"), sp.layout.fd(TLS)
+    staged = tmp_name()
+    mode, fs.file_mode = fs.file_mode, _KEY_MODE
+    try:
+        fs.write_new(tmp_fd, staged, data, sync=True)
+    finally:
+        fs.file_mode = mode
+    try:
+        fs.rename_replace(tmp_fd, staged, tls_fd, name)
+    finally:
+        fs.unlink(tmp_fd, staged, missing_ok=True)
+    fs.fsync_dir(tls_fd)
