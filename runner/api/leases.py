@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -94,7 +95,7 @@ class _Leases:
         until = loop.time() + wait
         while True:
             woken = self.watch.ticket()  # before the claim: a job landing after it still wakes us
-            held = await _off_loop(claim_held, self.sp, info.name, tasks)
+            held = await self._claim(info.name, tasks)
             if held is not None:
                 return await self._hand_over(request, held)
             left = until - loop.time()
@@ -104,6 +105,14 @@ class _Leases:
                 await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
             except TimeoutError:
                 pass
+
+    async def _claim(self, worker: str, tasks: list[str]) -> Held | None:
+        try:
+            return await _off_loop(claim_held, self.sp, worker, tasks)
+        except DiskFull as err:  # the claim took nothing: the job is where it was
+            raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
+        except LedgerError as err:  # the coordinator (or fsck --repair) rebuilds it
+            raise ApiError(503, f"the ledger is unusable: {err}", None, headers={"Retry-After": "5"}) from None
 
     async def _hand_over(self, request: Request, held: Held) -> Response:
         """The claimed lease to its worker; given back (no try spent) if the worker can no
@@ -259,8 +268,9 @@ class _Leases:
 
 
 async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """A blocking call on the spool (locks, fsyncs, SQLite) in a thread, never on the loop."""
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    """A blocking call on the spool (locks, fsyncs, SQLite) in the server's shared thread pool,
+    never on the loop."""
+    return await run_in_threadpool(fn, *args, **kwargs)
 
 
 def _fields(

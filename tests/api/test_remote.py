@@ -153,6 +153,22 @@ def test_a_remote_worker_survives_the_server_restarting(served: Any, processes: 
     assert log.count("server reachable again") == 1, log
 
 
+def test_an_attempt_running_across_a_server_restart_completes_under_its_fence(
+    served: Any, processes: Processes
+) -> None:
+    """The restarted server keeps nothing from before, yet honours the fence: it is the file's."""
+    with _spool(served) as sp:
+        job_id = sp.submit("sleep", {"seconds": 2.0})
+    processes.remote("remote-a")
+    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    served.kill()
+    served.start(served.port)
+    wait_until(lambda: _done(served, [job_id]), 30, message="the job done after the restart")
+    with _spool(served) as sp:
+        attempts = sp.status(job_id)["attempts"]
+    assert [(a["attempt"], a["worker"], a["outcome"]) for a in attempts] == [(1, "remote-a", "done")]
+
+
 def test_sigterm_releases_a_running_attempt_past_the_grace(served: Any, processes: Processes) -> None:
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 60.0}, max_tries=1)
