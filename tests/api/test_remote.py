@@ -119,6 +119,35 @@ def test_a_killed_remote_workers_lease_expires_on_the_coordinators_clock(served:
     assert "no heartbeat" in (status["attempts"][0]["error"] or "")
 
 
+def test_a_paused_remote_worker_finds_its_lease_lost_and_drops_its_attempt(served: Any, processes: Processes) -> None:
+    """The seed's slow worker: it wakes after its lease expired and another worker took the job."""
+    processes.coordinator()
+    with _spool(served) as sp:
+        job_id = sp.submit("sleep", {"seconds": 3.0}, max_tries=3)
+    slow = processes.remote("remote-a")
+    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    slow.send_signal(signal.SIGSTOP)  # the worker only: its attempt child runs on
+    processes.remote("remote-b")
+    wait_until(lambda: _holder(served, job_id) == "remote-b", 30, message="remote-b holds the expired job")
+    slow.send_signal(signal.SIGCONT)
+    wait_until(lambda: _done(served, [job_id]), 30, message="remote-b finished the job")
+    wait_until(
+        lambda: (
+            f"of {job_id} killed" in processes.log("remote-a") or f"of {job_id} dropped" in processes.log("remote-a")
+        ),
+        10,
+        message="remote-a to drop its stale attempt",
+    )
+    assert slow.poll() is None  # it lives on, polling for the next job
+    with _spool(served) as sp:
+        attempts = sp.status(job_id)["attempts"]
+    assert [(a["attempt"], a["worker"], a["outcome"]) for a in attempts] == [
+        (1, "remote-a", "expired"),
+        (2, "remote-b", "done"),
+    ]
+    assert len(list((served.root / "results").iterdir())) == 1
+
+
 def test_a_cancel_kills_the_remote_attempt(served: Any, processes: Processes) -> None:
     processes.coordinator()
     with _spool(served) as sp:
