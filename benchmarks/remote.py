@@ -11,7 +11,8 @@ whole run; then, for each side in turn (2 remote workers ``spool worker --server
   returned (both clocks are this host's). The workers are idle, waiting: remote ones in a
   long-poll on the server, local ones on inotify.
 - drain: ``--jobs`` (2,000) trivial ``echo`` jobs in one ``submit_many`` while the workers wait;
-  rate = N / (submit returned -> the N-th job file in done/).
+  rate = N / (submit returned -> the N-th job file in done/); and the CPU each process (with its
+  children) spent over it, per job, from /proc/PID/stat. ``spool serve`` idles on the local side.
 
 Every process it starts is in its own process group, killed at the end; the work folder is
 removed. Numbers, not verdicts.
@@ -159,15 +160,35 @@ def drain(sp: Spool, jobs: int, timeout: float) -> float:
     return jobs / (time.monotonic() - started)
 
 
-def measure(sp: Spool, o: argparse.Namespace) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and its live descendants (a worker's attempt child)."""
+    ticks, total, queue = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+    while queue:
+        current = queue.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            queue += [int(c) for c in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def measure(sp: Spool, o: argparse.Namespace, roles: dict[str, list[int]]) -> dict[str, float]:
     sp.submit("bench_clock")  # warm: each worker's attempt child started, connections open
     pickups(sp, 2, o.timeout)
     latencies = pickups(sp, o.pickups, o.timeout)
-    return {
+    before = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in roles.items()}
+    rate = drain(sp, o.jobs, o.timeout)
+    after = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in roles.items()}
+    results = {
         "pickup_p50_ms": percentile(latencies, 0.50) * 1000,
         "pickup_p99_ms": percentile(latencies, 0.99) * 1000,
-        "drain_jobs_per_s": drain(sp, o.jobs, o.timeout),
+        "drain_jobs_per_s": rate,
     }
+    for role in roles:
+        results[f"cpu_ms_per_job_{role}"] = (after[role] - before[role]) * 1000 / o.jobs
+    return results
 
 
 def run(o: argparse.Namespace) -> dict[str, Any]:
@@ -178,10 +199,10 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
     procs = Processes(root, logs)
     try:
         port = free_port()
-        procs.start("serve", "serve", "--self-signed", "--host", "127.0.0.1", "--port", str(port))
+        serve = procs.start("serve", "serve", "--self-signed", "--host", "127.0.0.1", "--port", str(port))
         cacert = root / "tls" / "cert.pem"
         wait_healthy(port, cacert, 60)
-        procs.start("coordinator", "coordinator")
+        coordinator = procs.start("coordinator", "coordinator")
         sp = open_spool(root, o.jobs)
         results: dict[str, Any] = {"jobs": o.jobs, "pickups": o.pickups}
         url = f"https://127.0.0.1:{port}"
@@ -191,10 +212,11 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
             )
             for name in ("bench-remote-1", "bench-remote-2")
         ]
-        results["remote"] = measure(sp, o)
+        shared = {"serve": [serve.pid], "coordinator": [coordinator.pid]}
+        results["remote"] = measure(sp, o, {**shared, "workers": [p.pid for p in remote]})
         procs.stop(remote)
         local = [procs.start(f"local-{n}", "worker", *TASKS) for n in (1, 2)]
-        results["local"] = measure(sp, o)
+        results["local"] = measure(sp, o, {**shared, "workers": [p.pid for p in local]})
         procs.stop(local)
         sp.close()
         return results
@@ -208,6 +230,9 @@ def print_table(r: dict[str, Any]) -> None:
         (f"idle pickup p50 ms ({r['pickups']}, 0-50 ms gaps)", "pickup_p50_ms", "{:.1f}"),
         ("idle pickup p99 ms", "pickup_p99_ms", "{:.1f}"),
         (f"drain jobs/s ({r['jobs']} echo, 2 workers)", "drain_jobs_per_s", "{:.0f}"),
+        ("  CPU ms per job: spool serve", "cpu_ms_per_job_serve", "{:.2f}"),
+        ("  CPU ms per job: coordinator", "cpu_ms_per_job_coordinator", "{:.2f}"),
+        ("  CPU ms per job: 2 workers (+ children)", "cpu_ms_per_job_workers", "{:.2f}"),
     ]
     width = max(len(label) for label, _, _ in rows)
     print(f"{'':{width}}  {'remote (API)':>13}  {'local':>8}")
