@@ -123,12 +123,18 @@ class _Leases:
             require(self.ctx, request, "work")
             gone = await request.is_disconnected()
         except ApiError:
-            await _off_loop(release, self.sp, lease, held)
+            await self._give_back(lease, held)
             raise
         if gone:
-            await _off_loop(release, self.sp, lease, held)
+            await self._give_back(lease, held)
             return Response(status_code=204)
         return JSONResponse({"lease": self._lease_view(held)})
+
+    async def _give_back(self, lease: Lease, held: Held) -> None:
+        try:
+            await _off_loop(release, self.sp, lease, held)
+        except LeaseLost as err:  # RACE: fence_worker (a revoke) expired it first: that move stands
+            log.info("lease of %s not given back: %s", lease.job_id, err)
 
     def _lease_view(self, held: Held) -> dict[str, Any]:
         job_file = held.job_file

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from spool import Spool
@@ -11,6 +13,7 @@ from spool.layout import State
 from spool.records import Lease
 from spool.remote_leases import fence_of, fence_worker, held_by_fence, leases_of
 from spool.transitions import claim_held, complete
+from support import run_spool
 
 
 def _claim(sp: Spool, worker: str) -> Held:
@@ -62,3 +65,20 @@ def test_a_fenced_job_on_its_last_try_ends_dead_and_its_late_result_is_refused(s
         complete(sp, Lease(job_id, "remote-a", held.job_file.attempt), b"{}", held)
     assert not (sp.root / "results" / f"{job_id}.json").exists()
     assert sp.state(job_id) is State.DEAD
+
+
+def test_fence_worker_also_ends_a_claim_that_died_after_its_rename(sp: Spool, spool_dir: Path) -> None:
+    """A claim killed between its rename and its rewrite left a file with no lease, one attempt
+    behind the heartbeat that names the worker: that try is the worker's too, and is ended."""
+    job_id = sp.submit("wordcount", {"path": "/a"}, max_tries=3)
+    crashed = run_spool(
+        "worker", "--name", "remote-x", "--burst", spool=spool_dir, env={"SPOOL_CRASH_AT": "worker:claim-after-rename"}
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    state, job_file = sp.job(job_id)
+    assert state is State.LEASED and job_file.lease is None and job_file.attempt == 0
+    assert leases_of(sp, "remote-x") == [(job_id, 1)]
+    assert leases_of(sp, "someone-else") == []
+    assert fence_worker(sp, "remote-x") == [job_id]
+    state, job_file = sp.job(job_id)
+    assert state is State.PENDING and job_file.tries == 1  # the claim's try counted as spent
