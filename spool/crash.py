@@ -49,6 +49,14 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "requeue-after-rename",
         "purge-after-rename",
     ),
+    "serve": (  # `spool serve` runs the same moves as submit and a person's cancel and requeue
+        "after-key-check",  # POST /v1/jobs: the key not taken, nothing written
+        "after-key",
+        "after-commit",
+        "after-submit",
+        "bury-after-rename",  # POST /v1/jobs/{id}/cancel of a pending or waiting job
+        "requeue-after-rename",  # POST /v1/jobs/{id}/requeue
+    ),
     "submit": (
         "after-key-check",
         "after-key",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ class TokenStore:
         self._entries: _Entries = []
         self._identity: tuple[int, ...] | None = None
         self._used: dict[str, float] = {}  # sha256 -> last use not yet written
+        self._used_mutex = threading.Lock()  # the loop's verify and a thread's flush share _used
         self._last_write = sp.clock.monotonic()
 
     # -- what the CLI asks ------------------------------------------------------------------
@@ -133,7 +135,8 @@ class TokenStore:
         if found is None:
             return None
         now = self._sp.clock.wall()
-        self._used[found.sha256] = now
+        with self._used_mutex:
+            self._used[found.sha256] = now
         return replace(found.info, last_used=now)
 
     def flush_last_used(self, *, force: bool = False) -> bool:
@@ -144,16 +147,22 @@ class TokenStore:
         first_use = any(entry.info.last_used is None and entry.sha256 in self._used for entry in self._entries)
         if not (first_use or force) and self._sp.clock.monotonic() - self._last_write < LAST_USED_WRITE_SECONDS:
             return False
-        used, self._used = self._used, {}
-        with self._write_lock():
-            entries = self._read_entries()  # RACE: a revoke since our last read stays revoked
-            marked = [
-                replace(entry, info=replace(entry.info, last_used=used[entry.sha256]))
-                if entry.sha256 in used
-                else entry
-                for entry in entries
-            ]
-            self._write(marked)
+        with self._used_mutex:
+            used, self._used = self._used, {}
+        try:
+            with self._write_lock():
+                entries = self._read_entries()  # RACE: a revoke since our last read stays revoked
+                marked = [
+                    replace(entry, info=replace(entry.info, last_used=used[entry.sha256]))
+                    if entry.sha256 in used
+                    else entry
+                    for entry in entries
+                ]
+                self._write(marked)
+        except BaseException:
+            with self._used_mutex:  # not written (a full disk): keep them for the next try
+                self._used = {**used, **self._used}
+            raise
         return True
 
     # -- the file ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The ASGI app of ``spool serve``: the route modules mounted together, JSON errors for every
-failure (an ``ApiError``, a 404 or 405, a crash), ``/healthz``, and the body cap checked on
-Content-Length before any endpoint runs.
+failure (an ``ApiError``, a 404 or 405, a crash), ``/healthz``, and the caps on a request's
+head and on its Content-Length, checked before any endpoint runs.
 
 Errors are always ``{"error": what was wrong, "where": where it was (a field, a header, the body,
 the path) or null}``.
@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from spool.runner.api import dashboard, jobs, leases, metrics, openapi
-from spool.runner.api.context import ApiContext, ApiError
+from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext, ApiError
 
 TOKEN_FLUSH_SECONDS = 1.0  # how often the server looks whether last-use marks are due (spool.tokens)
 
@@ -40,7 +40,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: crash_error},
         lifespan=functools.partial(_lifespan, ctx),
     )
-    app.add_middleware(BodyCap, max_bytes=ctx.max_body_bytes)
+    app.add_middleware(RequestCaps, max_bytes=ctx.max_body_bytes)
     return app
 
 
@@ -72,9 +72,11 @@ async def crash_error(request: Request, exc: Exception) -> Response:
     return error_response(500, f"internal error ({type(exc).__name__}); see the server's log", None)
 
 
-class BodyCap:
-    """413 for a request whose Content-Length is over the largest body any endpoint takes,
-    answered before the app (or anything) reads a byte of it. The endpoints' own reads
+class RequestCaps:
+    """Answered before the app (or anything) reads a byte of the body: 431 for a request head
+    (path, query and headers) over ``MAX_HEAD_BYTES``, 413 for a Content-Length over the largest
+    body any endpoint takes. (h11 refuses a head that is still incomplete past that size, a
+    slow-loris; this catches one that arrived whole.) The endpoints' own reads
     (``context.read_body``) count a chunked body as it arrives, with their own tighter caps."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
@@ -82,13 +84,23 @@ class BodyCap:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            for name, value in scope["headers"]:
-                if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                    message = f"body of {int(value)} bytes is over the cap of {self.max_bytes}"
-                    response = error_response(413, message, "body", {"Connection": "close"})
-                    await response(scope, receive, send)
-                    return
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> Response | None:
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        head += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+        if head > MAX_HEAD_BYTES:
+            message = f"request head of {head} bytes is over the cap of {MAX_HEAD_BYTES}"
+            return error_response(431, message, "headers", {"Connection": "close"})
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                message = f"body of {int(value)} bytes is over the cap of {self.max_bytes}"
+                return error_response(413, message, "body", {"Connection": "close"})
+        return None
 
 
 @contextlib.asynccontextmanager

@@ -23,13 +23,17 @@ from spool.tokens import TokenInfo, TokenStore
 # can spell a byte of YAML or JSON as up to six ("\u0000"), but a realistic spec's escaping
 # stays well under twice its size, and anything past the cap is refused, not truncated.
 JSON_MARGIN_BYTES = 16 * 1024
+MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers together
 BODY_SECONDS = 30.0  # a body must arrive whole within this (a slow-loris upload is cut with 408)
 
 
 @dataclass
 class ApiContext:
-    """The open spool and what the server's parts share. ``on_startup``/``on_shutdown``: long-lived
-    background work (a sampler, the token last-use writer) started and stopped with the app."""
+    """The open spool and what the server's parts share.
+
+    ``on_startup``/``on_shutdown``: each awaited once, in order, when the app starts and stops
+    (uvicorn's lifespan). Long-lived work (a sampler) starts its own ``asyncio.create_task`` in
+    its start-up callable, returns at once, and cancels the task in its shutdown one."""
 
     sp: Spool
     tokens: TokenStore

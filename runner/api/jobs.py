@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, NotFound, SpoolError, TryLater
+from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError, TryLater
 from spool.ids import is_valid_id
 from spool.layout import State
 from spool.runner.api.context import ApiContext, ApiError, object_body, read_json, require
@@ -31,6 +31,7 @@ SUBMIT_FIELDS = ("task", "args", "key", "priority", "max_tries", "timeout", "del
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 LOCK_WAIT_SECONDS = 10.0  # cancel/requeue wait this long for a job's lock, then 503 with Retry-After
 
+STATUS_TRIES = 10
 T = TypeVar("T")
 
 
@@ -72,7 +73,11 @@ async def submit_job(ctx: ApiContext, request: Request) -> Response:
     body = object_body(await read_json(request, ctx.max_job_body_bytes))
     spec = spec_of_body(ctx, body, caller)
     submitted = await _off_loop(ctx, lambda: ctx.sp.submit_spec(spec, where="body"), full=429)
-    view = await _off_loop(ctx, lambda: ctx.sp.status(submitted.id))
+    # From here the job is durable: whatever happens, the answer must be 201/200 with its id.
+    try:
+        view = await _off_loop(ctx, lambda: status_of(ctx, submitted.id))
+    except ApiError:
+        view = {"id": submitted.id, "state": None}
     return JSONResponse(view, status_code=201 if submitted.created else 200)
 
 
@@ -112,7 +117,7 @@ def spec_of_body(ctx: ApiContext, body: dict[str, Any], caller: TokenInfo) -> di
 async def job_status(ctx: ApiContext, request: Request) -> Response:
     require(ctx, request, *READ_ROLES)
     job_id = path_id(request)
-    return JSONResponse(await _off_loop(ctx, lambda: ctx.sp.status(job_id)))
+    return JSONResponse(await _off_loop(ctx, lambda: status_of(ctx, job_id)))
 
 
 async def job_result(ctx: ApiContext, request: Request) -> Response:
@@ -147,7 +152,7 @@ async def list_jobs(ctx: ApiContext, request: Request) -> Response:
         views = []
         for job_id in ids[:limit]:
             try:
-                views.append(ctx.sp.status(job_id))
+                views.append(status_of(ctx, job_id))
             except NotFound:
                 continue  # purged since the ledger answered
         return {"jobs": views, "next_cursor": ids[limit - 1] if len(ids) > limit else None}
@@ -171,7 +176,7 @@ async def requeue_job(ctx: ApiContext, request: Request) -> Response:
     """200 ``{"id", "state"}`` (pending, or waiting on its dependencies); 409 unless it is dead."""
     caller = require(ctx, request, *WRITE_ROLES)
     job_id = path_id(request)
-    view = await _off_loop(ctx, lambda: ctx.sp.status(job_id))
+    view = await _off_loop(ctx, lambda: status_of(ctx, job_id))
     if view["task"] == "shell" and caller.role != "admin":
         raise ApiError(403, "requeueing a shell job needs an admin token", "path id")
     state = await _off_loop(ctx, lambda: ctx.sp.requeue(job_id, timeout_seconds=LOCK_WAIT_SECONDS))
@@ -179,6 +184,17 @@ async def requeue_job(ctx: ApiContext, request: Request) -> Response:
 
 
 # -- shared -----------------------------------------------------------------------------------
+
+
+def status_of(ctx: ApiContext, job_id: str) -> dict[str, Any]:
+    """The job's status view. RACE: a worker or the coordinator may move the file between the
+    look for its folder and the read (a fresh job claimed at once): look again."""
+    for _ in range(STATUS_TRIES - 1):
+        try:
+            return ctx.sp.status(job_id)
+        except FileNotFoundError:
+            continue
+    return ctx.sp.status(job_id)
 
 
 def path_id(request: Request) -> str:
@@ -209,6 +225,8 @@ async def _off_loop(ctx: ApiContext, work: Callable[[], T], *, full: int = 503) 
         raise ApiError(404, message, "path id") from None
     except AlreadyTerminal as err:
         raise ApiError(409, str(err), "path id") from None
+    except LedgerError as err:  # the index is unusable (a full or failing disk): later, or fsck --repair
+        raise ApiError(503, str(err), None, headers=_retry_after(ctx)) from None
     except SpoolError as err:
         raise ApiError(409, str(err), None) from None
 

@@ -1,16 +1,295 @@
-"""GET /openapi.json: the API described for tools (filled in below)."""
+"""GET /openapi.json: the API described for tools (OpenAPI 3.1), written by hand from the endpoints.
+
+docs/api.md is the same API for people, with curl examples. Any token may read this document
+(only /healthz is anonymous).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from spool.runner.api.context import ApiContext
+from spool.runner.api.context import ApiContext, require
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_STATUS = {"$ref": "#/components/schemas/JobStatus"}
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    words = {
+        400: "not JSON, or a bad header",
+        401: "no token, or an unknown or revoked one",
+        403: "the token's role may not do this",
+        404: "no such job (or no result yet)",
+        408: "the body did not arrive whole in time",
+        409: "the job (or lease) is not in a state that allows this",
+        413: "the body is over the cap",
+        422: "the body or a parameter has the wrong shape; `where` says which",
+        429: "the spool is full (backpressure); see Retry-After",
+        503: "the disk is full or a job's lock is busy; see Retry-After",
+    }
+    return {str(code): _json(_ERROR, words[code]) for code in codes}
+
+
+def _op(summary: str, roles: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"summary": summary, "description": f"Roles: {roles}.", "responses": responses, **more}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+_FENCE = {"fence": {"type": "string", "description": "the lease's fence, as POST /v1/leases gave it"}}
+_LEASE_ERRORS = _errors(400, 401, 403, 404, 409, 413, 422)
+
+PATHS: dict[str, Any] = {
+    "/healthz": {"get": _op("The server is up", "anonymous", {"200": _json({"type": "object"}, "ok")}, security=[])},
+    "/v1/jobs": {
+        "post": _op(
+            "Submit a job (durable when answered)",
+            "submit, admin (a shell job: admin)",
+            {
+                "201": _json(_STATUS, "a new job"),
+                "200": _json(_STATUS, "its key was seen before: the existing job"),
+                **_errors(400, 401, 403, 408, 413, 422, 429, 503),
+            },
+            requestBody=_body({"$ref": "#/components/schemas/JobSpec"}),
+        ),
+        "get": _op(
+            "Jobs, newest first, paged from the ledger",
+            "any",
+            {"200": _json({"$ref": "#/components/schemas/JobPage"}, "a page"), **_errors(401, 422)},
+            parameters=[
+                {"name": "state", "in": "query", "schema": {"enum": ["pending", "waiting", "leased", "done", "dead"]}},
+                {"name": "task", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "next_cursor"},
+            ],
+        ),
+    },
+    "/v1/jobs/{id}": {
+        "get": _op("A job's status", "any", {"200": _json(_STATUS, "its status"), **_errors(401, 404, 422)}),
+        "parameters": [_ID],
+    },
+    "/v1/jobs/{id}/result": {
+        "get": _op(
+            "A done job's result",
+            "any",
+            {
+                "200": _json({"type": "object", "properties": {"id": {}, "result": {}}}, "the result"),
+                **_errors(401, 404, 409, 422),
+            },
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/jobs/{id}/cancel": {
+        "post": _op(
+            "Cancel: pending/waiting -> dead at once; leased: the worker kills it at its next heartbeat",
+            "submit, admin",
+            {
+                "200": _json(
+                    {"type": "object", "properties": {"id": {}, "outcome": {"enum": ["cancelled", "requested"]}}},
+                    "done or requested",
+                ),
+                **_errors(401, 403, 404, 409, 422, 503),
+            },
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/jobs/{id}/requeue": {
+        "post": _op(
+            "Requeue a dead job with a fresh set of tries",
+            "submit, admin (a shell job: admin)",
+            {
+                "200": _json({"type": "object", "properties": {"id": {}, "state": {}}}, "pending or waiting"),
+                **_errors(401, 403, 404, 409, 422, 503),
+            },
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/leases": {
+        "post": _op(
+            "Long-poll for a job of the worker's tasks",
+            "work (the token's name is the worker)",
+            {
+                "200": _json({"$ref": "#/components/schemas/Lease"}, "a lease"),
+                "204": {"description": "none in time"},
+                **_errors(400, 401, 403, 413, 422),
+            },
+            requestBody=_body(
+                {
+                    "type": "object",
+                    "required": ["tasks"],
+                    "properties": {
+                        "tasks": {"type": "array", "items": {"type": "string"}},
+                        "wait": {"type": "number", "minimum": 0},
+                    },
+                }
+            ),
+        ),
+    },
+    "/v1/leases/{id}/heartbeat": {
+        "post": _op(
+            "Heartbeat a lease (with progress)",
+            "work (its own leases)",
+            {"200": _json({"type": "object", "properties": {"cancel": {"type": "boolean"}}}, "beat"), **_LEASE_ERRORS},
+            requestBody=_body(
+                {
+                    "type": "object",
+                    "required": ["fence"],
+                    "properties": {
+                        **_FENCE,
+                        "progress": {
+                            "type": "object",
+                            "properties": {"fraction": {"type": ["number", "null"]}, "message": {"type": "string"}},
+                        },
+                    },
+                }
+            ),
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/leases/{id}/complete": {
+        "post": _op(
+            "Complete a lease with its result (the first result wins)",
+            "work (its own leases)",
+            {"200": _json({"type": "object"}, "done"), **_LEASE_ERRORS},
+            requestBody=_body(
+                {"type": "object", "required": ["fence", "result"], "properties": {**_FENCE, "result": {}}}
+            ),
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/leases/{id}/fail": {
+        "post": _op(
+            "Fail a lease (retried after backoff, or dead after its last try or with reject)",
+            "work (its own leases)",
+            {"200": _json({"type": "object"}, "failed"), **_LEASE_ERRORS},
+            requestBody=_body(
+                {
+                    "type": "object",
+                    "required": ["fence", "error"],
+                    "properties": {**_FENCE, "error": {"type": "string"}, "reject": {"type": "boolean"}},
+                }
+            ),
+        ),
+        "parameters": [_ID],
+    },
+    "/metrics": {"get": _op("Prometheus metrics", "any", {"200": {"description": "text exposition format"}})},
+    "/openapi.json": {"get": _op("This document", "any", {"200": _json({"type": "object"}, "OpenAPI 3.1")})},
+    "/": {
+        "get": _op(
+            "The dashboard (a login form takes a token)",
+            "any; admin may act",
+            {"200": {"description": "HTML"}},
+            security=[],
+        )
+    },
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "where"],
+        "properties": {"error": {"type": "string"}, "where": {"type": ["string", "null"]}},
+    },
+    "JobSpec": {
+        "type": "object",
+        "required": ["task"],
+        "additionalProperties": False,
+        "properties": {
+            "task": {"type": "string"},
+            "args": {"type": "object"},
+            "key": {"type": "string", "description": "idempotency key: the same key answers with the same job"},
+            "priority": {"type": "integer"},
+            "max_tries": {"type": "integer", "minimum": 1},
+            "timeout": {"type": "number", "description": "seconds"},
+            "delay": {"type": "number", "description": "seconds from now before it may run"},
+            "depends_on": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "JobStatus": {
+        "type": "object",
+        "description": "what `spool status ID --json` prints",
+        "properties": {
+            name: {}
+            for name in (
+                "id",
+                "key",
+                "task",
+                "state",
+                "reason",
+                "attempt",
+                "tries",
+                "max_tries",
+                "attempts",
+                "lease",
+                "error",
+                "result",
+                "priority",
+                "submitted_at",
+                "depends_on",
+                "not_before",
+            )
+        },
+    },
+    "JobPage": {
+        "type": "object",
+        "properties": {"jobs": {"type": "array", "items": _STATUS}, "next_cursor": {"type": ["string", "null"]}},
+    },
+    "Lease": {
+        "type": "object",
+        "properties": {
+            "lease": {
+                "type": "object",
+                "properties": {
+                    name: {}
+                    for name in (
+                        "id",
+                        "attempt",
+                        "fence",
+                        "task",
+                        "args",
+                        "timeout_seconds",
+                        "deadline",
+                        "tries_left",
+                        "heartbeat_seconds",
+                    )
+                },
+            }
+        },
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "spool",
+            "version": "1",
+            "description": "A crash-safe job runner whose queue is a directory.",
+        },
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
 
 
 def routes(ctx: ApiContext) -> list[BaseRoute]:
-    async def document(request: Request) -> Response:
-        return JSONResponse({"openapi": "3.1.0", "info": {"title": "spool", "version": "1"}, "paths": {}})
+    async def openapi(request: Request) -> Response:
+        require(ctx, request, "submit", "work")
+        return JSONResponse(document())
 
-    return [Route("/openapi.json", document, methods=["GET"])]
+    return [Route("/openapi.json", openapi, methods=["GET"])]

@@ -5,7 +5,8 @@ it listens on) and hands it to uvicorn with an SSLContext from ``runner.api.tls`
 clients that hold connections open (slow-loris):
 
 - ``KEEP_ALIVE_SECONDS``: an idle keep-alive connection is closed after 5 s;
-- ``MAX_HEADER_BYTES``: h11 refuses a request whose head (request line + headers) is over 16 KiB;
+- ``context.MAX_HEAD_BYTES``: a request head (request line + headers) over 16 KiB is refused (431,
+  or by h11 while it is still arriving);
 - ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once;
 - a body must arrive whole within ``context.BODY_SECONDS`` (30 s) and under its cap (413);
 - the TLS handshake itself is cut after 10 s (``HANDSHAKE_SECONDS``, asyncio's own default is 60).
@@ -25,13 +26,12 @@ from typing import Any
 import uvicorn
 
 from spool.runner.api.app import create_app
-from spool.runner.api.context import ApiContext
+from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext
 from spool.runner.api.tls import server_context
 from spool.spool import Spool
 from spool.tokens import TokenStore
 
 KEEP_ALIVE_SECONDS = 5
-MAX_HEADER_BYTES = 16 * 1024
 MAX_CONNECTIONS = 200
 HANDSHAKE_SECONDS = 10.0
 
@@ -62,7 +62,7 @@ def serve(sp: Spool, sock: socket.socket, cert: Path, key: Path, *, on_ready: Ca
         create_app(ctx),
         ssl_context_factory=lambda _config, _default: context,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         limit_concurrency=MAX_CONNECTIONS,
         http="h11",
         ws="none",

@@ -5,10 +5,13 @@
   certificate and the host name. It gives ``.root``, ``.url``, ``.cacert``, ``.token(name, role)``
   (runs ``spool token add``), ``.call(method, path, *, token, json, body, headers)`` -> ``Reply``,
   ``.connect()`` (an ``http.client.HTTPSConnection`` for tests that drive the wire themselves),
+  ``.call_with(context)`` (a GET through a client SSLContext of the test's own),
   ``.restart()`` (SIGKILL, then the same spool and port again) and ``.log()``. The process group
   is SIGKILLed at teardown, whatever the test did.
-- ``serve_spool(env=..., config=...)``: the same with settings of the test's own (``config`` is
-  written to config.yaml before the server starts); ``served`` is ``serve_spool()``.
+- ``serve_spool(env=..., config=..., parent=..., cert=(cert, key))``: the same with settings of the
+  test's own (``config`` is written to config.yaml before the server starts), the spool made in
+  ``parent`` (a small disk) when given, ``--cert/--key`` instead of ``--self-signed`` when given;
+  ``served`` is ``serve_spool()``.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ class Reply:
 class Served:
     """One running ``spool serve`` on its own spool."""
 
-    def __init__(self, root: Path, logs: Path, env: dict[str, str]) -> None:
+    def __init__(self, root: Path, logs: Path, env: dict[str, str], tls_args: list[str] | None = None) -> None:
         self.root, self.logs, self.env = root, logs, env
+        self.tls_args = tls_args or ["--self-signed"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.host, self.port = "127.0.0.1", 0
@@ -67,7 +71,7 @@ class Served:
                 "--spool",
                 str(self.root),
                 "serve",
-                "--self-signed",
+                *self.tls_args,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -129,6 +133,15 @@ class Served:
     def connect(self, timeout: float = 30.0, context: ssl.SSLContext | None = None) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=context or self.context())
 
+    def call_with(self, context: ssl.SSLContext, path: str = "/healthz") -> Reply:
+        """GET ``path`` through a client context of the test's own (another CA, an old TLS)."""
+        connection = self.connect(10.0, context)
+        try:
+            connection.request("GET", path)
+            return read_reply(connection.getresponse())
+        finally:
+            connection.close()
+
     def call(
         self,
         method: str,
@@ -168,14 +181,22 @@ def read_reply(response: http.client.HTTPResponse) -> Reply:
 def serve_spool(tmp_path: Path) -> Iterator[Callable[..., Served]]:
     started: list[Served] = []
 
-    def start(env: dict[str, str] | None = None, config: str | None = None) -> Served:
-        root = tmp_path / f"spool-{len(started)}"
+    def start(
+        env: dict[str, str] | None = None,
+        config: str | None = None,
+        parent: Path | None = None,
+        cert: tuple[Path, Path] | None = None,
+    ) -> Served:
+        root = (parent or tmp_path) / f"spool-{len(started)}"
         Spool.init(root, environ={}).close()
         if config is not None:
             (root / "config.yaml").write_text(config)
         logs = tmp_path / f"serve-logs-{len(started)}"
         logs.mkdir()
-        served = Served(root, logs, env or {})
+        tls_args = ["--cert", str(cert[0]), "--key", str(cert[1])] if cert else None
+        served = Served(root, logs, env or {}, tls_args)
+        if cert:
+            served.cacert = cert[0]
         started.append(served)
         served.start()
         return served

@@ -3,6 +3,7 @@ sends, and the reads, pages, cancels and requeues of jobs."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from spool import Spool
+from support import fill_disk
 
 JOB_BODY_CAP = 64 * 1024 + 16 * 1024  # max_job_bytes (default) + the JSON margin (runner.api.context)
 
@@ -108,8 +110,17 @@ def test_bad_json_is_400_and_a_wrong_schema_422_saying_where(served: Any) -> Non
     )
     assert served.call("POST", "/v1/jobs", token=token, body=b"\xff\xfe", headers=headers).status == 400
     assert served.call("POST", "/v1/jobs", token=token, body=b'{"task": NaN}', headers=headers).status == 400
-    deep = b"[" * 100_000 + b"]" * 100_000
-    assert served.call("POST", "/v1/jobs", token=token, body=deep, headers=headers).status in (400, 413)
+    deep = b'{"task": "echo", "args": {"a": ' + b"[" * 30_000 + b"]" * 30_000 + b"}}"  # within the cap
+    too_deep = served.call("POST", "/v1/jobs", token=token, body=deep, headers=headers)
+    assert too_deep.status == 400 and "nested too deeply" in too_deep.json["error"]
+    nested = {
+        "task": "echo",
+        "args": {
+            "a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+        },
+    }
+    parsed = served.call("POST", "/v1/jobs", token=token, json=nested)  # JSON can read it; a job can't hold it
+    assert parsed.status == 422 and parsed.json["where"] == "body.args" and "nested too deeply" in parsed.json["error"]
     cases = [
         ([1, 2], "body"),
         ({"args": {}}, "body.task"),
@@ -235,3 +246,38 @@ def test_cancel_and_requeue_and_a_work_token_may_do_neither(served: Any) -> None
     assert served.call("POST", f"/v1/jobs/{job_id}/requeue", token=token).json == {"id": job_id, "state": "pending"}
     assert served.call("POST", f"/v1/jobs/{job_id}/requeue", token=token).status == 409
     assert (served.root / "pending" / f"{job_id}.yaml").exists()
+
+
+def test_a_full_disk_is_503_with_retry_after_and_nothing_written(serve_spool: Any, small_disk: Path) -> None:
+    served = serve_spool(parent=small_disk)
+    token = served.token("producer", "submit")
+    first = served.call("POST", "/v1/jobs", token=token, json={"task": "echo"})
+    assert first.status == 201
+    fill_disk(small_disk / "filler")
+    full = served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "on-a-full-disk"})
+    assert full.status == 503 and int(full.headers["retry-after"]) >= 1, full
+    assert "space" in full.json["error"].lower()
+    assert jobs_in(served.root) == [f"{first.json['id']}.yaml"]
+    assert not any((served.root / "keys").iterdir()) and not any((served.root / "tmp").iterdir())
+    (small_disk / "filler").unlink()
+    again = served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "on-a-full-disk"})
+    assert again.status == 201
+
+
+def test_the_same_key_from_many_clients_at_once_makes_one_job(served: Any) -> None:
+    token = served.token("producer", "submit")
+    replies: list[Any] = []
+    barrier = threading.Barrier(8)
+
+    def submit() -> None:
+        barrier.wait()
+        replies.append(served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "key": "once"}))
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(reply.status for reply in replies) == [200] * 7 + [201]
+    assert len({reply.json["id"] for reply in replies}) == 1
+    assert jobs_in(served.root) == [f"{replies[0].json['id']}.yaml"]

@@ -271,9 +271,10 @@ ARGS_FOR = {
     "submit": ["echo"], "status": ["X1"], "result": ["X1"], "wait": ["X1"], "ls": [], "stats": [], "fsck": [],
     "requeue": ["X1"], "cancel": ["X1"], "purge": ["--older-than", "1d"], "logs": ["X1"], "config": [],
     "coordinator": [], "worker": ["--burst"], "run": ["--workers", "0"], "schedule": ["list"],
+    "serve": ["--self-signed", "--port", "0"], "token": ["list"],
 }
 NEEDS_NO_SPOOL = {"init", "crash-points", "demo"}
-RUNS_PROCESSES = {"coordinator", "worker", "run"}  # checked as real processes: they must never start
+RUNS_PROCESSES = {"coordinator", "worker", "run", "serve"}  # checked as real processes: they must never start
 
 
 def test_every_command_that_uses_a_spool_refuses_a_folder_without_the_marker(tmp_path: Path, spool_run: Run) -> None:

@@ -529,6 +529,13 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "coordinator:after-submit": _firing_scenarios(),
 }
 
+# `spool serve` runs the same moves in its own process (role serve): the same scenarios hold there.
+# tests/api/test_server_crash.py kills a real server at each of these points too.
+for _step in ("after-key-check", "after-key", "after-commit", "after-submit"):
+    SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"submit:{_step}"]
+for _step in ("bury-after-rename", "requeue-after-rename"):
+    SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"admin:{_step}"]
+
 
 def _matrix() -> Iterator[Any]:
     for point in crash.all_points():
