@@ -147,6 +147,7 @@ PATHS: dict[str, Any] = {
                     "required": ["fence"],
                     "properties": {
                         **_FENCE,
+                        "counter": {"type": "integer", "minimum": 0, "description": "the worker's beat count"},
                         "progress": {
                             "type": "object",
                             "properties": {"fraction": {"type": ["number", "null"]}, "message": {"type": "string"}},
@@ -180,6 +181,15 @@ PATHS: dict[str, Any] = {
                     "properties": {**_FENCE, "error": {"type": "string"}, "reject": {"type": "boolean"}},
                 }
             ),
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/leases/{id}/release": {
+        "post": _op(
+            "Give a lease back at a graceful stop (its try is not spent)",
+            "work (its own leases)",
+            {"200": _json({"type": "object"}, "pending again"), **_LEASE_ERRORS},
+            requestBody=_body({"type": "object", "required": ["fence"], "properties": {**_FENCE}}),
         ),
         "parameters": [_ID],
     },
