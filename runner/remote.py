@@ -256,8 +256,8 @@ class RemoteWorker:
                 return
             if time.monotonic() >= next_beat:
                 beats += 1
-                # progress: send {"progress": {"fraction", "message"}} here once the child hands
-                # its spool.progress() calls to its worker.
+                # progress: send the child's newest spool.progress() value here, as
+                # {"progress": {"fraction", "message"}}, once the child collects it for its worker.
                 reply = self._lease_call(lease, "heartbeat", {"counter": beats}, patient=False)
                 next_beat = time.monotonic() + lease.heartbeat_seconds
                 if reply is None:

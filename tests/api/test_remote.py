@@ -253,3 +253,21 @@ def test_a_remote_worker_refuses_a_certificate_it_does_not_trust(served: Any, pr
     proc = processes.start("untrusting", *argv)
     assert proc.wait(30) != 0
     assert "certificate" in processes.log("untrusting")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--server", "http://127.0.0.1:1", "--token", "t"], "expected an https:// URL"),
+        (["--server", "https://127.0.0.1:1"], "needs a work token"),
+        (["--server", "https://127.0.0.1:1", "--token", "t", "--name", "x"], "the work token's name"),
+        (["--token", "t"], "go with --server"),
+        (["--server", "https://127.0.0.1:1", "--token", "t", "--cacert", "/nonexistent.pem"], "--cacert"),
+    ],
+)
+def test_remote_worker_usage_errors_say_what_is_wrong(tmp_path: Path, args: list[str], says: str) -> None:
+    done = subprocess.run(
+        [*SPOOL_CMD, "--spool", str(tmp_path / "none"), "worker", *args], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
