@@ -148,6 +148,28 @@ def test_a_paused_remote_worker_finds_its_lease_lost_and_drops_its_attempt(serve
     assert len(list((served.root / "results").iterdir())) == 1
 
 
+def _seen_by_server(served: Any, worker: str) -> bool:
+    """The server records a remote worker as seen when its lease request arrives."""
+    with _spool(served) as sp:
+        return any(row[0] == worker for row in sp.ledger.workers())
+
+
+def test_a_remote_worker_killed_in_its_long_poll_is_handed_nothing(served: Any, processes: Processes) -> None:
+    """No coordinator runs, so a job handed to the dead poller would stay leased for its whole
+    term (30 s): the server notices the client left and gives a job it claimed back at once."""
+    idle = processes.remote("remote-a")
+    wait_until(lambda: _seen_by_server(served, "remote-a"), 30, message="remote-a's long-poll at the server")
+    idle.send_signal(signal.SIGKILL)
+    idle.wait()
+    with _spool(served) as sp:
+        job_id = sp.submit("echo", {"n": 1})
+    processes.remote("remote-b")
+    wait_until(lambda: _done(served, [job_id]), 15, message="remote-b finished the job")
+    with _spool(served) as sp:
+        outcomes = [(a["worker"], a["outcome"]) for a in sp.status(job_id)["attempts"]]
+    assert outcomes in ([("remote-b", "done")], [("remote-a", "released"), ("remote-b", "done")])
+
+
 def test_a_cancel_kills_the_remote_attempt(served: Any, processes: Processes) -> None:
     processes.coordinator()
     with _spool(served) as sp:
