@@ -16,10 +16,11 @@ doubling to 5 s), and the log says "server unreachable, retrying" once and "serv
 again" once when it answers. An attempt keeps running meanwhile; its outcome waits for the
 server. A 401 (the token was revoked) or 403 ends the worker with an error: no retry fixes it.
 
-Stopping: the first SIGTERM/SIGINT stops polling (a poll in flight ends within its wait; a lease
-it brings is released at once); a running attempt may finish within ``grace_seconds``, after
-which it is killed and released over the API (``POST /v1/leases/{id}/release``, no try spent).
-A second signal kills the attempt and releases at once.
+Stopping: the first SIGTERM/SIGINT stops polling (a long-poll in flight is cut: the server gives
+back a job it claimed for it; a lease that arrived anyway is released at once); a running attempt
+may finish within ``grace_seconds``, after which it is killed and released over the API
+(``POST /v1/leases/{id}/release``, no try spent). A second signal kills the attempt and releases
+at once.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class RemoteWorker:
         self._unreachable = False  # said once that the server does not answer
         self._backoff = 0.0
         self._idle = True  # no attempt of ours is running or waiting to be reported
+        self._stop_noted = False  # said that a stop waits for the running attempt
 
     # -- life --------------------------------------------------------------------------------
 
@@ -156,8 +158,10 @@ class RemoteWorker:
         self._signals += 1
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
-        if self._signals > 1:
-            self.client.abort()  # a call in flight (a long-poll) ends now, not within its wait
+        if self._signals > 1 or self._idle:
+            # A long-poll in flight ends now, not within its wait. A job the server claimed for it
+            # meanwhile is given back by the server, which sees us leave (no try spent).
+            self.client.abort()
 
     def _must_stop_now(self) -> bool:
         if not self._signals or self._stop_requested_at is None:
@@ -171,6 +175,8 @@ class RemoteWorker:
         try:
             reply = self.client.call(path, body, timeout_seconds=timeout_seconds)
         except Unreachable as err:
+            if self._signals and self._idle:
+                return None  # our own stop cut the call (``abort``): the server is fine
             if not self._unreachable:
                 self._unreachable = True
                 log.warning("server unreachable, retrying (%s)", err)
@@ -250,6 +256,14 @@ class RemoteWorker:
             if outcome is not None:
                 self._report(lease, outcome)
                 return
+            if self._signals and not self._stop_noted:
+                self._stop_noted = True
+                log.info(
+                    "stopping: attempt %d of %s may finish within %gs (a second signal ends it now)",
+                    lease.attempt,
+                    lease.job_id,
+                    self.settings.grace_seconds,
+                )
             if self._must_stop_now():
                 self.child.kill()
                 self._release(lease)

@@ -71,11 +71,19 @@ class ApiClient:
             "User-Agent": USER_AGENT,
         }
         self._conn: http.client.HTTPSConnection | None = None
-        self._aborted = False
+        self._aborted = False  # abort() ended the call in flight: no silent retry of it
+        self._in_flight = False
 
     def call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply:
         """POST ``body`` as JSON to ``path`` (under the server's URL) and read the answer."""
         data = json.dumps(body, allow_nan=False).encode()
+        self._aborted, self._in_flight = False, True
+        try:
+            return self._exchange(path, data, timeout_seconds)
+        finally:
+            self._in_flight = False
+
+    def _exchange(self, path: str, data: bytes, timeout_seconds: float) -> Reply:
         for first in (True, False):
             conn, reused = self._connection(timeout_seconds)
             try:
@@ -101,7 +109,9 @@ class ApiClient:
         raise AssertionError("unreachable: the loop returns or raises")
 
     def abort(self) -> None:
-        """End a call in flight now (from a signal handler: a second SIGTERM); it raises Unreachable."""
+        """End the call in flight now, if one is (from a signal handler); it raises Unreachable."""
+        if not self._in_flight:
+            return
         self._aborted = True
         conn = self._conn
         if conn is not None and conn.sock is not None:

@@ -226,11 +226,33 @@ def test_sigterm_releases_a_running_attempt_past_the_grace(served: Any, processe
     worker = processes.remote("remote-a", token=None)
     wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
     worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping: attempt" in processes.log("remote-a"), 10, message="the first signal seen")
     worker.send_signal(signal.SIGTERM)  # the second: no grace, release at once
     assert worker.wait(15) == 0
     with _spool(served) as sp:
         state, job_file = sp.job(job_id)
     assert state is State.PENDING and job_file.tries == 0  # its only try given back
+
+
+def test_sigterm_stops_an_idle_remote_worker_at_once(served: Any, processes: Processes) -> None:
+    worker = processes.remote("remote-a")
+    wait_until(lambda: _seen_by_server(served, "remote-a"), 30, message="remote-a's long-poll at the server")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(3) == 0  # well within its 10 s long-poll
+    log = processes.log("remote-a")
+    assert "remote worker stopped" in log and "unreachable" not in log
+
+
+def test_sigterm_lets_a_running_attempt_finish_within_the_grace(served: Any, processes: Processes) -> None:
+    with _spool(served) as sp:
+        job_id = sp.submit("sleep", {"seconds": 1.0})
+    worker = processes.remote("remote-a")
+    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert _done(served, [job_id])
+    with _spool(served) as sp:
+        assert [(a["worker"], a["outcome"]) for a in sp.status(job_id)["attempts"]] == [("remote-a", "done")]
 
 
 def _revoke(served: Any, name: str, *, fence: bool) -> None:
