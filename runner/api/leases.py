@@ -128,7 +128,9 @@ class _Leases:
         if gone:
             await self._give_back(lease, held)
             return Response(status_code=204)
-        return JSONResponse({"lease": self._lease_view(held)})
+        # Off the loop: the published term is a ledger read, and the ledger's lock may be held
+        # by a transition in another thread.
+        return JSONResponse({"lease": await _off_loop(self._lease_view, held)})
 
     async def _give_back(self, lease: Lease, held: Held) -> None:
         try:
