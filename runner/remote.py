@@ -238,6 +238,7 @@ class RemoteWorker:
             self._idle = True
 
     def _attempt(self, lease: RemoteLease) -> None:
+        log.info("lease %s attempt=%d task=%s", lease.job_id, lease.attempt, lease.task)
         self.child.begin(
             AttemptRequest(
                 job_id=lease.job_id,

@@ -98,13 +98,14 @@ class _Leases:
             held = await self._claim(info.name, tasks)
             if held is not None:
                 return await self._hand_over(request, held)
-            left = until - loop.time()
-            if left <= 0 or await request.is_disconnected():
-                return Response(status_code=204)
-            try:
-                await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
-            except TimeoutError:
-                pass
+            while not woken.is_set():  # claim again only when something landed (or the watch's slow poll)
+                left = until - loop.time()
+                if left <= 0 or await request.is_disconnected():
+                    return Response(status_code=204)
+                try:
+                    await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
+                except TimeoutError:
+                    pass
 
     async def _claim(self, worker: str, tasks: list[str]) -> Held | None:
         try:

@@ -89,6 +89,13 @@ def _holder(served: Any, job_id: str) -> str | None:
     return job_file.lease.worker if state is State.LEASED and job_file.lease else None
 
 
+def _wait_running(processes: Processes, worker: str, job_id: str, attempt: int) -> None:
+    """Until ``worker`` says it runs the attempt: the claim on disk alone is not that (a lease the
+    server claimed and could not hand over waits out its term instead)."""
+    line = f"lease {job_id} attempt={attempt} "
+    wait_until(lambda: line in processes.log(worker), 30, message=f"{worker} to run attempt {attempt} of {job_id}")
+
+
 def test_a_remote_worker_with_a_work_token_completes_jobs(served: Any, processes: Processes) -> None:
     with _spool(served) as sp:
         job_ids = [sp.submit("echo", {"n": n}) for n in range(3)]
@@ -106,7 +113,7 @@ def test_a_killed_remote_workers_lease_expires_on_the_coordinators_clock(served:
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 2.0}, max_tries=3)
     first = processes.remote("remote-a")
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     first.send_signal(signal.SIGKILL)  # the worker alone: its attempt child dies with it
     first.wait()
     processes.remote("remote-b")
@@ -125,10 +132,10 @@ def test_a_paused_remote_worker_finds_its_lease_lost_and_drops_its_attempt(serve
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 3.0}, max_tries=3)
     slow = processes.remote("remote-a")
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     slow.send_signal(signal.SIGSTOP)  # the worker only: its attempt child runs on
     processes.remote("remote-b")
-    wait_until(lambda: _holder(served, job_id) == "remote-b", 30, message="remote-b holds the expired job")
+    _wait_running(processes, "remote-b", job_id, 2)
     slow.send_signal(signal.SIGCONT)
     wait_until(lambda: _done(served, [job_id]), 30, message="remote-b finished the job")
     wait_until(
@@ -175,7 +182,7 @@ def test_a_cancel_kills_the_remote_attempt(served: Any, processes: Processes) ->
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 60.0})
     processes.remote("remote-a")
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     with _spool(served) as sp:
         sp.cancel(job_id)
     wait_until(lambda: _spool_state(served, job_id) is State.DEAD, 10, message="the job cancelled")
@@ -211,7 +218,7 @@ def test_an_attempt_running_across_a_server_restart_completes_under_its_fence(
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 2.0})
     processes.remote("remote-a")
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     served.kill()
     served.start(served.port)
     wait_until(lambda: _done(served, [job_id]), 30, message="the job done after the restart")
@@ -224,7 +231,7 @@ def test_sigterm_releases_a_running_attempt_past_the_grace(served: Any, processe
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 60.0}, max_tries=1)
     worker = processes.remote("remote-a", token=None)
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     worker.send_signal(signal.SIGTERM)
     wait_until(lambda: "stopping: attempt" in processes.log("remote-a"), 10, message="the first signal seen")
     worker.send_signal(signal.SIGTERM)  # the second: no grace, release at once
@@ -247,7 +254,7 @@ def test_sigterm_lets_a_running_attempt_finish_within_the_grace(served: Any, pro
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 1.0})
     worker = processes.remote("remote-a")
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(15) == 0
     assert _done(served, [job_id])
@@ -277,7 +284,7 @@ def test_revoking_a_token_fences_its_workers_leases(served: Any, processes: Proc
     with _spool(served) as sp:
         job_id = sp.submit("sleep", {"seconds": 3.0}, max_tries=3)
     first = processes.remote("remote-a")
-    wait_until(lambda: _holder(served, job_id) == "remote-a", 30, message="remote-a holds the job")
+    _wait_running(processes, "remote-a", job_id, 1)
     _revoke(served, "remote-a", fence=fence)
     wait_until(lambda: _holder(served, job_id) != "remote-a", 1.0, message="the revoked worker's lease fenced")
     assert first.wait(15) == 1  # the server refuses its token (401): it stops, saying so
