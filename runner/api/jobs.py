@@ -76,7 +76,7 @@ async def submit_job(ctx: ApiContext, request: Request) -> Response:
     # From here the job is durable: whatever happens, the answer must be 201/200 with its id.
     try:
         view = await _off_loop(ctx, lambda: status_of(ctx, submitted.id))
-    except ApiError:
+    except Exception:  # the status is a courtesy; the id is the promise
         view = {"id": submitted.id, "state": None}
     return JSONResponse(view, status_code=201 if submitted.created else 200)
 

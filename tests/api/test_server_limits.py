@@ -3,6 +3,8 @@ by the parser, and an idle keep-alive connection is closed by the server."""
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from typing import Any
 
@@ -23,3 +25,28 @@ def test_an_idle_keep_alive_connection_is_closed(served: Any) -> None:
     assert connection.sock.recv(1) == b""  # the server's close (after its keep-alive timeout)
     assert 3.0 <= time.monotonic() - started <= 15.0
     connection.close()
+
+
+def test_a_body_that_trickles_in_is_cut_with_408(served: Any) -> None:
+    """A slow-loris upload: under the cap, but never whole. Cut after BODY_SECONDS (30 s)."""
+    token = served.token("producer", "submit")
+    connection = served.connect(timeout=60)
+    connection.putrequest("POST", "/v1/jobs")
+    connection.putheader("Authorization", f"Bearer {token}")
+    connection.putheader("Content-Length", "1000")
+    connection.endheaders()
+    connection.send(b'{"task": "echo", ')  # and nothing more
+    started = time.monotonic()
+    reply = connection.getresponse()
+    assert reply.status == 408 and json.loads(reply.read())["where"] == "body"
+    assert 25.0 <= time.monotonic() - started <= 45.0
+    connection.close()
+    assert not any(p for p in (served.root / "pending").iterdir() if not p.name.startswith("."))
+
+
+def test_a_stalled_tls_handshake_is_cut_after_10_s(served: Any) -> None:
+    with socket.create_connection((served.host, served.port), timeout=60) as raw:
+        raw.send(b"\x16\x03\x01")  # the first bytes of a ClientHello, then nothing
+        started = time.monotonic()
+        assert raw.recv(1) == b""
+        assert 8.0 <= time.monotonic() - started <= 20.0  # asyncio's own default would be 60 s

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,17 @@ def test_concurrent_adds_lose_none(sp: Spool) -> None:
     for thread in threads:
         thread.join()
     assert sorted(info.name for info in TokenStore(sp).list()) == sorted(f"t{n}" for n in range(8))
+
+
+def test_busy_use_does_not_rewrite_the_file_each_request(served: Any) -> None:
+    token = served.token("producer", "submit")
+    path = served.root / "tls" / "tokens.yaml"
+    assert served.call("GET", "/v1/jobs", token=token).status == 200
+    wait_until(lambda: "last_used: '20" in path.read_text(), timeout=10, message="the first use to be written")
+    written = path.stat().st_ino
+    for _ in range(20):
+        assert served.call("GET", "/v1/jobs", token=token).status == 200
+    # A negative: nothing may happen for a while. The writer looks once a second, so three of its
+    # looks pass here; the next write is due a minute after the first.
+    time.sleep(3.0)
+    assert path.stat().st_ino == written
