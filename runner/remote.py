@@ -250,8 +250,8 @@ class RemoteWorker:
                 log=_Stderr(),
             )
         )
-        beats = 0
-        next_beat = time.monotonic() + lease.heartbeat_seconds
+        beats, interval = 0, lease.heartbeat_seconds
+        next_beat = time.monotonic() + interval
         while True:
             outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
             if outcome is not None:
@@ -274,7 +274,8 @@ class RemoteWorker:
                 # progress: send the child's newest spool.progress() value here, as
                 # {"progress": {"fraction", "message"}}, once the child collects it for its worker.
                 reply = self._lease_call(lease, "heartbeat", {"counter": beats}, patient=False)
-                next_beat = time.monotonic() + lease.heartbeat_seconds
+                interval = _interval(reply, interval)  # a coordinator restarted with a shorter term
+                next_beat = time.monotonic() + interval
                 if reply is None:
                     continue  # the server is away: the attempt runs on; its lease is the coordinator's call
                 if reply.status == 409:
@@ -326,6 +327,15 @@ class RemoteWorker:
             log.warning("release of %s skipped: %s", lease.job_id, reply.error())
         elif reply is not None:
             log.info("release %s attempt=%d", lease.job_id, lease.attempt)
+
+
+def _interval(reply: Reply | None, current: float) -> float:
+    """The heartbeat interval a heartbeat's answer names (a third of the published term), else ``current``."""
+    if reply is not None and reply.status == 200 and isinstance(reply.body, dict):
+        named = reply.body.get("heartbeat_seconds")
+        if isinstance(named, (int, float)) and not isinstance(named, bool) and named > 0:
+            return max(float(named), 0.05)
+    return current
 
 
 def run_remote_worker(client: ApiClient, settings: Settings, **options: Any) -> int:

@@ -6,7 +6,7 @@ keeps no lease of its own. A work token's name is its worker name: the claim wri
 job file as the holder, and only that token (or an admin's) may act on the lease afterwards.
 
     POST /v1/leases                  {"tasks": [...], "wait": s}    200 {"lease": {...}} | 204
-    POST /v1/leases/{id}/heartbeat   {"fence", "counter"?, "progress"?}  200 {"cancel": bool}
+    POST /v1/leases/{id}/heartbeat   {"fence", "counter"?, "progress"?}  200 {"cancel", "heartbeat_seconds"}
     POST /v1/leases/{id}/complete    {"fence", "result"}            200 {"id", "state": "done"}
     POST /v1/leases/{id}/fail        {"fence", "error", "reject"?}  200 {"id", "state"}
     POST /v1/leases/{id}/release     {"fence"}                      200 {"id", "state": "pending"}
@@ -154,7 +154,7 @@ class _Leases:
             "deadline": format_time(time.time() + job.timeout),
             "tries_left": job.max_tries - job_file.tries,
             "lease_seconds": term,
-            "heartbeat_seconds": max(term / 3.0, 0.05),
+            "heartbeat_seconds": _heartbeat_seconds(term),
         }
 
     def _published_term(self) -> float:
@@ -196,7 +196,9 @@ class _Leases:
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
             raise ApiError(409, await self._why_lost(lease.job_id, lease.attempt), "path.id")
-        return JSONResponse({"cancel": status is LeaseStatus.CANCEL})
+        # The interval again: a coordinator restarted with a shorter term is heard at the next beat.
+        interval = _heartbeat_seconds(await _off_loop(self._published_term))
+        return JSONResponse({"cancel": status is LeaseStatus.CANCEL, "heartbeat_seconds": interval})
 
     async def complete(self, request: Request) -> Response:
         body, lease, held = await self._held(request, required=("result",), max_bytes=self.ctx.max_body_bytes)
@@ -280,6 +282,11 @@ async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """A blocking call on the spool (locks, fsyncs, SQLite) in the server's shared thread pool,
     never on the loop."""
     return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def _heartbeat_seconds(term: float) -> float:
+    """A third of the coordinator's term, as local workers beat: one lost beat never costs it."""
+    return max(term / 3.0, 0.05)
 
 
 def _fields(

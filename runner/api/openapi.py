@@ -140,7 +140,16 @@ PATHS: dict[str, Any] = {
         "post": _op(
             "Heartbeat a lease (with progress)",
             "work (its own leases)",
-            {"200": _json({"type": "object", "properties": {"cancel": {"type": "boolean"}}}, "beat"), **_LEASE_ERRORS},
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {"cancel": {"type": "boolean"}, "heartbeat_seconds": {"type": "number"}},
+                    },
+                    "beat (cancel: kill the attempt, then fail it; heartbeat_seconds: the interval now)",
+                ),
+                **_LEASE_ERRORS,
+            },
             requestBody=_body(
                 {
                     "type": "object",

@@ -42,9 +42,11 @@ class Processes:
         return self.start(name, *argv, "--import", "examples.tasks", *extra)
 
     def coordinator(self) -> subprocess.Popen[bytes]:
-        return self.start(
-            "coordinator", "--spool", str(self.served.root), "--lease-seconds", LEASE_SECONDS, "coordinator"
-        )
+        """A coordinator with a short term, once it has published it (leases then name its beat)."""
+        root = str(self.served.root)
+        proc = self.start("coordinator", "--spool", root, "--lease-seconds", LEASE_SECONDS, "coordinator")
+        wait_until(lambda: _published_term(self.served) == float(LEASE_SECONDS), 30, message="the term published")
+        return proc
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
@@ -68,6 +70,12 @@ def processes(served: Any, tmp_path: Path) -> Iterator[Processes]:
         yield started
     finally:
         started.kill_all()
+
+
+def _published_term(served: Any) -> float | None:
+    with _spool(served) as sp:
+        term = sp.ledger.meta("lease_seconds")
+    return float(term) if term else None
 
 
 def _spool(served: Any) -> Spool:
@@ -106,6 +114,17 @@ def test_a_remote_worker_with_a_work_token_completes_jobs(served: Any, processes
             assert sp.result(job_id)["args"] == {"n": n}
             attempts = sp.status(job_id)["attempts"]
             assert [(a["worker"], a["outcome"]) for a in attempts] == [("remote-a", "done")]
+
+
+def test_heartbeats_over_the_api_keep_a_long_attempt_past_many_terms(served: Any, processes: Processes) -> None:
+    processes.coordinator()  # a 1.5 s term: the remote worker beats every 0.5 s
+    with _spool(served) as sp:
+        job_id = sp.submit("sleep", {"seconds": 4.0}, max_tries=1)
+    processes.remote("remote-a")
+    wait_until(lambda: _done(served, [job_id]), 30, message="the long attempt done")
+    with _spool(served) as sp:
+        attempts = sp.status(job_id)["attempts"]
+    assert [(a["attempt"], a["worker"], a["outcome"]) for a in attempts] == [(1, "remote-a", "done")]
 
 
 def test_a_killed_remote_workers_lease_expires_on_the_coordinators_clock(served: Any, processes: Processes) -> None:
