@@ -48,6 +48,7 @@ BACKOFF_FIRST_SECONDS = 0.1
 BACKOFF_MAX_SECONDS = 5.0
 CALL_MARGIN_SECONDS = 10.0  # beyond a long-poll's wait, before its answer counts as lost
 STOP_CHECK_SECONDS = 0.05
+OUTCOME_TIMEOUT_SECONDS = 60.0  # a complete or fail call, before its answer counts as lost
 
 
 class Refused(SpoolError):
@@ -217,7 +218,9 @@ class RemoteWorker:
         """A call about ``lease``; ``patient`` retries until the server answers (an outcome that
         must be saved), else one try (a heartbeat: the next one comes soon anyway)."""
         path = f"/v1/leases/{lease.job_id}/{step}"
-        timeout = max(lease.heartbeat_seconds, 5.0)
+        # An outcome's move fsyncs (a slow disk may take seconds): give it long before a retry,
+        # which would find the first one done and say "dropped". A beat is short; the next comes.
+        timeout = max(lease.heartbeat_seconds, OUTCOME_TIMEOUT_SECONDS if patient else 5.0)
         while True:
             reply = self._call(path, {"fence": lease.fence, **body}, timeout_seconds=timeout)
             if reply is not None and (reply.status < 500 or not patient):
