@@ -19,6 +19,7 @@ from spool.cli.app import App, command, pass_app
 from spool.cli.render import render_table
 from spool.errors import SpoolError, UsageError
 from spool.layout import State
+from spool.settings import load_settings
 from spool.runner.lifeline import die_with_parent
 from spool.runner.logs import setup_logging
 from spool.runner.supervisor import ChildSpec, Supervisor
@@ -61,9 +62,29 @@ def coordinator(app: App) -> None:
 @_shell_option
 @click.option("--burst", is_flag=True, help="Exit when no ready job is left (for scripts and tests).")
 @click.option("--name", help="Worker name (default host-pid-random; must be unique).")
+@click.option("--server", metavar="URL", help="Work for a remote spool through its API (https://host:port).")
+@click.option("--token", metavar="TOKEN", help="With --server: a work token (its name is this worker's name).")
+@click.option(
+    "--token-file", metavar="FILE", type=click.Path(dir_okay=False), help="With --server: read the token from FILE."
+)
+@click.option("--cacert", metavar="FILE", help="With --server: trust this CA (a self-signed server's cert.pem).")
 @pass_app
-def worker(app: App, import_modules: tuple[str, ...], allow_shell: bool, burst: bool, name: str | None) -> None:
+def worker(
+    app: App,
+    import_modules: tuple[str, ...],
+    allow_shell: bool,
+    burst: bool,
+    name: str | None,
+    server: str | None,
+    token: str | None,
+    token_file: str | None,
+    cacert: str | None,
+) -> None:
     """Run a worker: claim jobs of the tasks it knows, run each attempt in a child process."""
+    if server is not None:
+        sys.exit(_remote_worker(app, import_modules, allow_shell, burst, name, server, token, token_file, cacert))
+    if token or token_file or cacert:
+        raise UsageError("--token, --token-file and --cacert go with --server URL")
     from spool.runner.worker import run_worker  # start-up: ~13 ms that no other command needs
 
     sp = app.spool()
@@ -74,6 +95,43 @@ def worker(app: App, import_modules: tuple[str, ...], allow_shell: bool, burst: 
         run_worker(
             sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name, sys_path=[os.getcwd()]
         )
+    )
+
+
+def _remote_worker(
+    app: App,
+    import_modules: tuple[str, ...],
+    allow_shell: bool,
+    burst: bool,
+    name: str | None,
+    server: str,
+    token: str | None,
+    token_file: str | None,
+    cacert: str | None,
+) -> int:
+    """``worker --server``: no spool folder here; the settings come from the environment and flags."""
+    # start-up: the remote worker's modules (ssl, http.client) only this command needs
+    from spool.runner.remote import run_remote_worker
+    from spool.runner.remote_client import ApiClient  # start-up: as above
+
+    if name is not None:
+        raise UsageError("--name does not go with --server: the work token's name is the worker's name")
+    if (token is None) == (token_file is None):
+        raise UsageError("--server needs a work token: --token TOKEN or --token-file FILE")
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                token = handle.read(4096).strip()
+        except OSError as err:
+            raise UsageError(f"--token-file {token_file}: {err.strerror or err}") from None
+    assert token is not None
+    settings = load_settings(None, os.environ, app.flags)
+    client = ApiClient(server, token, cacert)
+    _daemonise_stdio()
+    setup_logging(settings.log_level, settings.log_format, "worker")
+    sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
+    return run_remote_worker(
+        client, settings, import_modules=import_modules, allow_shell=allow_shell, burst=burst, sys_path=[os.getcwd()]
     )
 
 

@@ -1,11 +1,335 @@
-"""Placeholder until its owner's module lands: no routes yet."""
+"""The work side of the API: remote workers lease jobs, heartbeat, complete, fail and release.
+
+Every endpoint goes through the same transitions as a local worker (``claim_held``,
+``heartbeat``/``lease_status``, ``complete``, ``fail``, ``release``, ``cancel_leased``); the server
+keeps no lease of its own. A work token's name is its worker name: the claim writes it into the
+job file as the holder, and only that token (or an admin's) may act on the lease afterwards.
+
+    POST /v1/leases                  {"tasks": [...], "wait": s}    200 {"lease": {...}} | 204
+    POST /v1/leases/{id}/heartbeat   {"fence", "counter"?, "progress"?}  200 {"cancel", "heartbeat_seconds"}
+    POST /v1/leases/{id}/complete    {"fence", "result"}            200 {"id", "state": "done"}
+    POST /v1/leases/{id}/fail        {"fence", "error", "reject"?}  200 {"id", "state"}
+    POST /v1/leases/{id}/release     {"fence"}                      200 {"id", "state": "pending"}
+
+The fence is ``spool.remote_leases.fence_of``: derived from the leased file, so a restarted server
+still honours it, and stale the moment the job moves. A fence that does not match answers 409 with
+the reason (the worker kills its attempt and drops it); a matching fence held by another worker
+403. A fail on a lease with a cancel request ends the job cancelled (the worker killed the attempt
+because the heartbeat said so). ``release`` gives the try back, for a worker stopping gracefully.
+A long-poll waits on one shared watch of pending/ (``runner.api.pickup``), never a busy loop.
+"""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+import asyncio
+import json
+import logging
+import math
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from spool.runner.api.context import ApiContext
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from spool.errors import DiskFull, LeaseLost, LedgerError
+from spool.fence import Held
+from spool.ids import is_valid_id
+from spool.job import tail
+from spool.layout import State
+from spool.records import Lease, LeaseStatus
+from spool.registry import is_valid_task_name
+from spool.remote_leases import fence_of, held_by_fence
+from spool.runner.api.context import ApiContext, ApiError, object_body, read_json, require
+from spool.runner.api.pickup import PendingWatch
+from spool.store import state_of
+from spool.timetext import format_time
+from spool.transitions import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
+
+log = logging.getLogger("spool.serve")
+
+MAX_WAIT_SECONDS = 30.0  # the longest a lease request is held open
+DISCONNECT_CHECK_SECONDS = 1.0  # a waiting request notices its client left within this
+MAX_TASKS = 256
+SMALL_BODY_BYTES = 64 * 1024  # lease, heartbeat, release: a few fields
+MAX_ERROR_INPUT_BYTES = 64 * 1024  # a failure's text as sent; the job keeps its 4 KiB tail
+MAX_PROGRESS_MESSAGE = 1000
+SEEN_EVERY_SECONDS = 5.0  # how often a remote worker's "last heard from" is written to the ledger
+
+T = TypeVar("T")
 
 
 def routes(ctx: ApiContext) -> list[BaseRoute]:
-    return []
+    api = _Leases(ctx)
+    ctx.on_startup.append(api.watch.start)
+    ctx.on_shutdown.append(api.watch.stop)
+    return [
+        Route("/v1/leases", api.lease, methods=["POST"]),
+        Route("/v1/leases/{id}/heartbeat", api.heartbeat, methods=["POST"]),
+        Route("/v1/leases/{id}/complete", api.complete, methods=["POST"]),
+        Route("/v1/leases/{id}/fail", api.fail, methods=["POST"]),
+        Route("/v1/leases/{id}/release", api.release, methods=["POST"]),
+    ]
+
+
+class _Leases:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.sp = ctx.sp
+        self.watch = PendingWatch(ctx.sp.layout.path(State.PENDING), ctx.sp.settings.poll_seconds)
+        self._seen: dict[str, float] = {}  # worker -> when we last wrote it to the ledger (monotonic)
+        self._started: dict[str, float] = {}
+
+    # -- POST /v1/leases ---------------------------------------------------------------------
+
+    async def lease(self, request: Request) -> Response:
+        info = require(self.ctx, request, "work")
+        body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait",))
+        tasks = _tasks(body["tasks"])
+        wait = _number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
+        await self._heard_from(info.name, request)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait
+        while True:
+            woken = self.watch.ticket()  # before the claim: a job landing after it still wakes us
+            held = await self._claim(info.name, tasks)
+            if held is not None:
+                return await self._hand_over(request, held)
+            while not woken.is_set():  # claim again only when something landed (or the watch's slow poll)
+                left = until - loop.time()
+                if left <= 0 or await request.is_disconnected():
+                    return Response(status_code=204)
+                try:
+                    await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
+                except TimeoutError:
+                    pass
+
+    async def _claim(self, worker: str, tasks: list[str]) -> Held | None:
+        try:
+            return await _off_loop(claim_held, self.sp, worker, tasks)
+        except DiskFull as err:  # the claim took nothing: the job is where it was
+            raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
+        except LedgerError as err:  # the coordinator (or fsck --repair) rebuilds it
+            raise ApiError(503, f"the ledger is unusable: {err}", None, headers={"Retry-After": "5"}) from None
+
+    async def _hand_over(self, request: Request, held: Held) -> Response:
+        """The claimed lease to its worker; given back (no try spent) if the worker can no
+        longer take it: its token was revoked while it waited, or it went away."""
+        job_file = held.job_file
+        lease = Lease(job_file.id, job_file.lease.worker if job_file.lease else "", job_file.attempt)
+        try:
+            require(self.ctx, request, "work")
+            gone = await request.is_disconnected()
+        except ApiError:
+            await self._give_back(lease, held)
+            raise
+        if gone:
+            await self._give_back(lease, held)
+            return Response(status_code=204)
+        # Off the loop: the published term is a ledger read, and the ledger's lock may be held
+        # by a transition in another thread.
+        return JSONResponse({"lease": await _off_loop(self._lease_view, held)})
+
+    async def _give_back(self, lease: Lease, held: Held) -> None:
+        try:
+            await _off_loop(release, self.sp, lease, held)
+        except LeaseLost as err:  # RACE: fence_worker (a revoke) expired it first: that move stands
+            log.info("lease of %s not given back: %s", lease.job_id, err)
+
+    def _lease_view(self, held: Held) -> dict[str, Any]:
+        job_file = held.job_file
+        job = job_file.job
+        term = self._published_term()
+        return {
+            "id": job_file.id,
+            "attempt": job_file.attempt,
+            "fence": fence_of(job_file.attempt, held.data),
+            "worker": job_file.lease.worker if job_file.lease else None,
+            "task": job.task,
+            "args": dict(job.args),
+            "timeout_seconds": job.timeout,
+            "deadline": format_time(time.time() + job.timeout),
+            "tries_left": job.max_tries - job_file.tries,
+            "lease_seconds": term,
+            "heartbeat_seconds": _heartbeat_seconds(term),
+        }
+
+    def _published_term(self) -> float:
+        """The lease term the coordinator publishes (it alone decides expiry), else our setting."""
+        try:
+            published = self.sp.ledger.meta("lease_seconds")
+        except LedgerError:
+            published = None
+        return float(published) if published else self.sp.settings.lease_seconds
+
+    async def _heard_from(self, worker: str, request: Request) -> None:
+        """Record the remote worker as seen (``spool stats``, the dashboard), every few seconds."""
+        now = time.monotonic()
+        if now - self._seen.get(worker, -math.inf) < SEEN_EVERY_SECONDS:
+            return
+        self._seen[worker] = now
+        started = self._started.setdefault(worker, time.time())
+        host = request.client.host if request.client else socket.gethostname()
+        try:
+            await _off_loop(self.sp.ledger.worker_seen, worker, 0, host, started, time.time())
+        except (LedgerError, DiskFull) as err:
+            log.debug("worker %s not recorded as seen: %s", worker, err)
+
+    # -- the lease's own steps ---------------------------------------------------------------
+
+    async def heartbeat(self, request: Request) -> Response:
+        body, lease, held = await self._held(request, optional=("counter", "progress"))
+        counter = body.get("counter")
+        if counter is None:
+            counter = time.monotonic_ns() // 1_000_000  # changes at every beat: all the coordinator reads
+        elif not isinstance(counter, int) or isinstance(counter, bool) or not 0 <= counter < 2**62:
+            raise ApiError(422, "expected a whole number from 0", "body.counter")
+        if body.get("progress") is not None:
+            _progress(body["progress"])
+            # progress: pass it on as heartbeat(..., progress=Progress(fraction, message)) once
+            # spool.fence.heartbeat takes it (it rides on the heartbeat file, no extra fsync).
+        await self._heard_from(lease.worker, request)
+        await _off_loop(heartbeat, self.sp, lease, counter)
+        status = await _off_loop(lease_status, self.sp, lease, held)
+        if status is LeaseStatus.LOST:
+            raise ApiError(409, await self._why_lost(lease.job_id, lease.attempt), "path.id")
+        # The interval again: a coordinator restarted with a shorter term is heard at the next beat.
+        interval = _heartbeat_seconds(await _off_loop(self._published_term))
+        return JSONResponse({"cancel": status is LeaseStatus.CANCEL, "heartbeat_seconds": interval})
+
+    async def complete(self, request: Request) -> Response:
+        body, lease, held = await self._held(request, required=("result",), max_bytes=self.ctx.max_body_bytes)
+        try:
+            result = json.dumps(body["result"], allow_nan=False).encode()
+        except ValueError as err:
+            raise ApiError(422, f"the result is not plain JSON: {err}", "body.result") from None
+        cap = self.sp.settings.max_result_bytes
+        if len(result) > cap:
+            raise ApiError(413, f"the result is {len(result)} bytes, over max_result_bytes ({cap})", "body.result")
+        await self._move(complete, self.sp, lease, result, held)
+        return JSONResponse({"id": lease.job_id, "state": State.DONE.value})
+
+    async def fail(self, request: Request) -> Response:
+        body, lease, held = await self._held(
+            request, optional=("error", "reject"), max_bytes=MAX_ERROR_INPUT_BYTES + SMALL_BODY_BYTES
+        )
+        error = body.get("error", "failed")
+        if not isinstance(error, str):
+            raise ApiError(422, f"expected a string, got {type(error).__name__}", "body.error")
+        reject = body.get("reject", False)
+        if not isinstance(reject, bool):
+            raise ApiError(422, f"expected true or false, got {type(reject).__name__}", "body.reject")
+        if await _off_loop(lease_status, self.sp, lease, held) is LeaseStatus.CANCEL:
+            await self._move(cancel_leased, self.sp, lease, held)
+            return JSONResponse({"id": lease.job_id, "state": State.DEAD.value, "reason": "cancelled"})
+        state = await self._move(fail, self.sp, lease, tail(error), reject=reject, held=held)
+        return JSONResponse({"id": lease.job_id, "state": state.value})
+
+    async def release(self, request: Request) -> Response:
+        _body, lease, held = await self._held(request)
+        await self._move(release, self.sp, lease, held)
+        return JSONResponse({"id": lease.job_id, "state": State.PENDING.value})
+
+    async def _held(
+        self,
+        request: Request,
+        *,
+        required: tuple[str, ...] = (),
+        optional: tuple[str, ...] = (),
+        max_bytes: int = SMALL_BODY_BYTES,
+    ) -> tuple[dict[str, Any], Lease, Held]:
+        """The caller's lease, checked: its token (401/403), the id (422), the body, the fence
+        against the leased file (409 when stale), and that the caller holds it (403)."""
+        info = require(self.ctx, request, "work")
+        job_id = request.path_params["id"]
+        if not is_valid_id(job_id):
+            raise ApiError(422, f"{job_id[:80]!r} is not a job id", "path.id")
+        body = _fields(await read_json(request, max_bytes), required=("fence", *required), optional=optional)
+        fence = body["fence"]
+        if not isinstance(fence, str) or not 0 < len(fence) <= 64:
+            raise ApiError(422, "expected the fence string the lease came with", "body.fence")
+        held = await _off_loop(held_by_fence, self.sp, job_id, fence)
+        if held is None:
+            raise ApiError(409, await self._why_lost(job_id, _fence_attempt(fence)), "body.fence")
+        holder = held.job_file.lease.worker if held.job_file.lease else ""
+        if holder != info.name and info.role != "admin":
+            raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
+        return body, Lease(job_id, holder, held.job_file.attempt), held
+
+    async def _why_lost(self, job_id: str, attempt: int | None) -> str:
+        state = await _off_loop(state_of, self.sp, job_id)
+        which = f"attempt {attempt}" if attempt is not None else "this fence"
+        if state is None:
+            return f"lease lost: no job {job_id}"
+        if state is State.LEASED:
+            return f"lease lost: {job_id} is leased again under another attempt; {which} is stale"
+        return f"lease lost: {job_id} is {state.value} now; {which} is stale"
+
+    async def _move(self, move: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A transition of the lease, off the loop: LeaseLost -> 409, a full disk -> 503."""
+        try:
+            return await _off_loop(move, *args, **kwargs)
+        except LeaseLost as err:
+            raise ApiError(409, f"lease lost: {err}", "body.fence") from None
+        except DiskFull as err:
+            raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A blocking call on the spool (locks, fsyncs, SQLite) in the server's shared thread pool,
+    never on the loop."""
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def _heartbeat_seconds(term: float) -> float:
+    """A third of the coordinator's term, as local workers beat: one lost beat never costs it."""
+    return max(term / 3.0, 0.05)
+
+
+def _fields(
+    value: Any, *, required: tuple[str, ...] = (), optional: tuple[str, ...] = (), where: str = "body"
+) -> dict[str, Any]:
+    """``value`` as an object with exactly these fields (the required ones present), or 422."""
+    body = object_body(value, where)
+    for name in body:
+        if name not in required and name not in optional:
+            raise ApiError(422, f"unknown field {str(name)[:80]!r}", f"{where}.{str(name)[:80]}")
+    for name in required:
+        if name not in body:
+            raise ApiError(422, f"missing field {name!r}", f"{where}.{name}")
+    return body
+
+
+def _tasks(value: Any) -> list[str]:
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_TASKS:
+        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} task names", "body.tasks")
+    for n, task in enumerate(value):
+        if not is_valid_task_name(task):
+            raise ApiError(422, f"{str(task)[:80]!r} is not a task name", f"body.tasks[{n}]")
+    return list(dict.fromkeys(value))
+
+
+def _number(value: Any, where: str, low: float, high: float) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+        raise ApiError(422, f"expected a number of seconds from {low:g} to {high:g}", where)
+    return float(value)
+
+
+def _progress(value: Any) -> tuple[float | None, str]:
+    """A heartbeat's ``progress``: ``{"fraction": 0..1 or null, "message": str}``, both optional."""
+    progress = _fields(value, optional=("fraction", "message"), where="body.progress")
+    fraction = progress.get("fraction")
+    if fraction is not None:
+        fraction = _number(fraction, "body.progress.fraction", 0.0, 1.0)
+    message = progress.get("message", "")
+    if not isinstance(message, str) or len(message) > MAX_PROGRESS_MESSAGE:
+        raise ApiError(422, f"expected a string of at most {MAX_PROGRESS_MESSAGE} characters", "body.progress.message")
+    return fraction, message
+
+
+def _fence_attempt(fence: str) -> int | None:
+    attempt = fence.partition("-")[0]
+    return int(attempt) if attempt.isascii() and attempt.isdigit() and len(attempt) < 12 else None

@@ -140,13 +140,23 @@ PATHS: dict[str, Any] = {
         "post": _op(
             "Heartbeat a lease (with progress)",
             "work (its own leases)",
-            {"200": _json({"type": "object", "properties": {"cancel": {"type": "boolean"}}}, "beat"), **_LEASE_ERRORS},
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {"cancel": {"type": "boolean"}, "heartbeat_seconds": {"type": "number"}},
+                    },
+                    "beat (cancel: kill the attempt, then fail it; heartbeat_seconds: the interval now)",
+                ),
+                **_LEASE_ERRORS,
+            },
             requestBody=_body(
                 {
                     "type": "object",
                     "required": ["fence"],
                     "properties": {
                         **_FENCE,
+                        "counter": {"type": "integer", "minimum": 0, "description": "the worker's beat count"},
                         "progress": {
                             "type": "object",
                             "properties": {"fraction": {"type": ["number", "null"]}, "message": {"type": "string"}},
@@ -180,6 +190,15 @@ PATHS: dict[str, Any] = {
                     "properties": {**_FENCE, "error": {"type": "string"}, "reject": {"type": "boolean"}},
                 }
             ),
+        ),
+        "parameters": [_ID],
+    },
+    "/v1/leases/{id}/release": {
+        "post": _op(
+            "Give a lease back at a graceful stop (its try is not spent)",
+            "work (its own leases)",
+            {"200": _json({"type": "object"}, "pending again"), **_LEASE_ERRORS},
+            requestBody=_body({"type": "object", "required": ["fence"], "properties": {**_FENCE}}),
         ),
         "parameters": [_ID],
     },

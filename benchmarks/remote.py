@@ -1,0 +1,259 @@
+"""Remote workers over the API against local workers, in one run on one host and one disk.
+
+    python benchmarks/remote.py [--dir DIR] [--jobs N] [--pickups N] [--json]
+
+One spool, one ``spool serve --self-signed`` on 127.0.0.1 and one ``spool coordinator`` for the
+whole run; then, for each side in turn (2 remote workers ``spool worker --server``, then 2 local
+``spool worker`` processes, the other side stopped):
+
+- idle pickup: ``--pickups`` (100) times, a random 0-50 ms pause, one ``bench_clock`` job submitted
+  through the Python API; latency = the handler's first ``time.time()`` - the moment submit
+  returned (both clocks are this host's). The workers are idle, waiting: remote ones in a
+  long-poll on the server, local ones on inotify.
+- drain: ``--jobs`` (2,000) trivial ``echo`` jobs in one ``submit_many`` while the workers wait;
+  rate = N / (submit returned -> the N-th job file in done/); and the CPU each process (with its
+  children) spent over it, per job, from /proc/PID/stat. ``spool serve`` idles on the local side.
+
+Every process it starts is in its own process group, killed at the end; the work folder is
+removed. Numbers, not verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.throughput import open_spool, percentile, process_env  # noqa: E402
+from spool import Spool  # noqa: E402
+
+SPOOL = [sys.executable, "-m", "spool.cli"]
+TASKS = ["--import", "examples.tasks", "--import", "benchmarks.throughput"]
+
+
+class Processes:
+    def __init__(self, root: Path, logs: Path) -> None:
+        self.root, self.logs = root, logs
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [*SPOOL, "--spool", str(self.root), *args],
+                cwd=ROOT,
+                env=process_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started.append(proc)
+        return proc
+
+    def stop(self, procs: Sequence[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_healthy(url_port: int, cacert: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cacert.exists():
+            try:
+                context = ssl.create_default_context(cafile=str(cacert))
+                conn = http.client.HTTPSConnection("127.0.0.1", url_port, timeout=2, context=context)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    conn.close()
+                    return
+            except (OSError, ssl.SSLError, http.client.HTTPException):
+                pass
+        time.sleep(0.05)
+    raise SystemExit(f"spool serve did not answer /healthz within {timeout:.0f}s")
+
+
+def add_token(root: Path, name: str) -> str:
+    done = subprocess.run(
+        [*SPOOL, "--spool", str(root), "token", "add", name, "--role", "work"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()[-1]
+
+
+def count_done(root: Path) -> int:
+    return sum(1 for name in os.listdir(root / "done") if not name.startswith("."))
+
+
+def pickups(sp: Spool, count: int, timeout: float) -> list[float]:
+    """Seconds from submit returned to the handler's first line, ``count`` times."""
+    latencies = []
+    for _ in range(count):
+        time.sleep(random.uniform(0.0, 0.05))
+        job_id = sp.submit("bench_clock")
+        acked = time.time()
+        result = sp.root / "results" / f"{job_id}.json"
+        deadline = time.monotonic() + timeout
+        while not result.exists():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no result for {job_id} after {timeout:.0f}s")
+            time.sleep(0.002)
+        latencies.append(sp.result(job_id)["started"] - acked)
+        done = sp.root / "done" / f"{job_id}.yaml"
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+    return latencies
+
+
+def drain(sp: Spool, jobs: int, timeout: float) -> float:
+    """jobs/s: N echo jobs in one batch, to the N-th file in done/."""
+    before = count_done(sp.root)
+    started = time.monotonic()
+    sp.submit_many([sp.spec("echo", {"i": i}) for i in range(jobs)])
+    deadline = started + timeout
+    while count_done(sp.root) < before + jobs:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{count_done(sp.root) - before} of {jobs} done after {timeout:.0f}s")
+        time.sleep(0.005)
+    return jobs / (time.monotonic() - started)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and its live descendants (a worker's attempt child)."""
+    ticks, total, queue = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+    while queue:
+        current = queue.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            queue += [int(c) for c in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def measure(sp: Spool, o: argparse.Namespace, roles: dict[str, list[int]]) -> dict[str, float]:
+    sp.submit("bench_clock")  # warm: each worker's attempt child started, connections open
+    pickups(sp, 2, o.timeout)
+    latencies = pickups(sp, o.pickups, o.timeout)
+    before = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in roles.items()}
+    rate = drain(sp, o.jobs, o.timeout)
+    after = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in roles.items()}
+    results = {
+        "pickup_p50_ms": percentile(latencies, 0.50) * 1000,
+        "pickup_p99_ms": percentile(latencies, 0.99) * 1000,
+        "drain_jobs_per_s": rate,
+    }
+    for role in roles:
+        results[f"cpu_ms_per_job_{role}"] = (after[role] - before[role]) * 1000 / o.jobs
+    return results
+
+
+def run(o: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="spool-remote-bench-", dir=o.dir))
+    root, logs = work / "spool", work / "logs"
+    logs.mkdir()
+    Spool.init(root, environ={}).close()
+    procs = Processes(root, logs)
+    try:
+        port = free_port()
+        serve = procs.start("serve", "serve", "--self-signed", "--host", "127.0.0.1", "--port", str(port))
+        cacert = root / "tls" / "cert.pem"
+        wait_healthy(port, cacert, 60)
+        coordinator = procs.start("coordinator", "coordinator")
+        sp = open_spool(root, o.jobs)
+        results: dict[str, Any] = {"jobs": o.jobs, "pickups": o.pickups}
+        url = f"https://127.0.0.1:{port}"
+        remote = [
+            procs.start(
+                name, "worker", "--server", url, "--token", add_token(root, name), "--cacert", str(cacert), *TASKS
+            )
+            for name in ("bench-remote-1", "bench-remote-2")
+        ]
+        shared = {"serve": [serve.pid], "coordinator": [coordinator.pid]}
+        results["remote"] = measure(sp, o, {**shared, "workers": [p.pid for p in remote]})
+        procs.stop(remote)
+        local = [procs.start(f"local-{n}", "worker", *TASKS) for n in (1, 2)]
+        results["local"] = measure(sp, o, {**shared, "workers": [p.pid for p in local]})
+        procs.stop(local)
+        sp.close()
+        return results
+    finally:
+        procs.kill_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def print_table(r: dict[str, Any]) -> None:
+    rows = [
+        (f"idle pickup p50 ms ({r['pickups']}, 0-50 ms gaps)", "pickup_p50_ms", "{:.1f}"),
+        ("idle pickup p99 ms", "pickup_p99_ms", "{:.1f}"),
+        (f"drain jobs/s ({r['jobs']} echo, 2 workers)", "drain_jobs_per_s", "{:.0f}"),
+        ("  CPU ms per job: spool serve", "cpu_ms_per_job_serve", "{:.2f}"),
+        ("  CPU ms per job: coordinator", "cpu_ms_per_job_coordinator", "{:.2f}"),
+        ("  CPU ms per job: 2 workers (+ children)", "cpu_ms_per_job_workers", "{:.2f}"),
+    ]
+    width = max(len(label) for label, _, _ in rows)
+    print(f"{'':{width}}  {'remote (API)':>13}  {'local':>8}")
+    for label, key, fmt in rows:
+        print(f"{label:{width}}  {fmt.format(r['remote'][key]):>13}  {fmt.format(r['local'][key]):>8}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=None, help="where the work folder goes (default: the temp dir)")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--pickups", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--json", action="store_true", help="also print the numbers as one JSON line")
+    o = parser.parse_args(argv)
+    results = run(o)
+    print_table(results)
+    if o.json:
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

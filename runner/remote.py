@@ -1,0 +1,349 @@
+"""``spool worker --server URL --token T``: a worker for a spool on another host, over its API.
+
+The same handlers (``--import``, the ``tasks`` setting) run in the same attempt child
+(``runner.child.Child``) as a local worker's, so timeouts, crashes and output behave alike; only
+the moves go over HTTPS, and the server makes them with the same transitions. The worker holds
+no state of its own about a lease beyond what the server handed out (id, attempt, fence).
+
+The loop: long-poll ``POST /v1/leases`` for a job of the registered tasks; run it in the child;
+heartbeat every ``heartbeat_seconds`` the lease names (a third of the coordinator's term: its
+clock alone decides expiry, so a worker that vanishes is expired after the term); a heartbeat
+answering ``{"cancel": true}`` or 409 kills the attempt and drops it (a cancel is reported as a
+failure, which the server turns into the cancel); then complete or fail naming the fence.
+
+The server down or restarting: every call is retried with a capped exponential backoff (0.1 s
+doubling to 5 s), and the log says "server unreachable, retrying" once and "server reachable
+again" once when it answers. An attempt keeps running meanwhile; its outcome waits for the
+server. A 401 (the token was revoked) or 403 ends the worker with an error: no retry fixes it.
+
+Stopping: the first SIGTERM/SIGINT stops polling (a long-poll in flight is cut: the server gives
+back a job it claimed for it; a lease that arrived anyway is released at once); a running attempt
+may finish within ``grace_seconds``, after which it is killed and released over the API
+(``POST /v1/leases/{id}/release``, no try spent). A second signal kills the attempt and releases
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from spool import registry
+from spool.errors import SpoolError
+from spool.runner.child import AttemptRequest, Child, Outcome
+from spool.runner.remote_client import ApiClient, Reply, Unreachable
+from spool.settings import Settings
+
+log = logging.getLogger("spool.worker")
+
+LONG_POLL_SECONDS = 10.0  # how long one lease request waits on the server for a job
+BACKOFF_FIRST_SECONDS = 0.1
+BACKOFF_MAX_SECONDS = 5.0
+CALL_MARGIN_SECONDS = 10.0  # beyond a long-poll's wait, before its answer counts as lost
+STOP_CHECK_SECONDS = 0.05
+OUTCOME_TIMEOUT_SECONDS = 60.0  # a complete or fail call, before its answer counts as lost
+
+
+class Refused(SpoolError):
+    """The server refused this worker for good (a revoked token, the wrong role, a bad request)."""
+
+
+@dataclass(frozen=True)
+class RemoteLease:
+    """What ``POST /v1/leases`` handed out: enough to run the attempt and name its fence."""
+
+    job_id: str
+    attempt: int
+    fence: str
+    task: str
+    args: dict[str, Any]
+    timeout_seconds: float
+    tries_left: int
+    heartbeat_seconds: float
+
+    @classmethod
+    def from_reply(cls, body: Any) -> RemoteLease:
+        try:
+            lease = body["lease"]
+            return cls(
+                job_id=str(lease["id"]),
+                attempt=int(lease["attempt"]),
+                fence=str(lease["fence"]),
+                task=str(lease["task"]),
+                args=dict(lease["args"]),
+                timeout_seconds=float(lease["timeout_seconds"]),
+                tries_left=int(lease["tries_left"]),
+                heartbeat_seconds=max(float(lease["heartbeat_seconds"]), 0.05),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise Refused(f"the server's lease is not one this worker understands: {err!r}") from None
+
+
+class _Stderr:
+    """An attempt's output, on the remote worker's own stderr (its host's log)."""
+
+    def write(self, data: bytes) -> None:
+        try:
+            os.write(2, data)
+        except OSError:
+            pass  # a closed stderr: the output is lost, the attempt is not
+
+
+class RemoteWorker:
+    def __init__(
+        self,
+        client: ApiClient,
+        settings: Settings,
+        *,
+        import_modules: Sequence[str] = (),
+        allow_shell: bool = False,
+        burst: bool = False,
+        sys_path: Sequence[str] = (),
+        long_poll_seconds: float = LONG_POLL_SECONDS,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.burst = burst
+        self.long_poll_seconds = 0.0 if burst else long_poll_seconds
+        self.import_modules = list(dict.fromkeys([*settings.tasks, *import_modules]))
+        registry.import_task_modules(self.import_modules)
+        self.tasks = sorted(registry.registered() | ({"shell"} if allow_shell else set()))
+        self.child = Child(
+            import_modules=self.import_modules,
+            allow_shell=allow_shell,
+            max_result_bytes=settings.max_result_bytes,
+            sys_path=sys_path,
+        )
+        self._signals = 0
+        self._stop_requested_at: float | None = None
+        self._unreachable = False  # said once that the server does not answer
+        self._backoff = 0.0
+        self._idle = True  # no attempt of ours is running or waiting to be reported
+        self._stop_noted = False  # said that a stop waits for the running attempt
+
+    # -- life --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        log.info("remote worker started: server %s, tasks %s", self.client.url, ", ".join(self.tasks))
+        try:
+            while not self._signals:
+                lease = self._next_lease()
+                if lease is None:
+                    if self.burst and not self._unreachable:
+                        break
+                    continue
+                if self._signals:
+                    self._release(lease)
+                    break
+                self._run_attempt(lease)
+        except Refused as err:
+            log.error("remote worker stops: %s", err)
+            return 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.child.close()
+            self.client.close()
+        log.info("remote worker stopped")
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        if self._signals > 1 or self._idle:
+            # A long-poll in flight ends now, not within its wait. A job the server claimed for it
+            # meanwhile is given back by the server, which sees us leave (no try spent).
+            self.client.abort()
+
+    def _must_stop_now(self) -> bool:
+        if not self._signals or self._stop_requested_at is None:
+            return False
+        return self._signals > 1 or time.monotonic() - self._stop_requested_at > self.settings.grace_seconds
+
+    # -- talking to the server ---------------------------------------------------------------
+
+    def _call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply | None:
+        """One call; None when the server did not answer (after this call's backoff wait)."""
+        try:
+            reply = self.client.call(path, body, timeout_seconds=timeout_seconds)
+        except Unreachable as err:
+            if self._signals and self._idle:
+                return None  # our own stop cut the call (``abort``): the server is fine
+            if not self._unreachable:
+                self._unreachable = True
+                log.warning("server unreachable, retrying (%s)", err)
+            self._back_off()
+            return None
+        if self._unreachable:
+            self._unreachable = False
+            log.info("server reachable again: %s", self.client.url)
+        self._backoff = 0.0
+        if reply.status in (401, 403):
+            raise Refused(f"the server refused this worker's token (HTTP {reply.status}): {reply.error()}")
+        return reply
+
+    def _back_off(self) -> None:
+        """Wait the next step of the backoff, returning early when a stop is asked for (at once
+        while idle; with an attempt's outcome to save, only past the grace)."""
+        self._backoff = min(max(self._backoff * 2, BACKOFF_FIRST_SECONDS), BACKOFF_MAX_SECONDS)
+        until = time.monotonic() + self._backoff
+        while time.monotonic() < until and not (self._must_stop_now() or (self._signals and self._idle)):
+            time.sleep(min(STOP_CHECK_SECONDS, max(until - time.monotonic(), 0.0)))
+
+    def _next_lease(self) -> RemoteLease | None:
+        wait = self.long_poll_seconds
+        reply = self._call(
+            "/v1/leases", {"tasks": self.tasks, "wait": wait}, timeout_seconds=wait + CALL_MARGIN_SECONDS
+        )
+        if reply is None or reply.status == 204:
+            return None
+        if reply.status == 200:
+            return RemoteLease.from_reply(reply.body)
+        if reply.status >= 500 or reply.status == 429:
+            log.warning("lease request: %s; retrying", reply.error())
+            self._back_off()
+            return None
+        raise Refused(f"the server refused the lease request (HTTP {reply.status}): {reply.error()}")
+
+    def _lease_call(self, lease: RemoteLease, step: str, body: dict[str, Any], *, patient: bool) -> Reply | None:
+        """A call about ``lease``; ``patient`` retries until the server answers (an outcome that
+        must be saved), else one try (a heartbeat: the next one comes soon anyway)."""
+        path = f"/v1/leases/{lease.job_id}/{step}"
+        # An outcome's move fsyncs (a slow disk may take seconds): give it long before a retry,
+        # which would find the first one done and say "dropped". A beat is short; the next comes.
+        timeout = max(lease.heartbeat_seconds, OUTCOME_TIMEOUT_SECONDS if patient else 5.0)
+        while True:
+            reply = self._call(path, {"fence": lease.fence, **body}, timeout_seconds=timeout)
+            if reply is not None and (reply.status < 500 or not patient):
+                return reply
+            if not patient or self._signals > 1:
+                return None
+            if reply is not None:
+                log.warning("%s of %s: %s; retrying", step, lease.job_id, reply.error())
+                self._back_off()
+
+    # -- one attempt -------------------------------------------------------------------------
+
+    def _run_attempt(self, lease: RemoteLease) -> None:
+        self._idle = False
+        try:
+            self._attempt(lease)
+        finally:
+            self._idle = True
+
+    def _attempt(self, lease: RemoteLease) -> None:
+        log.info("lease %s attempt=%d task=%s", lease.job_id, lease.attempt, lease.task)
+        self.child.begin(
+            AttemptRequest(
+                job_id=lease.job_id,
+                attempt=lease.attempt,
+                task=lease.task,
+                args=lease.args,
+                timeout_seconds=lease.timeout_seconds,
+                tries_left=lease.tries_left,
+                log=_Stderr(),
+            )
+        )
+        beats, interval = 0, lease.heartbeat_seconds
+        next_beat = time.monotonic() + interval
+        while True:
+            outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
+            if outcome is not None:
+                self._report(lease, outcome)
+                return
+            if self._signals and not self._stop_noted:
+                self._stop_noted = True
+                log.info(
+                    "stopping: attempt %d of %s may finish within %gs (a second signal ends it now)",
+                    lease.attempt,
+                    lease.job_id,
+                    self.settings.grace_seconds,
+                )
+            if self._must_stop_now():
+                self.child.kill()
+                self._release(lease)
+                return
+            if time.monotonic() >= next_beat:
+                beats += 1
+                # progress: send the child's newest spool.progress() value here, as
+                # {"progress": {"fraction", "message"}}, once the child collects it for its worker.
+                reply = self._lease_call(lease, "heartbeat", {"counter": beats}, patient=False)
+                interval = _interval(reply, interval)  # a coordinator restarted with a shorter term
+                next_beat = time.monotonic() + interval
+                if reply is None:
+                    continue  # the server is away: the attempt runs on; its lease is the coordinator's call
+                if reply.status == 409:
+                    self.child.kill()
+                    log.warning("attempt %d of %s killed: %s", lease.attempt, lease.job_id, reply.error())
+                    return
+                if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("cancel") is True:
+                    self.child.kill()
+                    self._cancelled(lease)
+                    return
+                if reply.status != 200:
+                    log.warning("heartbeat of %s: %s", lease.job_id, reply.error())
+
+    def _report(self, lease: RemoteLease, outcome: Outcome) -> None:
+        if outcome.ok:
+            reply = self._lease_call(lease, "complete", {"result": outcome.value}, patient=True)
+            if reply is not None and reply.status in (413, 422):
+                # The server refused the value itself (too large for its max_result_bytes): the
+                # attempt failed, as a local worker's child fails a result over the cap.
+                outcome = Outcome(ok=False, value=None, error=f"result refused: {reply.error()}", reject=False)
+            else:
+                self._said(lease, "complete", reply)
+                return
+        body = {"error": outcome.error or "failed", "reject": outcome.reject}
+        self._said(lease, "fail", self._lease_call(lease, "fail", body, patient=True))
+
+    def _said(self, lease: RemoteLease, step: str, reply: Reply | None) -> None:
+        if reply is None:
+            log.warning(
+                "attempt %d of %s: stopping before its %s was saved; its lease will expire",
+                lease.attempt,
+                lease.job_id,
+                step,
+            )
+        elif reply.status == 200:
+            state = reply.body.get("state") if isinstance(reply.body, dict) else "?"
+            log.info("%s %s attempt=%d -> %s", step, lease.job_id, lease.attempt, state)
+        else:
+            log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, reply.error())
+
+    def _cancelled(self, lease: RemoteLease) -> None:
+        """A cancel request: the attempt is killed; the server ends the job cancelled."""
+        body = {"error": "cancelled by request while running"}
+        self._said(lease, "fail", self._lease_call(lease, "fail", body, patient=True))
+
+    def _release(self, lease: RemoteLease) -> None:
+        reply = self._lease_call(lease, "release", {}, patient=False)
+        if reply is not None and reply.status != 200:
+            log.warning("release of %s skipped: %s", lease.job_id, reply.error())
+        elif reply is not None:
+            log.info("release %s attempt=%d", lease.job_id, lease.attempt)
+
+
+def _interval(reply: Reply | None, current: float) -> float:
+    """The heartbeat interval a heartbeat's answer names (a third of the published term), else ``current``."""
+    if reply is not None and reply.status == 200 and isinstance(reply.body, dict):
+        named = reply.body.get("heartbeat_seconds")
+        if isinstance(named, (int, float)) and not isinstance(named, bool) and named > 0:
+            return max(float(named), 0.05)
+    return current
+
+
+def run_remote_worker(client: ApiClient, settings: Settings, **options: Any) -> int:
+    try:
+        return RemoteWorker(client, settings, **options).run()
+    except SpoolError as err:  # a refusal before the loop (a task module that will not import, say)
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code

@@ -1,0 +1,153 @@
+"""The remote worker's HTTPS client: stdlib ``http.client`` over ``ssl``, one keep-alive connection.
+
+Why the standard library: four JSON POSTs to one host need no more, and a worker host then
+needs nothing beyond spool's own dependencies. The context is ``ssl.create_default_context``:
+it verifies the certificate against the system's CAs (or ``--cacert``) and the host name, and
+refuses TLS below 1.2. The token goes in the Authorization header only, never in a URL or a log.
+
+``call`` answers a ``Reply`` for every HTTP answer (the caller decides what a status means) and
+raises ``Unreachable`` when no answer came (refused, reset, timed out, a 502/503/504 from a proxy
+in front); ``CertificateRefused`` when the server's certificate does not verify, which no retry
+can fix. A keep-alive connection the server closed while idle is reopened once, silently.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from spool.errors import SpoolError, UsageError
+
+USER_AGENT = "spool-remote-worker"
+_GATEWAY = (502, 504)  # a proxy's "the server behind me is down"
+
+
+class Unreachable(Exception):
+    """No answer from the server (yet): retry with a backoff."""
+
+
+class CertificateRefused(SpoolError):
+    """The server's certificate did not verify against the trusted CAs (``--cacert``)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: Any  # the JSON document, or None (204, or a body that is not JSON)
+
+    def error(self) -> str:
+        """The server's own words for a failure: ``{"error", "where"}``, as one line."""
+        if isinstance(self.body, dict) and "error" in self.body:
+            where = self.body.get("where")
+            return f"{self.body['error']}" + (f" (at {where})" if where else "")
+        return f"HTTP {self.status}"
+
+
+class ApiClient:
+    def __init__(self, url: str, token: str, cacert: str | None = None) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme != "https" or not parsed.hostname:
+            raise UsageError(f"--server {url!r}: expected an https:// URL (the API speaks HTTPS only)")
+        if parsed.query or parsed.fragment or parsed.username:
+            raise UsageError(f"--server {url!r}: give the server's address only (no query, fragment or user)")
+        if not token or any(c.isspace() for c in token):
+            raise UsageError("--token: expected the token `spool token add` printed")
+        self.url = f"https://{parsed.netloc}{parsed.path.rstrip('/')}"
+        self._host, self._port, self._base = parsed.hostname, parsed.port or 443, parsed.path.rstrip("/")
+        try:
+            self._context = ssl.create_default_context(cafile=cacert)
+        except (OSError, ssl.SSLError) as err:
+            raise UsageError(f"--cacert {cacert}: cannot load it ({err})") from None
+        self._context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        self._conn: http.client.HTTPSConnection | None = None
+        self._aborted = False  # abort() ended the call in flight: no silent retry of it
+        self._in_flight = False
+
+    def call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply:
+        """POST ``body`` as JSON to ``path`` (under the server's URL) and read the answer."""
+        data = json.dumps(body, allow_nan=False).encode()
+        self._aborted, self._in_flight = False, True
+        try:
+            return self._exchange(path, data, timeout_seconds)
+        finally:
+            self._in_flight = False
+
+    def _exchange(self, path: str, data: bytes, timeout_seconds: float) -> Reply:
+        for first in (True, False):
+            conn, reused = self._connection(timeout_seconds)
+            try:
+                conn.request("POST", self._base + path, body=data, headers=self._headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except ssl.SSLCertVerificationError as err:
+                self.close()
+                raise CertificateRefused(f"{self.url}: its certificate does not verify: {err.verify_message}") from None
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as err:
+                self.close()
+                if first and reused and not self._aborted:
+                    continue  # RACE: the server closed our idle keep-alive connection as we sent
+                raise Unreachable(f"{self.url}: {type(err).__name__}: {err}") from None
+            except (OSError, http.client.HTTPException) as err:
+                self.close()
+                raise Unreachable(f"{self.url}: {type(err).__name__}: {err}") from None
+            if response.will_close:
+                self.close()
+            if response.status in _GATEWAY or (response.status == 503 and not _is_ours(raw)):
+                raise Unreachable(f"{self.url}: HTTP {response.status} from a proxy in front of it")
+            return Reply(response.status, _json_or_none(raw))
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def abort(self) -> None:
+        """End the call in flight now, if one is (from a signal handler); it raises Unreachable."""
+        if not self._in_flight:
+            return
+        self._aborted = True
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected (any more): nothing in flight to end
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self, timeout_seconds: float) -> tuple[http.client.HTTPSConnection, bool]:
+        """The open connection (True: reused) with this call's timeout, or a new one."""
+        if self._conn is None:
+            self._conn = http.client.HTTPSConnection(
+                self._host, self._port, timeout=timeout_seconds, context=self._context
+            )
+            return self._conn, False
+        self._conn.timeout = timeout_seconds
+        if self._conn.sock is not None:
+            self._conn.sock.settimeout(timeout_seconds)
+        return self._conn, self._conn.sock is not None
+
+
+def _json_or_none(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _is_ours(raw: bytes) -> bool:
+    """A 503 from spool itself (a full disk) carries its JSON error; a proxy's does not."""
+    body = _json_or_none(raw)
+    return isinstance(body, dict) and "error" in body
