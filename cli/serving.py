@@ -108,10 +108,19 @@ def token_list(app: App) -> None:
 @click.argument("name")
 @pass_app
 def token_revoke(app: App, name: str) -> None:
-    """Revoke NAME's token: refused at the server's next request."""
-    if not TokenStore(app.spool()).revoke(name):
+    """Revoke NAME's token: refused at the server's next request, and a work token's leases
+    fenced now (expired, the try already counted at pickup), so its worker's attempts can neither
+    finish nor hold their jobs until the term runs out."""
+    # start-up: only a revoke reads leases; `token add` and `list` never do
+    from spool.remote_leases import fence_worker
+
+    sp = app.spool()
+    tokens = TokenStore(sp)
+    role = next((info.role for info in tokens.list() if info.name == name), None)
+    if not tokens.revoke(name):
         raise NotFound(f"no token named {name!r}")
+    fenced = fence_worker(sp, name) if role != "submit" else []  # a submit token never holds a lease
     if app.json_output:
-        echo_json({"revoked": name})
+        echo_json({"revoked": name, "fenced": fenced})
     else:
-        click.echo(f"token {name} revoked")
+        click.echo(f"token {name} revoked" + (f"; its leases fenced: {', '.join(fenced)}" if fenced else ""))

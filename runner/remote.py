@@ -37,6 +37,7 @@ from typing import Any
 
 from spool import registry
 from spool.errors import SpoolError
+from spool.runner.progress_writes import ProgressWrites
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.remote_client import ApiClient, Reply, Unreachable
 from spool.settings import Settings
@@ -255,8 +256,11 @@ class RemoteWorker:
         )
         beats, interval = 0, lease.heartbeat_seconds
         next_beat = time.monotonic() + interval
+        shown = ProgressWrites()  # the handler's spool.progress(), sent promptly but coalesced
         while True:
-            outcome = self.child.poll(max(0.0, min(next_beat - time.monotonic(), 0.5)))
+            wake = min(next_beat, shown.due())
+            outcome = self.child.poll(max(0.0, min(wake - time.monotonic(), 0.5)), until_progress=wake == next_beat)
+            shown.offer(self.child.take_progress())
             if outcome is not None:
                 self._report(lease, outcome)
                 return
@@ -272,25 +276,30 @@ class RemoteWorker:
                 self.child.kill()
                 self._release(lease)
                 return
-            if time.monotonic() >= next_beat:
-                beats += 1
-                # progress: send the child's newest spool.progress() value here, as
-                # {"progress": {"fraction", "message"}}, once the child collects it for its worker.
-                reply = self._lease_call(lease, "heartbeat", {"counter": beats}, patient=False)
+            beat_due = time.monotonic() >= next_beat
+            if not beat_due and shown.due() > time.monotonic():
+                continue
+            beats += 1 if beat_due else 0  # progress alone sends the same counter: not a beat
+            progress = shown.write()
+            body: dict[str, object] = {"counter": beats}
+            if progress is not None:
+                body["progress"] = progress.to_mapping()
+            reply = self._lease_call(lease, "heartbeat", body, patient=False)
+            if beat_due:
                 interval = _interval(reply, interval)  # a coordinator restarted with a shorter term
                 next_beat = time.monotonic() + interval
-                if reply is None:
-                    continue  # the server is away: the attempt runs on; its lease is the coordinator's call
-                if reply.status == 409:
-                    self.child.kill()
-                    log.warning("attempt %d of %s killed: %s", lease.attempt, lease.job_id, reply.error())
-                    return
-                if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("cancel") is True:
-                    self.child.kill()
-                    self._cancelled(lease)
-                    return
-                if reply.status != 200:
-                    log.warning("heartbeat of %s: %s", lease.job_id, reply.error())
+            if reply is None:
+                continue  # the server is away: the attempt runs on; its lease is the coordinator's call
+            if reply.status == 409:
+                self.child.kill()
+                log.warning("attempt %d of %s killed: %s", lease.attempt, lease.job_id, reply.error())
+                return
+            if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("cancel") is True:
+                self.child.kill()
+                self._cancelled(lease)
+                return
+            if reply.status != 200:
+                log.warning("heartbeat of %s: %s", lease.job_id, reply.error())
 
     def _report(self, lease: RemoteLease, outcome: Outcome) -> None:
         if outcome.ok:

@@ -40,6 +40,7 @@ from spool.fence import Held
 from spool.ids import is_valid_id
 from spool.job import tail
 from spool.layout import State
+from spool.progress import check as check_progress
 from spool.records import Lease, LeaseStatus
 from spool.registry import is_valid_task_name
 from spool.remote_leases import fence_of, held_by_fence
@@ -187,12 +188,11 @@ class _Leases:
             counter = time.monotonic_ns() // 1_000_000  # changes at every beat: all the coordinator reads
         elif not isinstance(counter, int) or isinstance(counter, bool) or not 0 <= counter < 2**62:
             raise ApiError(422, "expected a whole number from 0", "body.counter")
-        if body.get("progress") is not None:
-            _progress(body["progress"])
-            # progress: pass it on as heartbeat(..., progress=Progress(fraction, message)) once
-            # spool.fence.heartbeat takes it (it rides on the heartbeat file, no extra fsync).
+        # The handler's progress rides on the heartbeat file (no extra fsync); a beat that brings
+        # only progress carries the counter of the last one, so it keeps no lease alive.
+        progress = None if body.get("progress") is None else check_progress(*_progress(body["progress"]))
         await self._heard_from(lease.worker, request)
-        await _off_loop(heartbeat, self.sp, lease, counter)
+        await _off_loop(heartbeat, self.sp, lease, counter, progress)
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
             raise ApiError(409, await self._why_lost(lease.job_id, lease.attempt), "path.id")

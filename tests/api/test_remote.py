@@ -292,12 +292,7 @@ def _revoke(served: Any, name: str, *, fence: bool) -> None:
             fence_worker(sp, name)
 
 
-WIRING = "spool token revoke does not call spool.remote_leases.fence_worker yet: remove this mark once it does"
-
-
-@pytest.mark.parametrize(
-    "fence", [True, pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=WIRING))], ids=["fenced", "cli"]
-)
+@pytest.mark.parametrize("fence", [True, False], ids=["fenced", "cli"])
 def test_revoking_a_token_fences_its_workers_leases(served: Any, processes: Processes, fence: bool) -> None:
     processes.coordinator()
     with _spool(served) as sp:
