@@ -289,10 +289,14 @@ def test_spool_logs_streams_a_huge_log_instead_of_reading_it_whole(kit, tmp_path
     from spool.transitions import claim
 
     assert claim(kit.sp, "tester", ["echo"]) is not None
-    probe = ("import resource, sys\n"
+    # The peak is VmHWM, this process's own memory's high-water mark. Not ru_maxrss: Linux keeps
+    # that across execve, so after subprocess's vfork it reports the pytest process's size.
+    probe = ("import sys\n"
              "from spool.cli.main import main\n"
              "try:\n    main(sys.argv[1:])\n"
-             "finally:\n    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+             "finally:\n"
+             "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+             "    print(hwm.split()[1], file=sys.stderr)\n")
     with open(os.devnull, "wb") as sink:
         done = subprocess.run([sys.executable, "-c", probe, "--spool", str(kit.spool_dir), "logs", job_id],
                               stdout=sink, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
