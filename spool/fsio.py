@@ -100,13 +100,14 @@ class RealFS:
 
     # -- files -------------------------------------------------------------------------------
 
-    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
-        """Create ``name`` exclusively, write all of ``data``, fsync it if ``sync``."""
+    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool, mode: int | None = None) -> None:
+        """Create ``name`` exclusively, write all of ``data``, fsync it if ``sync``. ``mode``
+        (default the spool's ``file_mode``) is for a private file, such as the API's keys."""
         try:
             fd = os.open(
                 name,
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                self.file_mode,
+                self.file_mode if mode is None else mode,
                 dir_fd=dir_fd,
             )
         except OSError as err:

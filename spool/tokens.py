@@ -188,19 +188,7 @@ class TokenStore:
         return acquire(self._sp.layout.fd("locks"), tls_lock_name(), blocking=True)
 
     def _write(self, entries: _Entries) -> None:
-        """tmp/ (0600, fsync'd), renamed over tls/tokens.yaml, tls/ fsync'd."""
-        tmp_fd, tls_fd = self._sp.layout.fd("tmp"), self._sp.layout.fd(TLS)
-        staged = tmp_name()
-        mode, fs.file_mode = fs.file_mode, _FILE_MODE  # 0600 even in a group-shared spool
-        try:
-            fs.write_new(tmp_fd, staged, _encode(entries), sync=True)
-        finally:
-            fs.file_mode = mode
-        try:
-            fs.rename_replace(tmp_fd, staged, tls_fd, TOKENS_NAME)
-        finally:
-            fs.unlink(tmp_fd, staged, missing_ok=True)
-        fs.fsync_dir(tls_fd)
+        write_tls_file(self._sp, TOKENS_NAME, _encode(entries))
         self._entries, self._identity = entries, self._file_identity()
         self._last_write = self._sp.clock.monotonic()
 
@@ -240,3 +228,17 @@ def _decode(data: bytes) -> _Entries:
         last_used = None if last is None else parse_time(last, f"{at}.last_used").timestamp()
         entries.append(_Entry(TokenInfo(row["name"], row["role"], created, last_used), row["sha256"]))
     return entries
+
+
+def write_tls_file(sp: Handle, name: str, data: bytes) -> None:
+    """Publish ``tls/<name>`` durably and private: staged in tmp/ as 0600 (even in a group-shared
+    spool) and fsync'd, renamed over the old one, tls/ fsync'd. A crash leaves the old file or the
+    new one; a staged file it strands in tmp/ is swept with the rest of tmp/."""
+    tmp_fd, tls_fd = sp.layout.fd("tmp"), sp.layout.fd(TLS)
+    staged = tmp_name()
+    fs.write_new(tmp_fd, staged, data, sync=True, mode=_FILE_MODE)
+    try:
+        fs.rename_replace(tmp_fd, staged, tls_fd, name)
+    finally:
+        fs.unlink(tmp_fd, staged, missing_ok=True)
+    fs.fsync_dir(tls_fd)

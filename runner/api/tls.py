@@ -24,11 +24,11 @@ from cryptography.x509.oid import NameOID
 
 from spool.fsio import fs
 from spool.handle import Handle
-from spool.layout import CERT_NAME, KEY_NAME, TLS, tls_lock_name, tmp_name
+from spool.layout import CERT_NAME, KEY_NAME, TLS, tls_lock_name
 from spool.locks import acquire
+from spool.tokens import write_tls_file
 
 VALID_DAYS = 3650
-_KEY_MODE = 0o600
 
 
 def self_signed(sp: Handle) -> tuple[Path, Path, bool]:
@@ -87,17 +87,5 @@ def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:
 
 
 def _publish(sp: Handle, name: str, data: bytes) -> None:
-    """tmp/ (0600, fsync'd), renamed into tls/ (over a key left by a crash before its cert),
-    tls/ fsync'd."""
-    tmp_fd, tls_fd = sp.layout.fd("tmp"), sp.layout.fd(TLS)
-    staged = tmp_name()
-    mode, fs.file_mode = fs.file_mode, _KEY_MODE
-    try:
-        fs.write_new(tmp_fd, staged, data, sync=True)
-    finally:
-        fs.file_mode = mode
-    try:
-        fs.rename_replace(tmp_fd, staged, tls_fd, name)
-    finally:
-        fs.unlink(tmp_fd, staged, missing_ok=True)
-    fs.fsync_dir(tls_fd)
+    """Into tls/ durably, 0600 (over a key left by a crash before its cert)."""
+    write_tls_file(sp, name, data)

@@ -115,9 +115,9 @@ class FaultFS(RealFS):
 
     # -- the RealFS methods that make risky calls --------------------------------------------
 
-    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
+    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool, mode: int | None = None) -> None:
         with self._in("write_new", name):
-            super().write_new(dir_fd, name, data, sync=sync)
+            super().write_new(dir_fd, name, data, sync=sync, mode=mode)
 
     def fsync_dir(self, dir_fd: int) -> None:
         with self._in("fsync_dir", ""):

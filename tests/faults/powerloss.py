@@ -152,8 +152,8 @@ class RecordingFS(RealFS):
         where = self.rel(dir_fd)
         self._log(None if where is None else Op("fsync_file", where, name))
 
-    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
-        super().write_new(dir_fd, name, data, sync=sync)
+    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool, mode: int | None = None) -> None:
+        super().write_new(dir_fd, name, data, sync=sync, mode=mode)
         where = self.rel(dir_fd)
         self._log(None if where is None else Op("create", where, name, data=bytes(data), synced=sync))
 
