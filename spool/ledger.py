@@ -21,6 +21,7 @@ method as a typed error: ``DiskFull`` (SQLITE_FULL), ``LedgerUnusable`` (not a d
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sqlite3
 import threading
@@ -259,6 +260,20 @@ class Ledger(LedgerQueries):
             db.execute(
                 "INSERT INTO workers VALUES(?,?,?,?,?) ON CONFLICT(name) DO UPDATE SET seen = excluded.seen",
                 (name, pid, host, started, seen),
+            )
+
+    def remote_worker_seen(
+        self, name: str, host: str, started: float, seen: float, tasks: Collection[str] | None
+    ) -> None:
+        """A server heard from remote worker ``name``; ``tasks`` None (a heartbeat says none)
+        keeps the ones its last lease request asked for."""
+        listed = None if tasks is None else json.dumps(sorted(tasks))
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO remote_workers(name, host, started, seen, tasks) VALUES(?,?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET host = excluded.host, started = excluded.started, "
+                "seen = excluded.seen, tasks = coalesce(excluded.tasks, remote_workers.tasks)",
+                (name, host, started, seen, listed),
             )
 
     # -- reads -------------------------------------------------------------------------------

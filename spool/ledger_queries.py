@@ -7,12 +7,13 @@ and the questions the layers above ask can grow without it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable
 from typing import Any
 
 
 class LedgerQueries:
-    """Queries over the jobs, deps, history and workers tables, through ``_read``."""
+    """Queries over the jobs, deps, history, workers and remote_workers tables, through ``_read``."""
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         raise NotImplementedError  # spool.ledger.Ledger: one read transaction
@@ -89,6 +90,16 @@ class LedgerQueries:
     def workers(self) -> list[tuple[str, int, str, float, float]]:
         return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
 
+    def remote_workers(self, since: float) -> list[tuple[str, str, float, float, list[str] | None]]:
+        """(name, host, started, seen, tasks) of the remote workers heard from at ``since`` or
+        later, latest first; tasks None when none were recorded yet. A read-only reader of a
+        ledger older than the table finds none."""
+        if not self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'remote_workers'"):
+            return []
+        sql = "SELECT name, host, started, seen, tasks FROM remote_workers WHERE seen >= ? ORDER BY seen DESC"
+        rows = self._read(sql, (since,))
+        return [(name, host, started, seen, _task_list(tasks)) for name, host, started, seen, tasks in rows]
+
     def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
         """id -> state of these jobs' rows (a job without a row is not in the answer)."""
         ids, sql = list(job_ids), "SELECT id, state FROM jobs WHERE id IN ({})"
@@ -111,3 +122,11 @@ class LedgerQueries:
 def _prefix_range(prefix: str) -> tuple[str, str]:
     """Keys starting with ``prefix`` are those in [low, high): a range the by_key index answers."""
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _task_list(text: str | None) -> list[str] | None:
+    try:
+        tasks = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return [str(task) for task in tasks] if isinstance(tasks, list) else None
