@@ -21,7 +21,6 @@ method as a typed error: ``DiskFull`` (SQLITE_FULL), ``LedgerUnusable`` (not a d
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sqlite3
 import threading
@@ -266,8 +265,9 @@ class Ledger(LedgerQueries):
         self, name: str, host: str, started: float, seen: float, tasks: Collection[str] | None
     ) -> None:
         """A server heard from remote worker ``name``; ``tasks`` None (a heartbeat says none)
-        keeps the ones its last lease request asked for."""
-        listed = None if tasks is None else json.dumps(sorted(tasks))
+        keeps the ones its last lease request asked for. Stored space-separated: no task name
+        holds a space (``spool.registry.TASK_NAME``)."""
+        listed = None if tasks is None else " ".join(sorted(set(tasks)))
         with self._write() as db:
             db.execute(
                 "INSERT INTO remote_workers(name, host, started, seen, tasks) VALUES(?,?,?,?,?) "

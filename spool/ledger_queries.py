@@ -7,7 +7,6 @@ and the questions the layers above ask can grow without it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -98,7 +97,10 @@ class LedgerQueries:
             return []
         sql = "SELECT name, host, started, seen, tasks FROM remote_workers WHERE seen >= ? ORDER BY seen DESC"
         rows = self._read(sql, (since,))
-        return [(name, host, started, seen, _task_list(tasks)) for name, host, started, seen, tasks in rows]
+        return [
+            (name, host, started, seen, None if tasks is None else tasks.split())
+            for name, host, started, seen, tasks in rows
+        ]
 
     def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
         """id -> state of these jobs' rows (a job without a row is not in the answer)."""
@@ -122,11 +124,3 @@ class LedgerQueries:
 def _prefix_range(prefix: str) -> tuple[str, str]:
     """Keys starting with ``prefix`` are those in [low, high): a range the by_key index answers."""
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
-
-
-def _task_list(text: str | None) -> list[str] | None:
-    try:
-        tasks = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return [str(task) for task in tasks] if isinstance(tasks, list) else None

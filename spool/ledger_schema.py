@@ -9,7 +9,7 @@ Tables (schema version 3, in ``PRAGMA user_version``):
                                            last pass, drops seen by the coordinator
     workers(name, pid, host, started, seen)  local workers seen, for ``spool stats``
     remote_workers(name, host, started, seen, tasks)   remote workers a server heard from, with
-                                           the tasks they asked for (a JSON list; NULL: not yet)
+                                           the tasks they asked for (space-separated; NULL: not yet)
 ``jobs.key`` is a plain index, not UNIQUE: keys/ and the files decide what a key means, and an
 index must never refuse a row the files hold (version 1 had UNIQUE: a submit racing a purge of
 the same key was refused after its job was written). A remote worker has no process here and

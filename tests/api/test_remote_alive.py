@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from spool import Spool
 from spool.layout import State
 from spool.stats import collect
 from support import run_spool, wait_until
-from test_remote import Processes, _done, _holder, _wait_running
+from test_remote import LEASE_SECONDS, Processes, _done, _holder, _wait_running
 
 CONTROL_TASK = "zz_nobody_handles"  # sorts after "sleep": the coordinator warns about tasks in order
 UNHANDLED = "no live worker handles task"
@@ -105,3 +106,23 @@ def test_a_server_restart_expires_no_remote_lease(served: Any, processes: Proces
     assert [(a["attempt"], a["worker"], a["outcome"]) for a in attempts] == [(1, "remote-a", "done")]
     assert f"expire {job_id}" not in processes.log("coordinator"), processes.log("coordinator")
     assert _alive(served, "remote-a") is not None, "heard from again by the restarted server"
+
+
+def test_an_idle_remote_worker_in_its_long_poll_stays_alive_and_the_dashboard_lists_it_remote(
+    served: Any, processes: Processes
+) -> None:
+    from test_dashboard import Browser
+
+    processes.coordinator()  # a 1.5 s term, shorter than one long-poll's wait
+    processes.remote("remote-a")
+    wait_until(lambda: _alive(served, "remote-a"), 30, message="remote-a alive")
+    # Sampled across several terms: a long-poll's wait alone keeps it alive, no job needed.
+    deadline = time.monotonic() + 3 * float(LEASE_SECONDS)
+    while time.monotonic() < deadline:
+        assert _alive(served, "remote-a") is not None, "alive while it waits for a job"
+    browser = Browser(served)
+    browser.login(served.token("viewer", "submit"))
+    page = browser.get("/workers").body
+    local = page[page.index('id="local-workers"') : page.index('id="remote-workers"')]
+    remote = page[page.index('id="remote-workers"') :]
+    assert "remote-a" not in local and "<td>remote-a</td>" in remote, page
