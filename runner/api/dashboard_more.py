@@ -9,9 +9,9 @@ liveness locks (alive now: only those names' locks are probed, never a listing o
 which holds a lock per key, 100,000 of them at 100,000 keyed jobs). Remote ones from the ledger's
 ``remote_workers`` table (heard from by the server, with the tasks they ask for; alive within
 the lease term, ``spool.workers``), then the work tokens used without such a record (a work
-token's name is its worker's name) and the holders of leases nobody else lists. What each holds comes from the ledger (a
-leased job's claim names its worker). A worker not alive and not heard from for
-``AGE_OUT_SECONDS`` is left out.
+token's name is its worker's name) and the holders of leases nobody else lists. What each holds
+comes from the ledger (a leased job's claim names its worker). A worker not alive and not heard
+from for ``AGE_OUT_SECONDS`` is left out.
 """
 
 from __future__ import annotations

@@ -80,6 +80,10 @@ def test_a_busy_remote_worker_is_alive_and_its_waiting_task_is_not_called_unhand
     with Spool(served.root, environ={}) as sp:
         assert sp.state(waiting) is State.PENDING, "the sleep job waited all along"
         assert collect(sp)["unhandled_tasks"] == {CONTROL_TASK: 1}
+    status = run_spool("--json", "status", waiting, spool=served.root)
+    assert status.returncode == 0, status.stderr
+    view = json.loads(status.stdout)
+    assert view["handled_by"] == ["remote-a"] and "warning" not in view, view  # spool status agrees
     stats = _alive(served, "remote-a")  # a whole term later (the grace is longer): still alive
     assert stats is not None and "sleep" in stats["tasks"]
 
