@@ -1,4 +1,5 @@
-"""The coordinator's warning about tasks whose ready jobs no live worker handles."""
+"""The coordinator's warning about tasks whose ready jobs no live worker handles (local workers by
+their locks, remote ones by when the server last heard from them: ``spool.workers``)."""
 
 from __future__ import annotations
 

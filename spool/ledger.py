@@ -261,6 +261,21 @@ class Ledger(LedgerQueries):
                 (name, pid, host, started, seen),
             )
 
+    def remote_worker_seen(
+        self, name: str, host: str, started: float, seen: float, tasks: Collection[str] | None
+    ) -> None:
+        """A server heard from remote worker ``name``; ``tasks`` None (a heartbeat says none)
+        keeps the ones its last lease request asked for. Stored space-separated: no task name
+        holds a space (``spool.registry.TASK_NAME``)."""
+        listed = None if tasks is None else " ".join(sorted(set(tasks)))
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO remote_workers(name, host, started, seen, tasks) VALUES(?,?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET host = excluded.host, started = excluded.started, "
+                "seen = excluded.seen, tasks = coalesce(excluded.tasks, remote_workers.tasks)",
+                (name, host, started, seen, listed),
+            )
+
     # -- reads -------------------------------------------------------------------------------
 
     def check(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 
 class LedgerQueries:
-    """Queries over the jobs, deps, history and workers tables, through ``_read``."""
+    """Queries over the jobs, deps, history, workers and remote_workers tables, through ``_read``."""
 
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         raise NotImplementedError  # spool.ledger.Ledger: one read transaction
@@ -88,6 +88,19 @@ class LedgerQueries:
 
     def workers(self) -> list[tuple[str, int, str, float, float]]:
         return self._read("SELECT name, pid, host, started, seen FROM workers ORDER BY seen DESC")
+
+    def remote_workers(self, since: float) -> list[tuple[str, str, float, float, list[str] | None]]:
+        """(name, host, started, seen, tasks) of the remote workers heard from at ``since`` or
+        later, latest first; tasks None when none were recorded yet. A read-only reader of a
+        ledger older than the table finds none."""
+        if not self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'remote_workers'"):
+            return []
+        sql = "SELECT name, host, started, seen, tasks FROM remote_workers WHERE seen >= ? ORDER BY seen DESC"
+        rows = self._read(sql, (since,))
+        return [
+            (name, host, started, seen, None if tasks is None else tasks.split())
+            for name, host, started, seen, tasks in rows
+        ]
 
     def states_of(self, job_ids: Collection[str]) -> dict[str, str]:
         """id -> state of these jobs' rows (a job without a row is not in the answer)."""

@@ -1,16 +1,22 @@
 """The ledger's tables: the schema ``spool.ledger`` reads and writes, and its migration.
 
-Tables (schema version 2, in ``PRAGMA user_version``):
+Tables (schema version 3, in ``PRAGMA user_version``):
     jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
          reason, submitted_at, updated)    one row per job file; state = the folder
     deps(job_id, dep_id)                   depends_on of every job, for promotion and skips
     history(seq, job_id, at, event, attempt, worker, detail)   one row per transition
     meta(name, value)                      ready_seq counter, coordinator's lease term and
                                            last pass, drops seen by the coordinator
-    workers(name, pid, host, started, seen)  workers seen, for ``spool stats``
+    workers(name, pid, host, started, seen)  local workers seen, for ``spool stats``
+    remote_workers(name, host, started, seen, tasks)   remote workers a server heard from, with
+                                           the tasks they asked for (space-separated; NULL: not yet)
 ``jobs.key`` is a plain index, not UNIQUE: keys/ and the files decide what a key means, and an
 index must never refuse a row the files hold (version 1 had UNIQUE: a submit racing a purge of
-the same key was refused after its job was written). A version-1 ledger is migrated on open.
+the same key was refused after its job was written). A remote worker has no process here and
+no liveness lock, so its own table says who is alive: one heard from within the lease term (version 2
+kept it in ``workers`` with pid 0; the migration moves such rows). Its own table, not a column of
+``workers``: a process of an older version still inserts 5-value rows there. An older ledger is
+migrated on open.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import sqlite3
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs(
@@ -37,6 +43,7 @@ CREATE TABLE IF NOT EXISTS history(seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL
 CREATE INDEX IF NOT EXISTS history_by_job ON history(job_id, seq);
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS workers(name TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL, seen REAL);
+CREATE TABLE IF NOT EXISTS remote_workers(name TEXT PRIMARY KEY, host TEXT, started REAL, seen REAL, tasks TEXT);
 """
 
 # Version 1 -> 2: jobs.key loses UNIQUE. SQLite can't drop a constraint: copy the rows over.
@@ -44,6 +51,13 @@ _MIGRATE_FROM_1 = """
 DROP INDEX IF EXISTS claim_order;
 DROP INDEX IF EXISTS by_state;
 ALTER TABLE jobs RENAME TO jobs_v1;
+"""
+
+# Version 2 -> 3: the server's records of remote workers (pid 0 in ``workers``) to their own table.
+_MOVE_REMOTE_WORKERS = """
+INSERT OR IGNORE INTO remote_workers(name, host, started, seen)
+    SELECT name, host, started, seen FROM workers WHERE pid = 0;
+DELETE FROM workers WHERE pid = 0;
 """
 
 
@@ -65,6 +79,9 @@ def migrate(db: sqlite3.Connection) -> None:
             if old:
                 db.execute("INSERT INTO jobs SELECT * FROM jobs_v1")
                 db.execute("DROP TABLE jobs_v1")
+            for statement in _MOVE_REMOTE_WORKERS.split(";"):
+                if statement.strip():
+                    db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:

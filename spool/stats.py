@@ -14,7 +14,7 @@ from spool.fsio import fs
 from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_lock_name, worker_of_lock_name
 from spool.locks import is_held
 from spool.timetext import format_time, parse_time
-from spool.workers import unhandled_ready
+from spool.workers import FORGET_AFTER_SECONDS, LiveWorker, live_workers, remote_term, unhandled_ready
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -53,17 +53,8 @@ def collect(sp: Handle) -> dict[str, Any]:
 def _from_ledger(sp: Handle) -> dict[str, Any]:
     now = sp.clock.wall()
     oldest = sp.ledger.oldest_ready_submitted()
-    workers = [
-        {
-            "name": name,
-            "pid": pid,
-            "host": host,
-            "started": format_time(started),
-            "seen": format_time(seen),
-            "alive": bool(is_held(sp.layout.fd("locks"), worker_lock_name(name))),
-        }
-        for name, pid, host, started, seen in sp.ledger.workers()
-    ]
+    live = live_workers(sp)
+    workers = _local_seen(sp, live) + _remote_heard(sp, now)
     return {
         "counts": sp.ledger.counts(),
         "ready": sp.ledger.ready_pending_count(),
@@ -71,9 +62,50 @@ def _from_ledger(sp: Handle) -> dict[str, Any]:
         "completed_last_minute": sp.ledger.completed_since(now - 60),
         "coordinator": coordinator_state(sp),
         "workers": [w for w in workers if w["alive"]] + [w for w in workers if not w["alive"]][:10],
-        "unhandled_tasks": unhandled_ready(sp),  # task -> ready jobs that no live worker handles
+        "unhandled_tasks": unhandled_ready(sp, live),  # task -> ready jobs that no live worker handles
         "ledger": "ok",
     }
+
+
+def _local_seen(sp: Handle, live: list[LiveWorker]) -> list[dict[str, Any]]:
+    """The local workers the ledger saw; alive while their liveness lock is held."""
+    advertised = {w.name: w.tasks for w in live if not w.remote}
+    return [
+        {
+            "name": name,
+            "pid": pid,
+            "host": host,
+            "started": format_time(started),
+            "seen": format_time(seen),
+            "alive": bool(is_held(sp.layout.fd("locks"), worker_lock_name(name))),
+            "remote": False,
+            "tasks": _listed(advertised.get(name)),
+        }
+        for name, pid, host, started, seen in sp.ledger.workers()
+    ]
+
+
+def _remote_heard(sp: Handle, now: float) -> list[dict[str, Any]]:
+    """The remote workers a server heard from in the last hour (pid 0: no process here); alive
+    while heard from within the lease term (``spool.workers``)."""
+    term = remote_term(sp)
+    return [
+        {
+            "name": name,
+            "pid": 0,
+            "host": host,
+            "started": format_time(started),
+            "seen": format_time(seen),
+            "alive": now - seen <= term,
+            "remote": True,
+            "tasks": _listed(None if tasks is None else frozenset(tasks)),
+        }
+        for name, host, started, seen, tasks in sp.ledger.remote_workers(now - FORGET_AFTER_SECONDS)
+    ]
+
+
+def _listed(tasks: frozenset[str] | None) -> list[str] | None:
+    return None if tasks is None else sorted(tasks)
 
 
 def _from_files(sp: Handle, why: str) -> dict[str, Any]:
@@ -85,7 +117,16 @@ def _from_files(sp: Handle, why: str) -> dict[str, Any]:
         counts[state] = counts.get(state, 0) + 1
     locks_fd = sp.layout.fd("locks")
     workers = [
-        {"name": worker_of_lock_name(name), "pid": None, "host": None, "started": None, "seen": None, "alive": True}
+        {
+            "name": worker_of_lock_name(name),
+            "pid": None,
+            "host": None,
+            "started": None,
+            "seen": None,
+            "alive": True,
+            "remote": False,
+            "tasks": None,
+        }
         for name in sorted(fs.list_dir(locks_fd))
         if worker_of_lock_name(name) is not None and is_held(locks_fd, name)
     ]

@@ -1,11 +1,19 @@
-"""Which live workers handle which tasks, read from their liveness locks (the files are the truth).
+"""Which live workers handle which tasks: local ones from their liveness locks, remote ones from
+when a server last heard from them.
 
-Every worker holds ``locks/worker-<name>.lock`` while it lives (``spool.locks``) and writes into
-it, through the held fd, one JSON object: ``{"name", "pid", "host", "tasks": [...]}``, with
+Every local worker holds ``locks/worker-<name>.lock`` while it lives (``spool.locks``) and writes
+into it, through the held fd, one JSON object: ``{"name", "pid", "host", "tasks": [...]}``, with
 ``shell`` among the tasks only under ``--allow-shell``. A lock file whose lock is free is a dead
 worker's and is ignored. A live worker whose file holds no readable advertisement (it is starting,
 or an older version) handles tasks nobody knows: while one runs, nothing is reported unhandled.
-The ledger's ``workers`` table says who was seen; only the locks say who is alive.
+
+A remote worker (``spool worker --server``) has no process and no lock here; it must get none, as
+the coordinator expires a lease at once when its holder's lock is free. The server records in the
+ledger's ``remote_workers`` table when it last heard from each (a lease request, a heartbeat, an
+outcome) and the tasks it asked for; one heard from within the lease term is alive. The record is
+refreshed well within the term (``runner.api.leases``), and the seen time is the server's wall
+clock, compared with the reader's. This says who is alive only: a remote lease still expires on
+the coordinator's counter alone. The ledger's ``workers`` table says which local workers were seen.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spool.errors import InvalidJob, UsageError
+from spool.errors import InvalidJob, LedgerError, UsageError
 from spool.fsio import fs
 from spool.layout import worker_of_lock_name
 from spool.locks import is_held
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
 
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ADVERT_MAX_BYTES = 64 * 1024
+FORGET_AFTER_SECONDS = 3600.0  # a worker neither alive nor heard from this long is left out of listings
 
 
 def check_worker_name(name: str) -> str:
@@ -53,9 +62,25 @@ class LiveWorker:
     pid: int | None
     host: str | None
     tasks: frozenset[str] | None  # None: not advertised (yet)
+    remote: bool = False
+
+
+# Stands for the remote workers when the ledger can't say which live: one of unknown tasks, so
+# no task is called unhandled on a guess.
+UNKNOWN_REMOTE = LiveWorker("", None, None, None, remote=True)
 
 
 def live_workers(sp: Handle) -> list[LiveWorker]:
+    """Every worker alive right now, with what it advertises: the local ones (their liveness
+    locks), then the remote ones (heard from within the lease term)."""
+    try:
+        remote = live_remote_workers(sp)
+    except LedgerError:  # being rebuilt, or unreadable on a read-only spool
+        remote = [UNKNOWN_REMOTE]
+    return local_workers(sp) + remote
+
+
+def local_workers(sp: Handle) -> list[LiveWorker]:
     """Every worker whose liveness lock is held right now, with what it advertises."""
     locks_fd = sp.layout.fd("locks")
     found = []
@@ -82,6 +107,22 @@ def live_workers(sp: Handle) -> list[LiveWorker]:
             )
         )
     return found
+
+
+def remote_term(sp: Handle) -> float:
+    """How long a remote worker stays alive unheard: the lease term the coordinator publishes
+    (a live remote worker beats three times in it), else this spool's setting."""
+    published = sp.ledger.meta("lease_seconds")
+    return float(published) if published else sp.settings.lease_seconds
+
+
+def live_remote_workers(sp: Handle) -> list[LiveWorker]:
+    """The remote workers a server heard from within the lease term, latest first."""
+    since = sp.clock.wall() - remote_term(sp)
+    return [
+        LiveWorker(name, None, host, None if tasks is None else frozenset(tasks), remote=True)
+        for name, host, _started, _seen, tasks in sp.ledger.remote_workers(since)
+    ]
 
 
 def handlers_of(workers: Iterable[LiveWorker], task: str) -> list[str] | None:

@@ -6,11 +6,12 @@ latest firings from the ledger; enable, disable and "run now" are ``scheduling.s
 
 Workers: local ones from the ledger's ``workers`` table (when each was last seen) and their
 liveness locks (alive now: only those names' locks are probed, never a listing of ``locks/``,
-which holds a lock per key, 100,000 of them at 100,000 keyed jobs). Remote ones are the holders
-of leases that no local worker holds and the work tokens (a work token's name is its worker's
-name), last heard from when their token was last used. What each holds comes from the ledger (a
-leased job's claim names its worker). A worker not alive and not heard from for
-``AGE_OUT_SECONDS`` is left out.
+which holds a lock per key, 100,000 of them at 100,000 keyed jobs). Remote ones from the ledger's
+``remote_workers`` table (heard from by the server, with the tasks they ask for; alive within
+the lease term, ``spool.workers``), then the work tokens used without such a record (a work
+token's name is its worker's name) and the holders of leases nobody else lists. What each holds
+comes from the ledger (a leased job's claim names its worker). A worker not alive and not heard
+from for ``AGE_OUT_SECONDS`` is left out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from spool.fsio import fs
 from spool.layout import worker_lock_name
 from spool.locks import is_held
 from spool.timetext import format_time
-from spool.workers import WORKER_NAME
+from spool.workers import WORKER_NAME, remote_term
 
 from .dashboard_auth import Session
 from .dashboard_web import Dash, back
@@ -90,8 +91,12 @@ def workers_view(dash: Dash) -> dict[str, Any]:
             local[name] = _worker(name, pid, host, started, seen, alive, held)
             local[name]["tasks"] = _tasks_of(locks_fd, name) if alive else []
     remote: dict[str, dict[str, Any]] = {}
+    term = remote_term(dash.sp)
+    for name, host, started, seen, tasks in dash.sp.ledger.remote_workers(now - AGE_OUT_SECONDS):
+        remote[name] = _worker(name, None, host, started, seen, now - seen <= term, held)
+        remote[name]["tasks"] = sorted(tasks or [])
     for info in dash.ctx.tokens.list():
-        if info.role != "work" or info.name in local:
+        if info.role != "work" or info.name in local or info.name in remote:
             continue
         heard = info.last_used
         if info.name in held or (heard is not None and now - heard < AGE_OUT_SECONDS):

@@ -17,6 +17,8 @@ the reason (the worker kills its attempt and drops it); a matching fence held by
 403. A fail on a lease with a cancel request ends the job cancelled (the worker killed the attempt
 because the heartbeat said so). ``release`` gives the try back, for a worker stopping gracefully.
 A long-poll waits on one shared watch of pending/ (``runner.api.pickup``), never a busy loop.
+A worker's calls, its long-poll's wait included, keep its record in the ledger fresh (heard from,
+the tasks it asked for): that is how a remote worker counts as alive (``spool.workers``).
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ class _Leases:
         self.sp = ctx.sp
         self.watch = PendingWatch(ctx.sp.layout.path(State.PENDING), ctx.sp.settings.poll_seconds)
         self._seen: dict[str, float] = {}  # worker -> when we last wrote it to the ledger (monotonic)
+        self._seen_every = SEEN_EVERY_SECONDS  # the term's third, once the ledger is read
         self._started: dict[str, float] = {}
+        self._tasks: dict[str, list[str]] = {}  # worker -> the tasks its last lease request asked for
 
     # -- POST /v1/leases ---------------------------------------------------------------------
 
@@ -91,7 +95,7 @@ class _Leases:
         body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait",))
         tasks = _tasks(body["tasks"])
         wait = _number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
-        await self._heard_from(info.name, request)
+        await self._heard_from(info.name, request, tasks)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait
         while True:
@@ -103,8 +107,9 @@ class _Leases:
                 left = until - loop.time()
                 if left <= 0 or await request.is_disconnected():
                     return Response(status_code=204)
+                await self._heard_from(info.name, request, tasks)  # a waiting worker is alive too
                 try:
-                    await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
+                    await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS, self._seen_every))
                 except TimeoutError:
                     pass
 
@@ -166,18 +171,28 @@ class _Leases:
             published = None
         return float(published) if published else self.sp.settings.lease_seconds
 
-    async def _heard_from(self, worker: str, request: Request) -> None:
-        """Record the remote worker as seen (``spool stats``, the dashboard), every few seconds."""
+    async def _heard_from(self, worker: str, request: Request, tasks: list[str] | None = None) -> None:
+        """Record the remote worker as heard from, with the tasks it asks for (None: a heartbeat
+        or an outcome, which name none), at most every ``_seen_every``: alive for ``spool
+        stats``, the coordinator's unhandled-task warning and the dashboard (``spool.workers``)."""
         now = time.monotonic()
-        if now - self._seen.get(worker, -math.inf) < SEEN_EVERY_SECONDS:
+        if now - self._seen.get(worker, -math.inf) < self._seen_every and tasks in (None, self._tasks.get(worker)):
             return
         self._seen[worker] = now
-        started = self._started.setdefault(worker, time.time())
+        if tasks is not None:
+            self._tasks[worker] = tasks
+        started = self._started.setdefault(worker, self.sp.clock.wall())
         host = request.client.host if request.client else socket.gethostname()
         try:
-            await _off_loop(self.sp.ledger.worker_seen, worker, 0, host, started, time.time())
+            self._seen_every = await _off_loop(self._record_heard, worker, host, started, tasks)
         except (LedgerError, DiskFull) as err:
-            log.debug("worker %s not recorded as seen: %s", worker, err)
+            log.debug("worker %s not recorded as heard from: %s", worker, err)
+
+    def _record_heard(self, worker: str, host: str, started: float, tasks: list[str] | None) -> float:
+        """Write the record (off the loop); returns how often to refresh it: a third of the term
+        (a record older than the term is a dead worker's), at most SEEN_EVERY_SECONDS."""
+        self.sp.ledger.remote_worker_seen(worker, host, started, self.sp.clock.wall(), tasks)
+        return min(SEEN_EVERY_SECONDS, self._published_term() / 3.0)
 
     # -- the lease's own steps ---------------------------------------------------------------
 
@@ -191,7 +206,6 @@ class _Leases:
         # The handler's progress rides on the heartbeat file (no extra fsync); a beat that brings
         # only progress carries the counter of the last one, so it keeps no lease alive.
         progress = None if body.get("progress") is None else check_progress(*_progress(body["progress"]))
-        await self._heard_from(lease.worker, request)
         await _off_loop(heartbeat, self.sp, lease, counter, progress)
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
@@ -257,6 +271,8 @@ class _Leases:
         holder = held.job_file.lease.worker if held.job_file.lease else ""
         if holder != info.name and info.role != "admin":
             raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
+        if holder == info.name:  # an admin acting on the lease is not its worker heard from
+            await self._heard_from(holder, request)
         return body, Lease(job_id, holder, held.job_file.attempt), held
 
     async def _why_lost(self, job_id: str, attempt: int | None) -> str:

@@ -175,9 +175,10 @@ def test_a_paused_remote_worker_finds_its_lease_lost_and_drops_its_attempt(serve
 
 
 def _seen_by_server(served: Any, worker: str) -> bool:
-    """The server records a remote worker as seen when its lease request arrives."""
+    """The server records a remote worker as heard from when its lease request arrives (in the
+    ledger's remote_workers table, where spool.workers reads who is alive)."""
     with _spool(served) as sp:
-        return any(row[0] == worker for row in sp.ledger.workers())
+        return any(row[0] == worker for row in sp.ledger.remote_workers(0.0))
 
 
 def test_a_remote_worker_killed_in_its_long_poll_is_handed_nothing(served: Any, processes: Processes) -> None:

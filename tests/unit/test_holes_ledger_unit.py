@@ -16,6 +16,7 @@ from spool import Spool
 from spool.errors import DiskFull, SpoolError
 from spool.job import Job, JobFile
 from spool.layout import State
+from spool.ledger_schema import SCHEMA_VERSION
 from spool.store import read_job
 from spool.timetext import now_text
 
@@ -48,7 +49,7 @@ def test_a_version_1_ledger_is_migrated_keeping_its_rows(spool_dir: Path) -> Non
         assert sp.ledger.reserve_next(None) == "01KEPT"  # claim_order was rebuilt
         sp.ledger.record(_file("01OTHER", "k"), State.PENDING, ready=True, event="submit")
     version = sqlite3.connect(spool_dir / "ledger.sqlite3").execute("PRAGMA user_version").fetchone()[0]
-    assert version == 2
+    assert version == SCHEMA_VERSION  # the current one (3 since remote_workers): a v1 ledger goes all the way
 
 
 def test_sqlite_errors_leave_the_ledger_typed(sp: Spool) -> None:
