@@ -84,6 +84,11 @@ def render_stats(view: dict[str, Any]) -> None:
         if worker["pid"] is None:
             click.echo(f"worker {worker['name']} (alive)")
             continue
+        if worker.get("remote"):
+            state = "alive" if worker["alive"] else "gone"
+            heard = f"last heard from {worker['seen']}"
+            click.echo(f"worker {worker['name']} remote from {worker['host']} ({state}), {heard}")
+            continue
         click.echo(
             f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
             f"last seen {worker['seen']}"

@@ -133,5 +133,6 @@ def _worker(
         "started": format_time(started) if started else "",
         "seen": format_time(seen) if seen else "",
         "alive": alive,
+        "tasks": [],
         "holds": held.get(name, []),
     }
