@@ -129,7 +129,11 @@ def test_a_broken_file_beside_a_good_one(kit: Kit) -> None:
     assert "every" in views["broken"]["error"] and views["broken"]["next"] is None
     assert views["good"]["error"] is None and views["good"]["last_slot"] is not None
     assert kit.log(coordinator).count("schedule broken fires nothing") == 1  # once, not every pass
-    broken.write_text("task: echo\ncron: 'not cron at all'\n")  # a new error: said once more
+    # A new error: said once more. Renamed into place: written in place, the running coordinator
+    # may read it truncated between open and write, which is a change of its own (said too).
+    staged = broken.with_name(".broken.yaml.tmp")
+    staged.write_text("task: echo\ncron: 'not cron at all'\n")
+    staged.rename(broken)
     kit.wait_logged(coordinator, "not cron at all")
     wait_fired(kit, "good", len(fired) + 3)
     assert kit.log(coordinator).count("schedule broken fires nothing") == 2
