@@ -5,9 +5,14 @@ prefix of the caller's, forged fences. Every refusal is a JSON error saying wher
 from __future__ import annotations
 
 import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from spool import Spool
+from support import wait_until
 
 
 def visible(folder: Any) -> list[str]:
@@ -198,3 +203,84 @@ def test_roles_holders_and_fences_are_checked_exactly(served: Any) -> None:
     # The first result wins: a second complete (the same fence) is refused as stale.
     again = served.call("POST", f"/v1/leases/{job_id}/complete", token=w1, json={"fence": fence, "result": 2})
     assert again.status == 409 and json.dumps(again.json)
+
+
+def test_a_connection_that_sends_no_head_or_trickles_one_is_closed(served: Any) -> None:
+    """Slow-loris on the head: uvicorn times out neither a connection that sends nothing after its
+    handshake nor a head that arrives a byte a second, so 200 of them (its connection limit) had
+    every other client answered 503. Each is closed within the head deadline (10 s)."""
+    token = served.token("producer", "submit")
+    silent, trickling = served.connect(timeout=40), served.connect(timeout=40)
+    silent.connect()
+    trickling.connect()
+    assert silent.sock is not None and trickling.sock is not None
+    head = b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode() + b"\r\n"
+    started = time.monotonic()
+    closed_at = None
+    for byte in head:
+        try:
+            trickling.sock.send(bytes([byte]))
+        except OSError:
+            closed_at = time.monotonic()
+            break
+        if time.monotonic() - started > 30:
+            break
+        time.sleep(0.5)
+    if closed_at is None:  # the head was all sent (too slowly) or the send has not failed yet
+        trickling.sock.settimeout(30)
+        assert trickling.sock.recv(1) == b""
+        closed_at = time.monotonic()
+    assert closed_at - started <= 20.0, closed_at - started
+    silent.sock.settimeout(30)
+    assert silent.sock.recv(1) == b""  # closed by the server, no answer
+    assert 8.0 <= time.monotonic() - started <= 25.0
+    silent.close()
+    trickling.close()
+    # A client that sends its head promptly is served as before, on a fresh connection.
+    assert served.call("GET", "/v1/jobs", token=token).status == 200
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def test_many_long_polls_at_once_leave_the_server_responsive_and_leak_nothing(served: Any) -> None:
+    """What held: 60 long-polls waiting together; /healthz and a listing answer promptly meanwhile,
+    one job goes to exactly one of them, and two rounds later the server holds no more file
+    descriptors or threads than after the first."""
+    submitter, worker = served.token("producer", "submit"), served.token("w1", "work")
+    assert served.proc is not None
+    pid = served.proc.pid
+
+    def one_round(submit: bool) -> list[int]:
+        statuses: list[int] = []
+        with ThreadPoolExecutor(60) as pool:
+            polls = [
+                pool.submit(served.call, "POST", "/v1/leases", token=worker, json={"tasks": ["echo"], "wait": 4})
+                for _ in range(60)
+            ]
+            time.sleep(1.0)  # let them all be waiting (the check below holds either way)
+            started = time.monotonic()
+            assert served.call("GET", "/healthz", timeout=5).status == 200
+            assert served.call("GET", "/v1/jobs", token=submitter, timeout=5).status == 200
+            assert time.monotonic() - started < 3.0
+            if submit:
+                assert served.call("POST", "/v1/jobs", token=submitter, json={"task": "echo"}).status == 201
+            statuses = [poll.result(timeout=60).status for poll in polls]
+        return statuses
+
+    first = one_round(submit=True)
+    assert sorted(set(first)) == [200, 204] and first.count(200) == 1, first
+    wait_until(lambda: served.call("GET", "/healthz").status == 200)
+    after_first = open_fds(pid), threads_of(pid)
+    for _ in range(2):
+        assert set(one_round(submit=False)) == {204}
+    wait_until(lambda: open_fds(pid) <= after_first[0] + 3, timeout=15, message="the server's fds to settle")
+    assert threads_of(pid) <= after_first[1] + 2, (threads_of(pid), after_first)
