@@ -284,3 +284,43 @@ def test_many_long_polls_at_once_leave_the_server_responsive_and_leak_nothing(se
         assert set(one_round(submit=False)) == {204}
     wait_until(lambda: open_fds(pid) <= after_first[0] + 3, timeout=15, message="the server's fds to settle")
     assert threads_of(pid) <= after_first[1] + 2, (threads_of(pid), after_first)
+
+
+def raw_exchange(served: Any, data: bytes, wait: float = 10.0) -> tuple[bytes, float]:
+    """Send ``data`` as it is on one TLS connection; everything the server sent until it closed
+    (or ``wait`` passed), and how long that took."""
+    connection = served.connect(timeout=wait)
+    connection.connect()
+    sock = connection.sock
+    assert sock is not None
+    started = time.monotonic()
+    sock.sendall(data)
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        received += b"[still open]"
+    connection.close()
+    return received, time.monotonic() - started
+
+
+def test_a_body_framed_both_by_transfer_encoding_and_content_length_is_refused_and_closed(served: Any) -> None:
+    """h11 took the chunked framing and kept the connection open: a proxy in front that went by
+    Content-Length would have read the rest as the next request (request smuggling)."""
+    token = served.token("producer", "submit")
+    body = b'{"task": "echo"}'
+    head = b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode() + b"\r\n"
+    chunked = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    received, took = raw_exchange(served, head + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+    status_line, _, rest = received.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400"), received
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["where"] == "header Content-Length", received
+    assert not received.endswith(b"[still open]") and took < 5.0, (received, took)
+    assert visible(served.root / "pending") == []
+    # What held: a Content-Length shorter than the body reads only that much (not JSON: 400).
+    received, _ = raw_exchange(served, head + b"Content-Length: 5\r\n\r\n" + body, wait=3.0)
+    assert received.startswith(b"HTTP/1.1 400") and b'"where":"body line 1' in received, received
+    # Chunked alone is fine.
+    received, _ = raw_exchange(served, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked, wait=3.0)
+    assert received.startswith(b"HTTP/1.1 201"), received
