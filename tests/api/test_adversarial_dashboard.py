@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from spool import Spool
 from support import run_spool
@@ -115,3 +115,25 @@ def test_markup_from_workers_and_submitters_is_escaped_under_a_strict_csp(served
             assert raw not in page.body, (path, raw)
     shown = browser.get(f"/jobs/{leases[1]['id']}").body
     assert "&lt;svg onload=alert(1)&gt;" in shown
+
+
+def test_what_a_link_puts_in_the_query_is_shown_as_text_and_never_breaks_a_page(served: Any) -> None:
+    """What held: a filter, a search, a cursor, a ``next`` or a forged note from a link from
+    elsewhere is escaped where the page shows it back, and bytes that are no UTF-8 are no 500."""
+    browser = Browser(served)
+    login = browser.get('/login?next=/jobs"><script>alert(1)</script>')
+    assert login.status == 200 and "<script>alert" not in login.body
+    browser.login(served.token("boss", "admin"))
+    hostile = '"><script>alert(1)</script>'
+    for path in (
+        f"/jobs?search={quote(hostile)}",
+        f"/jobs?task={quote(hostile)}&reason={quote(hostile)}&schedule={quote(hostile)}",
+        f"/jobs?before={quote(hostile)}",
+        f"/jobs?state={quote(hostile)}",
+        f"/?note={quote(hostile)}&sig=00",
+        "/jobs?search=%ED%A0%80%FF",
+        "/jobs/%ED%A0%80",
+        f"/bulk?action=requeue&task={quote(hostile)}",
+    ):
+        page = browser.get(path)
+        assert page.status < 500 and "<script>alert" not in page.body, (path, page.status)
