@@ -49,10 +49,11 @@ class Reply:
     body: Any  # the JSON document, or None (204, or a body that is not JSON)
 
     def error(self) -> str:
-        """The server's own words for a failure: ``{"error", "where"}``, as one line."""
+        """The server's own words for a failure: ``{"error", "where"}``, as one short line (it goes
+        into the worker's log: a server can't forge log lines with newlines or bury it in bytes)."""
         if isinstance(self.body, dict) and "error" in self.body:
             where = self.body.get("where")
-            return f"{self.body['error']}" + (f" (at {where})" if where else "")
+            return _one_line(f"{self.body['error']}" + (f" (at {where})" if where else ""))
         return f"HTTP {self.status}"
 
 
@@ -166,6 +167,15 @@ class ApiClient:
         if self._conn.sock is not None:
             self._conn.sock.settimeout(timeout_seconds)
         return self._conn, self._conn.sock is not None
+
+
+MAX_ERROR_CHARS = 500
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters escaped, cut to ``MAX_ERROR_CHARS``."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text[: MAX_ERROR_CHARS + 1])
+    return shown if len(shown) <= MAX_ERROR_CHARS else shown[:MAX_ERROR_CHARS] + "..."
 
 
 def _json_or_none(raw: bytes) -> Any:

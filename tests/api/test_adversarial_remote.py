@@ -243,3 +243,18 @@ def test_a_redirect_is_never_followed(hostile: Any) -> None:
     reply = client.call("/v1/leases", {"tasks": ["echo"]}, timeout_seconds=10)
     assert reply.status == 307 and len(server.requests) == 1
     client.close()
+
+
+def test_a_servers_error_text_reaches_the_log_as_one_short_line(hostile: Any) -> None:
+    """A server's ``error`` went into the worker's log whole: a megabyte a retry, and newlines or
+    terminal escapes that forge log lines of their own."""
+
+    def loud(conn: ssl.SSLSocket) -> None:
+        send_json(conn, 409, {"error": "lost\n2026-01-01 INFO spool.worker: forged\x1b[2J" + "x" * (1 << 20)})
+
+    server = hostile(loud)
+    client = ApiClient(server.url, "t0ken", str(server.cert))
+    said = client.call("/v1/leases/01J0000000000000000000000A/complete", {"fence": "1-0"}, timeout_seconds=10).error()
+    assert said.startswith("lost\\n2026-01-01 INFO") and "\n" not in said and "\x1b" not in said, said[:100]
+    assert len(said) <= 520
+    client.close()
