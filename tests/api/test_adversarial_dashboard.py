@@ -137,3 +137,36 @@ def test_what_a_link_puts_in_the_query_is_shown_as_text_and_never_breaks_a_page(
     ):
         page = browser.get(path)
         assert page.status < 500 and "<script>alert" not in page.body, (path, page.status)
+
+
+def test_a_hostile_last_event_id_still_gets_the_whole_stream(served: Any) -> None:
+    """A ``Last-Event-ID`` of this server's epoch with a 5,000-digit version: ``int()`` refused it
+    (Python's digit limit) inside the stream, which died after its first line."""
+    browser = Browser(served)
+    browser.login(served.token("viewer", "submit"))
+
+    def stream(last_event_id: str | None) -> tuple[str | None, dict[str, Any] | None]:
+        connection = served.connect(timeout=15)
+        try:
+            headers = {"Cookie": browser.cookie or ""}
+            if last_event_id is not None:
+                headers["Last-Event-ID"] = last_event_id
+            connection.request("GET", "/events", headers=headers)
+            response = connection.getresponse()
+            assert response.status == 200
+            event_id = None
+            while line := response.readline().decode():
+                if line.startswith("id: "):
+                    event_id = line[4:].strip()
+                if line.startswith("data: "):
+                    return event_id, json.loads(line[6:])
+            return event_id, None
+        finally:
+            connection.close()
+
+    event_id, first = stream(None)
+    assert event_id is not None and first is not None and first["full"] is True
+    epoch = event_id.split(".")[0]
+    for hostile in (f"{epoch}." + "9" * 5000, f"{epoch}.1e3", f"{epoch}.-1", f"{epoch}."):
+        _, message = stream(hostile)
+        assert message is not None and message["full"] is True, hostile[:40]
