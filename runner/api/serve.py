@@ -27,7 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -131,11 +130,7 @@ class HeadDeadlineProtocol(H11Protocol):
     def _head_too_slow(self) -> None:
         self._head_deadline = None
         if not self.transport.is_closing() and not self._in_request():
-            try:
-                self.conn.send(h11.ConnectionClosed())
-            except h11.LocalProtocolError:
-                pass  # h11 is mid-message: closing the transport is all that is left
-            self.transport.close()
+            self.transport.close()  # connection_lost then tells h11, as for any close
 
 
 def _shorten_handshakes() -> None:
