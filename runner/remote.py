@@ -37,6 +37,8 @@ from typing import Any
 
 from spool import registry
 from spool.errors import SpoolError
+from spool.ids import is_valid_id
+from spool.job import MAX_SECONDS
 from spool.runner.progress_writes import ProgressWrites
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.remote_client import ApiClient, Reply, Unreachable
@@ -71,20 +73,28 @@ class RemoteLease:
 
     @classmethod
     def from_reply(cls, body: Any) -> RemoteLease:
+        """The lease in a 200's body, checked as input from the network: an id that is a job id
+        (it goes into the URLs of our later calls), a task name, whole numbers, finite seconds
+        (a NaN interval would spin the beat loop, an infinite one never beat). Refused if not."""
         try:
             lease = body["lease"]
-            return cls(
+            made = cls(
                 job_id=str(lease["id"]),
-                attempt=int(lease["attempt"]),
+                attempt=_whole(lease["attempt"]),
                 fence=str(lease["fence"]),
                 task=str(lease["task"]),
-                args=dict(lease["args"]),
-                timeout_seconds=float(lease["timeout_seconds"]),
-                tries_left=int(lease["tries_left"]),
-                heartbeat_seconds=max(float(lease["heartbeat_seconds"]), 0.05),
+                args=_mapping(lease["args"]),
+                timeout_seconds=_seconds(lease["timeout_seconds"]),
+                tries_left=_whole(lease["tries_left"]),
+                heartbeat_seconds=max(_seconds(lease["heartbeat_seconds"]), 0.05),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise Refused(f"the server's lease is not one this worker understands: {err!r}") from None
+        if not is_valid_id(made.job_id) or not registry.is_valid_task_name(made.task) or made.attempt < 1:
+            raise Refused(f"the server's lease names no job this worker can take: {str(body)[:200]!r}")
+        if not all(isinstance(name, str) for name in made.args) or not 0 < len(made.fence) <= 64:
+            raise Refused(f"the server's lease is not one this worker understands: {str(body)[:200]!r}")
+        return made
 
 
 class _Stderr:
@@ -345,9 +355,27 @@ def _interval(reply: Reply | None, current: float) -> float:
     """The heartbeat interval a heartbeat's answer names (a third of the published term), else ``current``."""
     if reply is not None and reply.status == 200 and isinstance(reply.body, dict):
         named = reply.body.get("heartbeat_seconds")
-        if isinstance(named, (int, float)) and not isinstance(named, bool) and named > 0:
+        if isinstance(named, (int, float)) and not isinstance(named, bool) and 0 < named <= MAX_SECONDS:
             return max(float(named), 0.05)
     return current
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected the args as an object, got {type(value).__name__}")
+    return value
+
+
+def _whole(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"expected a whole number, got {value!r:.60}")
+    return value
+
+
+def _seconds(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= MAX_SECONDS:
+        raise ValueError(f"expected seconds from 0 to 100 years, got {value!r:.60}")
+    return float(value)
 
 
 def run_remote_worker(client: ApiClient, settings: Settings, **options: Any) -> int:

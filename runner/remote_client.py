@@ -9,6 +9,12 @@ refuses TLS below 1.2. The token goes in the Authorization header only, never in
 raises ``Unreachable`` when no answer came (refused, reset, timed out, a 502/503/504 from a proxy
 in front); ``CertificateRefused`` when the server's certificate does not verify, which no retry
 can fix. A keep-alive connection the server closed while idle is reopened once, silently.
+
+A hostile or broken server can't hold the worker: a reply over ``MAX_REPLY_BYTES`` is cut (its
+bytes are never all read into memory), and a whole exchange (connect, send, the answer to its
+last byte) is cut once its timeout has passed, however slowly the bytes trickle in (the socket's
+own timeout only bounds the wait for each next byte). Both raise ``Unreachable``. A redirect is
+an answer like any other: never followed.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +32,7 @@ from spool.errors import SpoolError, UsageError
 
 USER_AGENT = "spool-remote-worker"
 _GATEWAY = (502, 504)  # a proxy's "the server behind me is down"
+MAX_REPLY_BYTES = 8 * 1024 * 1024  # a lease (its args) or a short answer; far more is not spool
 
 
 class Unreachable(Exception):
@@ -41,10 +49,11 @@ class Reply:
     body: Any  # the JSON document, or None (204, or a body that is not JSON)
 
     def error(self) -> str:
-        """The server's own words for a failure: ``{"error", "where"}``, as one line."""
+        """The server's own words for a failure: ``{"error", "where"}``, as one short line (it goes
+        into the worker's log: a server can't forge log lines with newlines or bury it in bytes)."""
         if isinstance(self.body, dict) and "error" in self.body:
             where = self.body.get("where")
-            return f"{self.body['error']}" + (f" (at {where})" if where else "")
+            return _one_line(f"{self.body['error']}" + (f" (at {where})" if where else ""))
         return f"HTTP {self.status}"
 
 
@@ -73,15 +82,32 @@ class ApiClient:
         self._conn: http.client.HTTPSConnection | None = None
         self._aborted = False  # abort() ended the call in flight: no silent retry of it
         self._in_flight = False
+        self._calls = 0  # which call a deadline's timer belongs to
+        self._timed_out = False
 
     def call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply:
         """POST ``body`` as JSON to ``path`` (under the server's URL) and read the answer."""
         data = json.dumps(body, allow_nan=False).encode()
-        self._aborted, self._in_flight = False, True
+        self._aborted, self._in_flight, self._timed_out = False, True, False
+        self._calls += 1
+        deadline = threading.Timer(timeout_seconds, self._time_out, (self._calls,))
+        deadline.daemon = True
+        deadline.start()
         try:
             return self._exchange(path, data, timeout_seconds)
+        except Unreachable:
+            if self._timed_out:
+                raise Unreachable(f"{self.url}: no whole answer within {timeout_seconds:g} s") from None
+            raise
         finally:
+            deadline.cancel()
             self._in_flight = False
+
+    def _time_out(self, call: int) -> None:
+        """The deadline of call number ``call`` passed: cut it, if it is still the one in flight."""
+        if call == self._calls and self._in_flight:
+            self._timed_out = True
+            self.abort()
 
     def _exchange(self, path: str, data: bytes, timeout_seconds: float) -> Reply:
         for first in (True, False):
@@ -89,7 +115,9 @@ class ApiClient:
             try:
                 conn.request("POST", self._base + path, body=data, headers=self._headers)
                 response = conn.getresponse()
-                raw = response.read()
+                raw = response.read(MAX_REPLY_BYTES + 1)
+                if len(raw) <= MAX_REPLY_BYTES and (response.length or self._aborted):
+                    raise http.client.IncompleteRead(raw, response.length)  # cut short (read(n) won't say)
             except ssl.SSLCertVerificationError as err:
                 self.close()
                 raise CertificateRefused(f"{self.url}: its certificate does not verify: {err.verify_message}") from None
@@ -101,6 +129,9 @@ class ApiClient:
             except (OSError, http.client.HTTPException) as err:
                 self.close()
                 raise Unreachable(f"{self.url}: {type(err).__name__}: {err}") from None
+            if len(raw) > MAX_REPLY_BYTES:
+                self.close()
+                raise Unreachable(f"{self.url}: an answer over {MAX_REPLY_BYTES} bytes; not read further")
             if response.will_close:
                 self.close()
             if response.status in _GATEWAY or (response.status == 503 and not _is_ours(raw)):
@@ -138,13 +169,26 @@ class ApiClient:
         return self._conn, self._conn.sock is not None
 
 
+MAX_ERROR_CHARS = 500
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters escaped, cut to ``MAX_ERROR_CHARS``."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text[: MAX_ERROR_CHARS + 1])
+    return shown if len(shown) <= MAX_ERROR_CHARS else shown[:MAX_ERROR_CHARS] + "..."
+
+
 def _json_or_none(raw: bytes) -> Any:
     if not raw:
         return None
     try:
-        return json.loads(raw)
-    except ValueError:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
         return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")  # NaN, Infinity: no server of ours sends them
 
 
 def _is_ours(raw: bytes) -> bool:

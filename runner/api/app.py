@@ -74,7 +74,8 @@ async def crash_error(request: Request, exc: Exception) -> Response:
 
 class RequestCaps:
     """Answered before the app (or anything) reads a byte of the body: 431 for a request head
-    (path, query and headers) over ``MAX_HEAD_BYTES``, 413 for a Content-Length over the largest
+    (path, query and headers) over ``MAX_HEAD_BYTES``, 400 (and the connection closed) for a
+    body framed both by Transfer-Encoding and Content-Length, 413 for a Content-Length over the largest
     body any endpoint takes. (h11 refuses a head that is still incomplete past that size, a
     slow-loris; this catches one that arrived whole.) The endpoints' own reads
     (``context.read_body``) count a chunked body as it arrives, with their own tighter caps."""
@@ -96,6 +97,12 @@ class RequestCaps:
         if head > MAX_HEAD_BYTES:
             message = f"request head of {head} bytes is over the cap of {MAX_HEAD_BYTES}"
             return error_response(431, message, "headers", {"Connection": "close"})
+        names = {name for name, _ in scope["headers"]}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            # Which one frames the body? h11 takes Transfer-Encoding and keeps the connection; a
+            # proxy in front that took Content-Length would read the rest as another request.
+            message = "both Transfer-Encoding and Content-Length: send one"
+            return error_response(400, message, "header Content-Length", {"Connection": "close"})
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 message = f"body of {int(value)} bytes is over the cap of {self.max_bytes}"

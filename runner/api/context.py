@@ -114,20 +114,40 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
-    """The body as JSON (``read_body``'s caps): 400 when it is not JSON, saying where."""
+    """The body as JSON (``read_body``'s caps): 400 when it is not JSON, saying where.
+
+    Also 400 for an object that names a key twice (parsers disagree on which one counts, so a
+    check upstream of us could have read the other) and for a lone UTF-16 surrogate (``"\\ud800"``
+    parses, but is no Unicode text: the job's status, result or page could never be sent as
+    UTF-8 again)."""
     data = await read_body(request, max_bytes)
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
+        value = json.loads(data, parse_constant=_refuse_constant, object_pairs_hook=_object_once)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError:
         raise ApiError(400, "body is nested too deeply", "body") from None
+    except UnicodeEncodeError as err:
+        lone = err.object[err.start : err.end].encode("unicode_escape").decode()
+        message = f"body: a string holds a lone surrogate {lone}, which is not Unicode text"
+        raise ApiError(400, message, "body") from None
     except ValueError as err:
         if isinstance(err, (UnicodeDecodeError, json.JSONDecodeError)):
             raise _not_json(err) from None
         raise ApiError(400, f"body: {err}", "body") from None
+    return value
 
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise ValueError(f"key {key[:60]!r} is given more than once in one object")
+        value[key] = item
+    return value
 
 
 def _not_json(err: UnicodeDecodeError | json.JSONDecodeError) -> ApiError:

@@ -194,7 +194,8 @@ class Live:
 
     def _resumed_at(self, last_event_id: str | None) -> int:
         epoch, _, version = (last_event_id or "").partition(".")
-        if epoch != self._epoch or not version.isdigit() or int(version) > self.sample_now.version:
+        whole = version.isascii() and version.isdigit() and len(version) <= 18  # int() of 5,000 digits raises
+        if epoch != self._epoch or not whole or int(version) > self.sample_now.version:
             return 0  # none, another server process's, or nonsense: start with the whole hour
         return int(version)
 

@@ -5,6 +5,10 @@ it listens on) and hands it to uvicorn with an SSLContext from ``runner.api.tls`
 clients that hold connections open (slow-loris):
 
 - ``KEEP_ALIVE_SECONDS``: an idle keep-alive connection is closed after 5 s;
+- ``HEAD_SECONDS``: a request's head (line and headers) must arrive whole within 10 s of the
+  connection's handshake or of the previous response, however slowly it trickles (uvicorn itself
+  times out neither a new connection that sends nothing nor a head that arrives a byte at a time,
+  so 200 such connections would have had every other client answered 503);
 - ``context.MAX_HEAD_BYTES``: a request head (request line + headers) over 16 KiB is refused (431,
   or by h11 while it is still arriving);
 - ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once;
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from spool.runner.api.app import create_app
 from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext
@@ -32,6 +37,7 @@ from spool.spool import Spool
 from spool.tokens import TokenStore
 
 KEEP_ALIVE_SECONDS = 5
+HEAD_SECONDS = 10.0
 MAX_CONNECTIONS = 200
 HANDSHAKE_SECONDS = 10.0
 
@@ -64,7 +70,7 @@ def serve(sp: Spool, sock: socket.socket, cert: Path, key: Path, *, on_ready: Ca
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         limit_concurrency=MAX_CONNECTIONS,
-        http="h11",
+        http=HeadDeadlineProtocol,
         ws="none",
         lifespan="on",
         server_header=False,
@@ -82,6 +88,49 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, on_ready: Callable
     if on_ready is not None and server.started:
         on_ready()
     await task
+
+
+class HeadDeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request head (``HEAD_SECONDS``): armed when
+    the connection is made and when a response is complete, cleared once a request's head has
+    been parsed; when it passes, the connection is closed."""
+
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self._in_request():
+            self._arm_head_deadline()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self._in_request():
+            self._clear_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._clear_head_deadline()
+        super().connection_lost(exc)
+
+    def _in_request(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    def _arm_head_deadline(self) -> None:
+        self._clear_head_deadline()
+        self._head_deadline = self.loop.call_later(HEAD_SECONDS, self._head_too_slow)
+
+    def _clear_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing() and not self._in_request():
+            self.transport.close()  # connection_lost then tells h11, as for any close
 
 
 def _shorten_handshakes() -> None:
