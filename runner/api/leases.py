@@ -61,6 +61,9 @@ SMALL_BODY_BYTES = 64 * 1024  # lease, heartbeat, release: a few fields
 MAX_ERROR_INPUT_BYTES = 64 * 1024  # a failure's text as sent; the job keeps its 4 KiB tail
 MAX_PROGRESS_MESSAGE = 1000
 SEEN_EVERY_SECONDS = 5.0  # how often a remote worker's "last heard from" is written to the ledger
+# Long-polls one token may have waiting at once: a worker needs one (a few while it reconnects);
+# without a cap one work token could hold every connection the server takes and starve the rest.
+MAX_POLLS_PER_TOKEN = 4
 
 T = TypeVar("T")
 
@@ -87,6 +90,7 @@ class _Leases:
         self._seen_every = SEEN_EVERY_SECONDS  # the term's third, once the ledger is read
         self._started: dict[str, float] = {}
         self._tasks: dict[str, list[str]] = {}  # worker -> the tasks its last lease request asked for
+        self._polls: dict[str, int] = {}  # worker -> its long-polls waiting now
 
     # -- POST /v1/leases ---------------------------------------------------------------------
 
@@ -95,19 +99,35 @@ class _Leases:
         body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait",))
         tasks = _tasks(body["tasks"])
         wait = _number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
-        await self._heard_from(info.name, request, tasks)
+        if self._polls.get(info.name, 0) >= MAX_POLLS_PER_TOKEN:
+            raise ApiError(
+                429,
+                f"worker {info.name} already has {MAX_POLLS_PER_TOKEN} lease requests waiting",
+                None,
+                headers={"Retry-After": "1"},
+            )
+        self._polls[info.name] = self._polls.get(info.name, 0) + 1
+        try:
+            return await self._poll(request, info.name, tasks, wait)
+        finally:
+            self._polls[info.name] -= 1
+            if not self._polls[info.name]:
+                del self._polls[info.name]
+
+    async def _poll(self, request: Request, worker: str, tasks: list[str], wait: float) -> Response:
+        await self._heard_from(worker, request, tasks)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait
         while True:
             woken = self.watch.ticket()  # before the claim: a job landing after it still wakes us
-            held = await self._claim(info.name, tasks)
+            held = await self._claim(worker, tasks)
             if held is not None:
                 return await self._hand_over(request, held)
             while not woken.is_set():  # claim again only when something landed (or the watch's slow poll)
                 left = until - loop.time()
                 if left <= 0 or await request.is_disconnected():
                     return Response(status_code=204)
-                await self._heard_from(info.name, request, tasks)  # a waiting worker is alive too
+                await self._heard_from(worker, request, tasks)  # a waiting worker is alive too
                 try:
                     await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS, self._seen_every))
                 except TimeoutError:

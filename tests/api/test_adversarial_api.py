@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from spool import Spool
+from spool.runner.api.leases import MAX_POLLS_PER_TOKEN
 from support import wait_until
 
 
@@ -255,16 +256,18 @@ def test_many_long_polls_at_once_leave_the_server_responsive_and_leak_nothing(se
     """What held: 60 long-polls waiting together; /healthz and a listing answer promptly meanwhile,
     one job goes to exactly one of them, and two rounds later the server holds no more file
     descriptors or threads than after the first."""
-    submitter, worker = served.token("producer", "submit"), served.token("w1", "work")
+    submitter = served.token("producer", "submit")
+    workers = [served.token(f"w{n}", "work") for n in range(15)]  # 4 polls each: the per-token cap
     assert served.proc is not None
     pid = served.proc.pid
+
+    body = {"tasks": ["echo"], "wait": 4}
 
     def one_round(submit: bool) -> list[int]:
         statuses: list[int] = []
         with ThreadPoolExecutor(60) as pool:
             polls = [
-                pool.submit(served.call, "POST", "/v1/leases", token=worker, json={"tasks": ["echo"], "wait": 4})
-                for _ in range(60)
+                pool.submit(served.call, "POST", "/v1/leases", token=workers[n % 15], json=body) for n in range(60)
             ]
             time.sleep(1.0)  # let them all be waiting (the check below holds either way)
             started = time.monotonic()
@@ -284,6 +287,23 @@ def test_many_long_polls_at_once_leave_the_server_responsive_and_leak_nothing(se
         assert set(one_round(submit=False)) == {204}
     wait_until(lambda: open_fds(pid) <= after_first[0] + 3, timeout=15, message="the server's fds to settle")
     assert threads_of(pid) <= after_first[1] + 2, (threads_of(pid), after_first)
+
+
+def test_one_token_cannot_hold_more_than_its_share_of_long_polls(served: Any) -> None:
+    """A hole found: one work token could open a long-poll on every connection the server takes
+    (200) and starve every other client. Past MAX_POLLS_PER_TOKEN waiting, it gets 429 with
+    Retry-After; another token still gets its turn, and so does this one once a poll ends."""
+    greedy, other = served.token("greedy", "work"), served.token("other", "work")
+    body, now = {"tasks": ["echo"], "wait": 3}, {"tasks": ["echo"], "wait": 0}  # now: a probe that never waits
+    with ThreadPoolExecutor(MAX_POLLS_PER_TOKEN) as pool:
+        waiting = [pool.submit(served.call, "POST", "/v1/leases", token=greedy, json=body) for _ in range(4)]
+        wait_until(lambda: served.call("POST", "/v1/leases", token=greedy, json=now).status == 429, timeout=10)
+        refused = served.call("POST", "/v1/leases", token=greedy, json=now)
+        assert refused.status == 429 and refused.headers.get("retry-after") == "1", refused
+        assert "greedy" in refused.json["error"]
+        assert served.call("POST", "/v1/leases", token=other, json=now).status == 204
+        assert [poll.result(timeout=30).status for poll in waiting] == [204] * MAX_POLLS_PER_TOKEN
+    assert served.call("POST", "/v1/leases", token=greedy, json=now).status == 204
 
 
 def raw_exchange(served: Any, data: bytes, wait: float = 10.0) -> tuple[bytes, float]:
