@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, UsageError
 from spool.fsio import fs
-from spool.layout import TLS, TOKENS_NAME, tmp_name, tls_lock_name
+from spool.layout import TLS, TOKENS_NAME, tls_lock_name, tmp_name, worker_lock_name
 from spool.locks import acquire
 from spool.timetext import format_time, parse_time
 from spool.workers import WORKER_NAME
@@ -95,9 +95,17 @@ class TokenStore:
 
     def add(self, name: str, role: str) -> str:
         """A new token for ``name`` with ``role``; returns the token (shown once, never stored).
-        UsageError if the name is taken (revoke it first) or the name or role is bad."""
+        UsageError if the name is taken (revoke it first) or the name or role is bad. A token that
+        may hold leases (work, admin) names its worker, so it may not take the name of a local
+        worker this spool has had: the coordinator reads that worker's freed lock as the holder's
+        death, and the holder check would let one act on the other's leases."""
         check_token_name(name)
         check_role(role)
+        if role != "submit" and fs.exists(self._sp.layout.fd("locks"), worker_lock_name(name)):
+            raise UsageError(
+                f"a local worker named {name!r} has run on this spool (locks/{worker_lock_name(name)}); "
+                "a work token's name is its worker's name: pick another"
+            )
         token = secrets.token_urlsafe(32)
         with self._write_lock():
             entries = self._read_entries()

@@ -117,3 +117,24 @@ def test_busy_use_does_not_rewrite_the_file_each_request(served: Any) -> None:
     # looks pass here; the next write is due a minute after the first.
     time.sleep(3.0)
     assert path.stat().st_ino == written
+
+
+def test_a_work_token_may_not_take_a_local_workers_name(spool_dir: Path) -> None:
+    """A work token's name is its worker's name. A local worker of that name has a lock file the
+    coordinator reads as the holder's life, so sharing it would let a freed lock expire the
+    remote worker's leases, and let either act on the other's leases."""
+    worker = run_spool("worker", "--name", "builder", "--burst", spool=spool_dir)
+    assert worker.returncode == 0, worker.stderr
+    refused = run_spool("token", "add", "builder", "--role", "work", spool=spool_dir)
+    assert refused.returncode == 2 and "local worker named 'builder'" in refused.stderr, refused.stderr
+    assert run_spool("token", "add", "builder", "--role", "submit", spool=spool_dir).returncode == 0  # holds no lease
+    assert run_spool("token", "add", "builder-2", "--role", "work", spool=spool_dir).returncode == 0
+
+
+def test_a_local_worker_may_not_take_a_work_tokens_name(spool_dir: Path) -> None:
+    """The other way round: `spool worker --name X` while a work token X exists is refused."""
+    assert run_spool("token", "add", "remote-x", "--role", "work", spool=spool_dir).returncode == 0
+    refused = run_spool("worker", "--name", "remote-x", "--burst", spool=spool_dir)
+    assert refused.returncode == 2 and "work token of that name" in refused.stderr, refused.stderr
+    assert run_spool("token", "add", "viewer", "--role", "submit", spool=spool_dir).returncode == 0
+    assert run_spool("worker", "--name", "viewer", "--burst", spool=spool_dir).returncode == 0
