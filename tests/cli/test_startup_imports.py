@@ -23,6 +23,16 @@ NOT_FOR_SUBMIT = {
     "spool.runner.supervisor",
     "subprocess",
     "socket",
+    # spool serve's libraries and modules: only that command (and a remote worker) loads them
+    "spool.runner.api",
+    "spool.tokens",
+    "spool.remote_leases",
+    "starlette",
+    "uvicorn",
+    "cryptography",
+    "jinja2",
+    "prometheus_client",
+    "ssl",
 }
 
 # What a submit without a key or JSON needs none of: logging (spool.lazylog), hashes (a key's file
