@@ -8,9 +8,10 @@ a ``shell`` job, submitted or requeued, needs ``admin``.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -33,34 +34,20 @@ LOCK_WAIT_SECONDS = 10.0  # cancel/requeue wait this long for a job's lock, then
 
 STATUS_TRIES = 10
 T = TypeVar("T")
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def routes(ctx: ApiContext) -> list[BaseRoute]:
-    async def submit(request: Request) -> Response:
-        return await submit_job(ctx, request)
-
-    async def listing(request: Request) -> Response:
-        return await list_jobs(ctx, request)
-
-    async def status(request: Request) -> Response:
-        return await job_status(ctx, request)
-
-    async def result(request: Request) -> Response:
-        return await job_result(ctx, request)
-
-    async def cancel(request: Request) -> Response:
-        return await cancel_job(ctx, request)
-
-    async def requeue(request: Request) -> Response:
-        return await requeue_job(ctx, request)
+    def bound(handler: Callable[[ApiContext, Request], Awaitable[Response]]) -> Endpoint:
+        return functools.partial(handler, ctx)
 
     return [
-        Route("/v1/jobs", submit, methods=["POST"]),
-        Route("/v1/jobs", listing, methods=["GET"]),
-        Route("/v1/jobs/{id}/result", result, methods=["GET"]),
-        Route("/v1/jobs/{id}/cancel", cancel, methods=["POST"]),
-        Route("/v1/jobs/{id}/requeue", requeue, methods=["POST"]),
-        Route("/v1/jobs/{id:path}", status, methods=["GET"]),  # last: any other path is a bad id here
+        Route("/v1/jobs", bound(submit_job), methods=["POST"]),
+        Route("/v1/jobs", bound(list_jobs), methods=["GET"]),
+        Route("/v1/jobs/{id}/result", bound(job_result), methods=["GET"]),
+        Route("/v1/jobs/{id}/cancel", bound(cancel_job), methods=["POST"]),
+        Route("/v1/jobs/{id}/requeue", bound(requeue_job), methods=["POST"]),
+        Route("/v1/jobs/{id:path}", bound(job_status), methods=["GET"]),  # last: any other path is a bad id here
     ]
 
 
