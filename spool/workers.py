@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, LedgerError, UsageError
 from spool.fsio import fs
-from spool.layout import worker_of_lock_name
+from spool.layout import worker_lock_name, worker_of_lock_name
 from spool.locks import is_held
 
 if TYPE_CHECKING:
@@ -90,23 +90,26 @@ def local_workers(sp: Handle) -> list[LiveWorker]:
             continue
         if is_held(locks_fd, entry) is not True:  # free, or not a lock at all (a planted directory)
             continue
-        try:
-            advert = json.loads(fs.read_file(locks_fd, entry, _ADVERT_MAX_BYTES) or b"null")
-        except (OSError, InvalidJob, ValueError):
-            advert = None  # a planted non-file, or an advertisement being rewritten
-        if not isinstance(advert, dict) or not isinstance(advert.get("tasks"), list):
-            found.append(LiveWorker(name, None, None, None))
-            continue
-        pid = advert.get("pid")
-        found.append(
-            LiveWorker(
-                name,
-                pid if isinstance(pid, int) else None,
-                str(advert.get("host") or "") or None,
-                frozenset(str(task) for task in advert["tasks"]),
-            )
-        )
+        found.append(advertised(locks_fd, name))
     return found
+
+
+def advertised(locks_fd: int, name: str) -> LiveWorker:
+    """What local worker ``name`` writes into its lock file; tasks None when it holds no readable
+    advertisement (a planted non-file, one being rewritten, or a worker still starting)."""
+    try:
+        advert = json.loads(fs.read_file(locks_fd, worker_lock_name(name), _ADVERT_MAX_BYTES) or b"null")
+    except (OSError, InvalidJob, ValueError):
+        advert = None
+    if not isinstance(advert, dict) or not isinstance(advert.get("tasks"), list):
+        return LiveWorker(name, None, None, None)
+    pid = advert.get("pid")
+    return LiveWorker(
+        name,
+        pid if isinstance(pid, int) else None,
+        str(advert.get("host") or "") or None,
+        frozenset(str(task) for task in advert["tasks"]),
+    )
 
 
 def remote_term(sp: Handle) -> float:

@@ -11,12 +11,11 @@ which holds a lock per key, 100,000 of them at 100,000 keyed jobs). Remote ones 
 the lease term, ``spool.workers``), then the work tokens used without such a record (a work
 token's name is its worker's name) and the holders of leases nobody else lists. What each holds
 comes from the ledger (a leased job's claim names its worker). A worker not alive and not heard
-from for ``AGE_OUT_SECONDS`` is left out.
+from for ``FORGET_AFTER_SECONDS`` is left out.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
@@ -24,17 +23,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from spool import browse, scheduling
-from spool.errors import InvalidJob, SpoolError
-from spool.fsio import fs
+from spool.errors import InvalidJob
 from spool.layout import worker_lock_name
 from spool.locks import is_held
 from spool.timetext import format_time
-from spool.workers import WORKER_NAME, remote_term
+from spool.workers import FORGET_AFTER_SECONDS, WORKER_NAME, advertised, remote_term
 
 from .dashboard_auth import Session
 from .dashboard_web import Dash, back
-
-AGE_OUT_SECONDS = 3600.0
 
 
 def routes(dash: Dash) -> list[BaseRoute]:
@@ -87,34 +83,24 @@ def workers_view(dash: Dash) -> dict[str, Any]:
     local: dict[str, dict[str, Any]] = {}
     for name, pid, host, started, seen in dash.sp.ledger.workers():
         alive = is_held(locks_fd, worker_lock_name(name)) is True
-        if alive or now - seen < AGE_OUT_SECONDS:
+        if alive or now - seen < FORGET_AFTER_SECONDS:
             local[name] = _worker(name, pid, host, started, seen, alive, held)
-            local[name]["tasks"] = _tasks_of(locks_fd, name) if alive else []
+            local[name]["tasks"] = sorted(advertised(locks_fd, name).tasks or []) if alive else []
     remote: dict[str, dict[str, Any]] = {}
     term = remote_term(dash.sp)
-    for name, host, started, seen, tasks in dash.sp.ledger.remote_workers(now - AGE_OUT_SECONDS):
+    for name, host, started, seen, tasks in dash.sp.ledger.remote_workers(now - FORGET_AFTER_SECONDS):
         remote[name] = _worker(name, None, host, started, seen, now - seen <= term, held)
         remote[name]["tasks"] = sorted(tasks or [])
     for info in dash.ctx.tokens.list():
         if info.role != "work" or info.name in local or info.name in remote:
             continue
         heard = info.last_used
-        if info.name in held or (heard is not None and now - heard < AGE_OUT_SECONDS):
+        if info.name in held or (heard is not None and now - heard < FORGET_AFTER_SECONDS):
             remote[info.name] = _worker(info.name, None, None, None, heard, None, held)
     for name in held:
         if name not in local and name not in remote:
             remote[name] = _worker(name, None, None, None, None, None, held)
     return {"local": list(local.values()), "remote": sorted(remote.values(), key=lambda w: w["name"])}
-
-
-def _tasks_of(locks_fd: int, name: str) -> list[str]:
-    """What a live worker says it handles, from its own lock file (``spool.workers``)."""
-    try:
-        advert = json.loads(fs.read_file(locks_fd, worker_lock_name(name), 64 * 1024) or b"null")
-    except (OSError, ValueError, SpoolError):
-        return []
-    tasks = advert.get("tasks") if isinstance(advert, dict) else None
-    return sorted(str(task) for task in tasks) if isinstance(tasks, list) else []
 
 
 def _worker(
