@@ -37,6 +37,17 @@ def run_spool(*args: str, spool: Path | None = None, env: dict[str, str] | None 
                           input=input.decode() if input else None, timeout=timeout, cwd=cwd or ROOT)
 
 
+def kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL each still-running process's whole group (each was started in a session of its own)."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
 class Procs:
     """Long-running spool processes, each in its own process group, killed at teardown."""
 
@@ -65,13 +76,7 @@ class Procs:
         self.kill_all()
 
     def kill_all(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
+        kill_groups(self.started)
 
     def output(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("*.log")))

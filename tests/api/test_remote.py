@@ -3,7 +3,6 @@ real ``spool serve`` (``served``), with a real coordinator whose clock decides e
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from spool import Spool
 from spool.errors import SpoolError
 from spool.layout import State
 from spool.remote_leases import fence_worker
-from support import ROOT, SPOOL_CMD, wait_until
+from support import ROOT, SPOOL_CMD, kill_groups, wait_until
 
 LEASE_SECONDS = "1.5"
 
@@ -52,13 +51,7 @@ class Processes:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
     def kill_all(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.wait()
+        kill_groups(self.started)
 
 
 @pytest.fixture
