@@ -72,7 +72,9 @@ from spool import Spool  # noqa: E402
 
 THIS = Path(__file__).resolve()
 HUEY_POLLS = {"default poll": [], "5 ms poll": ["-d", "0.005", "-m", "0.005", "-b", "1"]}
-STRACE_CALLS = "open,openat,creat,mkdir,mkdirat,link,linkat,rename,renameat,renameat2,fsync,fdatasync,sync_file_range,syncfs"
+STRACE_CALLS = (
+    "open,openat,creat,mkdir,mkdirat,link,linkat,rename,renameat,renameat2,fsync,fdatasync,sync_file_range,syncfs"
+)
 
 _CHILDREN: list[subprocess.Popen[Any]] = []
 _HOSTS: list[Any] = []
@@ -957,8 +959,10 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         row("fsync+fdatasync per job (strace)", st["fsyncs_per_job"], fmt="{:.2f}")  # syncfs counted too
         row("  producer / spool run", f"{st['fsyncs_producer_per_job']:.2f} / {st['fsyncs_run_per_job']:.2f}")
         if "syncfs_run_per_job" in st:
-            row("  of them syncfs: producer / spool run",
-                f"{st['syncfs_producer_per_job']:.2f} / {st['syncfs_run_per_job']:.2f}")
+            row(
+                "  of them syncfs: producer / spool run",
+                f"{st['syncfs_producer_per_job']:.2f} / {st['syncfs_run_per_job']:.2f}",
+            )
     else:
         row("file creations, fsyncs per job (strace)", "n/a (no strace)" if o.strace_jobs else "n/a (skipped)")
     f = r["fsync_seam"]

@@ -143,7 +143,7 @@ def build_spool(root: Path, size: int, processes: int = 2) -> float:
         rows = [(new_id(), index, submitted_at) for index in range(size)]
         pending = str(sp.layout.path(State.PENDING))
         chunk = max(1, min(2000, size // (processes * 4) or 1))
-        chunks = [(pending, rows[i:i + chunk]) for i in range(0, size, chunk)]
+        chunks = [(pending, rows[i : i + chunk]) for i in range(0, size, chunk)]
         if size < 5000:  # in this process: a fork pool once hung a smoke test (19:34 UTC, 2026-12-01)
             written = sum(map(_write_chunk, chunks))
         else:
@@ -206,10 +206,13 @@ def measure(root: Path, claims: int, reconcile_runs: int = 3) -> dict[str, Any]:
             reconcile(sp, full=False)
             active_s.append(time.perf_counter() - started)
     return {
-        "claim_ms": claim_ms, "complete_ms": complete_ms,
+        "claim_ms": claim_ms,
+        "complete_ms": complete_ms,
         "claim_calls": {k: v / claims for k, v in claim_calls.items()},
         "complete_calls": {k: v / claims for k, v in complete_calls.items()},
-        "listing_s": listing_s, "reconcile_s": reconcile_s, "reconcile_calls": reconcile_calls,
+        "listing_s": listing_s,
+        "reconcile_s": reconcile_s,
+        "reconcile_calls": reconcile_calls,
         "reconcile_active_s": active_s,
     }
 
@@ -218,8 +221,9 @@ def _calls(per_op: dict[str, float], *names: str) -> str:
     return " ".join(f"{name}={per_op.get(name, 0):g}" for name in names)
 
 
-def run(sizes: Sequence[int], claims: int, base: Path | None, keep: bool, out: TextIO = sys.stdout
-        ) -> list[dict[str, Any]]:
+def run(
+    sizes: Sequence[int], claims: int, base: Path | None, keep: bool, out: TextIO = sys.stdout
+) -> list[dict[str, Any]]:
     rows = []
     for size in sizes:
         if claims > size:
@@ -227,8 +231,11 @@ def run(sizes: Sequence[int], claims: int, base: Path | None, keep: bool, out: T
         work = Path(tempfile.mkdtemp(prefix=f"claim-cost-{size}-", dir=base))
         try:
             build_s = build_spool(work / "spool", size)
-            print(f"size {size}: built in {build_s:.1f}s (encode + write without fsync, Ledger.rebuild, os.sync)",
-                  file=out, flush=True)
+            print(
+                f"size {size}: built in {build_s:.1f}s (encode + write without fsync, Ledger.rebuild, os.sync)",
+                file=out,
+                flush=True,
+            )
             result = measure(work / "spool", claims)
         finally:
             if not keep:
@@ -236,24 +243,37 @@ def run(sizes: Sequence[int], claims: int, base: Path | None, keep: bool, out: T
         result.update(size=size, build_s=build_s)
         rows.append(result)
         c, d = result["claim_ms"], result["complete_ms"]
-        print(f"  claim    p50 {percentile(c, .5):7.2f} ms  p99 {percentile(c, .99):7.2f} ms  "
-              f"per claim: {_calls(result['claim_calls'], 'read_file', 'stat', 'list_dir', 'rename', 'fsync')}",
-              file=out)
-        print(f"  complete p50 {percentile(d, .5):7.2f} ms  p99 {percentile(d, .99):7.2f} ms  "
-              f"per complete: {_calls(result['complete_calls'], 'read_file', 'stat', 'list_dir', 'rename', 'link', 'fsync')}",
-              file=out)
-        print(f"  reconcile {statistics.median(result['reconcile_s']) * 1000:8.1f} ms median of "
-              f"{len(result['reconcile_s'])} (folder listing alone {statistics.median(result['listing_s']) * 1000:.1f} ms; "
-              f"{_calls(result['reconcile_calls'], 'list_dir', 'read_file', 'stat')}; "
-              f"full=False {statistics.median(result['reconcile_active_s']) * 1000:.1f} ms)", file=out, flush=True)
+        print(
+            f"  claim    p50 {percentile(c, 0.5):7.2f} ms  p99 {percentile(c, 0.99):7.2f} ms  "
+            f"per claim: {_calls(result['claim_calls'], 'read_file', 'stat', 'list_dir', 'rename', 'fsync')}",
+            file=out,
+        )
+        print(
+            f"  complete p50 {percentile(d, 0.5):7.2f} ms  p99 {percentile(d, 0.99):7.2f} ms  "
+            "per complete: "
+            f"{_calls(result['complete_calls'], 'read_file', 'stat', 'list_dir', 'rename', 'link', 'fsync')}",
+            file=out,
+        )
+        print(
+            f"  reconcile {statistics.median(result['reconcile_s']) * 1000:8.1f} ms median of "
+            f"{len(result['reconcile_s'])} "
+            f"(folder listing alone {statistics.median(result['listing_s']) * 1000:.1f} ms; "
+            f"{_calls(result['reconcile_calls'], 'list_dir', 'read_file', 'stat')}; "
+            f"full=False {statistics.median(result['reconcile_active_s']) * 1000:.1f} ms)",
+            file=out,
+            flush=True,
+        )
     print(f"\nclaim cost: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end", file=out)
-    print("  pending  claims  claim p50  claim p99  files read/claim  complete p50  complete p99  reconcile",
-          file=out)
+    print("  pending  claims  claim p50  claim p99  files read/claim  complete p50  complete p99  reconcile", file=out)
     for r in rows:
         c, d = r["claim_ms"], r["complete_ms"]
-        print(f"  {r['size']:>7}  {len(c):>6}  {percentile(c, .5):6.2f} ms  {percentile(c, .99):6.2f} ms  "
-              f"{r['claim_calls'].get('read_file', 0):>16g}  {percentile(d, .5):9.2f} ms  {percentile(d, .99):9.2f} ms  "
-              f"{statistics.median(r['reconcile_s']) * 1000:7.1f} ms", file=out)
+        print(
+            f"  {r['size']:>7}  {len(c):>6}  {percentile(c, 0.5):6.2f} ms  {percentile(c, 0.99):6.2f} ms  "
+            f"{r['claim_calls'].get('read_file', 0):>16g}  "
+            f"{percentile(d, 0.5):9.2f} ms  {percentile(d, 0.99):9.2f} ms  "
+            f"{statistics.median(r['reconcile_s']) * 1000:7.1f} ms",
+            file=out,
+        )
     return rows
 
 

@@ -114,9 +114,15 @@ class Host:
         with open(log_path, "ab") as log:
             # preexec_fn is safe here: this process runs no threads of its own.
             self.proc = subprocess.Popen(
-                [*wrap, *SPOOL, "--spool", str(root), "run", "--workers", str(workers), *imports], cwd=ROOT,
-                env=process_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=tie_to_parent)  # noqa: PLW1509
+                [*wrap, *SPOOL, "--spool", str(root), "run", "--workers", str(workers), *imports],
+                cwd=ROOT,
+                env=process_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=tie_to_parent,
+            )  # noqa: PLW1509
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -200,8 +206,13 @@ def submit_python(sp: Spool, jobs: int) -> dict[str, Any]:
         sp.submit("echo", {"i": n})
         latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
-    return {"jobs": jobs, "seconds": elapsed, "rate": jobs / elapsed,
-            "p50_ms": percentile(latencies, 0.5) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
+    return {
+        "jobs": jobs,
+        "seconds": elapsed,
+        "rate": jobs / elapsed,
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+    }
 
 
 # -- 2. submit through the CLI --------------------------------------------------------------------
@@ -210,19 +221,37 @@ def submit_python(sp: Spool, jobs: int) -> dict[str, Any]:
 def submit_cli(root: Path, count: int) -> dict[str, Any]:
     env = process_env()
     latencies = []
-    subprocess.run([*SPOOL, "--spool", str(root), "submit", "echo"], cwd=ROOT, env=env, capture_output=True,
-                   timeout=120, check=True)  # untimed: fills the bytecode cache, makes the ledger
+    subprocess.run(
+        [*SPOOL, "--spool", str(root), "submit", "echo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )  # untimed: fills the bytecode cache, makes the ledger
     started = time.perf_counter()
     for n in range(count):
         t0 = time.perf_counter()
-        done = subprocess.run([*SPOOL, "--spool", str(root), "submit", "echo", "-a", f"i={n}"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [*SPOOL, "--spool", str(root), "submit", "echo", "-a", f"i={n}"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         latencies.append(time.perf_counter() - t0)
         if done.returncode != 0:
             raise RuntimeError(f"spool submit failed ({done.returncode}): {done.stderr.strip()}")
     elapsed = time.perf_counter() - started
-    return {"jobs": count, "seconds": elapsed, "rate": count / elapsed,
-            "p50_ms": percentile(latencies, 0.5) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
+    return {
+        "jobs": count,
+        "seconds": elapsed,
+        "rate": count / elapsed,
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+    }
 
 
 # -- 3. drain -------------------------------------------------------------------------------------
@@ -250,14 +279,22 @@ def drain(sp: Spool, host: Host, jobs: int, timeout: float) -> dict[str, Any]:
     counts = sp.ledger.counts()
     assert first is not None and last is not None
     cpu = {role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}
-    return {"jobs": jobs, "done": counts.get("done", 0), "dead": counts.get("dead", 0), "span": last - first,
-            "rate": counts.get("done", 0) / (last - first), "wall_from_start": wall,
-            "cpu_per_1000": {role: seconds * 1000 / jobs for role, seconds in sorted(cpu.items()) if seconds > 0}}
+    return {
+        "jobs": jobs,
+        "done": counts.get("done", 0),
+        "dead": counts.get("dead", 0),
+        "span": last - first,
+        "rate": counts.get("done", 0) / (last - first),
+        "wall_from_start": wall,
+        "cpu_per_1000": {role: seconds * 1000 / jobs for role, seconds in sorted(cpu.items()) if seconds > 0},
+    }
 
 
 def _history_span(sp: Spool) -> tuple[float | None, float | None]:
-    rows = sp.ledger._read("SELECT (SELECT min(at) FROM history WHERE event = 'claim'), "
-                           "(SELECT max(at) FROM history WHERE event = 'complete')")
+    rows = sp.ledger._read(
+        "SELECT (SELECT min(at) FROM history WHERE event = 'claim'), "
+        "(SELECT max(at) FROM history WHERE event = 'complete')"
+    )
     return rows[0][0], rows[0][1]
 
 
@@ -284,9 +321,13 @@ def idle_pickup(sp: Spool, host: Host, count: int, timeout: float = 60.0) -> dic
         claimed = parse_time(sp.status(job_id)["attempts"][-1]["started"], "started").timestamp()
         to_claim.append(claimed - acked)
         time.sleep(random.uniform(0.08, 0.12))  # the workers go back to waiting on inotify
-    return {"count": count,
-            "handler_p50_ms": percentile(to_handler, 0.5) * 1000, "handler_p99_ms": percentile(to_handler, 0.99) * 1000,
-            "claim_p50_ms": percentile(to_claim, 0.5) * 1000, "claim_p99_ms": percentile(to_claim, 0.99) * 1000}
+    return {
+        "count": count,
+        "handler_p50_ms": percentile(to_handler, 0.5) * 1000,
+        "handler_p99_ms": percentile(to_handler, 0.99) * 1000,
+        "claim_p50_ms": percentile(to_claim, 0.5) * 1000,
+        "claim_p99_ms": percentile(to_claim, 0.99) * 1000,
+    }
 
 
 # -- 5. fsyncs per job ----------------------------------------------------------------------------
@@ -314,8 +355,12 @@ def fsyncs_in_process(root: Path, jobs: int) -> dict[str, float]:
             counting.calls.clear()
             complete(sp, Lease(job_file.id, "bench-worker", job_file.attempt), b'{"ok": true}')
             per["complete"] += counting.calls["fsync"]
-    out = {"submit": per["submit"] / jobs, "submit with --key": per["submit with --key"] / jobs,
-           "claim": per["claim"] / (2 * jobs), "complete": per["complete"] / (2 * jobs)}
+    out = {
+        "submit": per["submit"] / jobs,
+        "submit with --key": per["submit with --key"] / jobs,
+        "claim": per["claim"] / (2 * jobs),
+        "complete": per["complete"] / (2 * jobs),
+    }
     out["lifecycle"] = out["submit"] + out["claim"] + out["complete"]
     return out
 
@@ -337,21 +382,33 @@ def fsyncs_strace(work: Path, jobs: int, workers: int, timeout: float) -> dict[s
     Spool.init(root, environ={}).close()
     wrap = [strace, "-f", "-c", "--seccomp-bpf", "-e", "trace=fsync,fdatasync", "-o"]
     submit_out, run_out = work / "strace-submit.txt", work / "strace-run.txt"
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.throughput import open_spool;"
-            f"from pathlib import Path\nwith open_spool(Path({str(root)!r}), {jobs}) as sp:\n"
-            f"    [sp.submit('echo', {{'i': n}}) for n in range({jobs})]")
-    subprocess.run([*wrap, str(submit_out), sys.executable, "-c", code], cwd=ROOT, env=process_env(), check=True,
-                   timeout=timeout)
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.throughput import open_spool;"
+        f"from pathlib import Path\nwith open_spool(Path({str(root)!r}), {jobs}) as sp:\n"
+        f"    [sp.submit('echo', {{'i': n}}) for n in range({jobs})]"
+    )
+    subprocess.run(
+        [*wrap, str(submit_out), sys.executable, "-c", code], cwd=ROOT, env=process_env(), check=True, timeout=timeout
+    )
     host = Host(root, workers, work / "strace-run.log", wrap=[*wrap, str(run_out)])
     try:
         with open_spool(root, jobs) as sp:
-            wait_for(lambda: sum(sp.ledger.counts().get(s, 0) for s in ("done", "dead")) >= jobs or not host.alive(),
-                     timeout, f"{jobs} jobs to end under strace", interval=0.2)
+            wait_for(
+                lambda: sum(sp.ledger.counts().get(s, 0) for s in ("done", "dead")) >= jobs or not host.alive(),
+                timeout,
+                f"{jobs} jobs to end under strace",
+                interval=0.2,
+            )
     finally:
         host.stop()
     submit_counts, run_counts = _strace_counts(submit_out), _strace_counts(run_out)
-    return {"jobs": jobs, "submit": submit_counts, "run": run_counts,
-            "submit_per_job": sum(submit_counts.values()) / jobs, "run_per_job": sum(run_counts.values()) / jobs}
+    return {
+        "jobs": jobs,
+        "submit": submit_counts,
+        "run": run_counts,
+        "submit_per_job": sum(submit_counts.values()) / jobs,
+        "run_per_job": sum(run_counts.values()) / jobs,
+    }
 
 
 # -- the whole run --------------------------------------------------------------------------------
@@ -376,8 +433,10 @@ def run(options: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]
             host = Host(root, options.workers, work / "run.log")
             try:
                 report["drain"] = drain(sp, host, options.jobs, options.timeout)
-                say(f"drain: {report['drain']['done']} done in {report['drain']['span']:.1f}s, "
-                    f"{report['drain']['rate']:.1f} jobs/s")
+                say(
+                    f"drain: {report['drain']['done']} done in {report['drain']['span']:.1f}s, "
+                    f"{report['drain']['rate']:.1f} jobs/s"
+                )
                 if options.pickups:
                     report["pickup"] = idle_pickup(sp, host, options.pickups)
                     say(f"idle pickup: {options.pickups} jobs, p50 {report['pickup']['handler_p50_ms']:.1f} ms")
@@ -403,29 +462,56 @@ def print_table(report: Mapping[str, Any], options: argparse.Namespace, out: Tex
     def row(what: str, value: str, note: str = "") -> None:
         print(f"  {what:<34} {value:>16}   {note}", file=out)
 
-    print(f"\nthroughput: {options.jobs} echo jobs, {options.workers} workers, {os.cpu_count()} cores, "
-          f"load {report['load_before'][0]:.1f} before / {report['load_after'][0]:.1f} after", file=out)
+    print(
+        f"\nthroughput: {options.jobs} echo jobs, {options.workers} workers, {os.cpu_count()} cores, "
+        f"load {report['load_before'][0]:.1f} before / {report['load_after'][0]:.1f} after",
+        file=out,
+    )
     sub, cli = report["submit_python"], report["submit_cli"]
-    row("submit, Python API", f"{sub['rate']:.0f} jobs/s", f"p50 {sub['p50_ms']:.1f} ms, p99 {sub['p99_ms']:.1f} ms per submit")
-    row("submit, `spool submit` processes", f"{cli['rate']:.1f} jobs/s",
-        f"p50 {cli['p50_ms']:.0f} ms, p99 {cli['p99_ms']:.0f} ms per process ({cli['jobs']} sequential)")
+    row(
+        "submit, Python API",
+        f"{sub['rate']:.0f} jobs/s",
+        f"p50 {sub['p50_ms']:.1f} ms, p99 {sub['p99_ms']:.1f} ms per submit",
+    )
+    row(
+        "submit, `spool submit` processes",
+        f"{cli['rate']:.1f} jobs/s",
+        f"p50 {cli['p50_ms']:.0f} ms, p99 {cli['p99_ms']:.0f} ms per process ({cli['jobs']} sequential)",
+    )
     d = report["drain"]
-    row("drain, first claim -> last done", f"{d['rate']:.1f} jobs/s",
-        f"{d['done']} done, {d['dead']} dead in {d['span']:.1f}s ({d['wall_from_start']:.1f}s from `spool run`)")
+    row(
+        "drain, first claim -> last done",
+        f"{d['rate']:.1f} jobs/s",
+        f"{d['done']} done, {d['dead']} dead in {d['span']:.1f}s ({d['wall_from_start']:.1f}s from `spool run`)",
+    )
     row("  CPU s per 1000 jobs", "", ", ".join(f"{role} {s:.1f}" for role, s in d["cpu_per_1000"].items()))
     if "pickup" in report:
         p = report["pickup"]
-        row("idle pickup, ack -> handler start", f"p50 {p['handler_p50_ms']:.1f} ms",
-            f"p99 {p['handler_p99_ms']:.1f} ms over {p['count']} single jobs")
-        row("idle pickup, ack -> claim", f"p50 {p['claim_p50_ms']:.1f} ms", f"p99 {p['claim_p99_ms']:.1f} ms (ms stamps)")
+        row(
+            "idle pickup, ack -> handler start",
+            f"p50 {p['handler_p50_ms']:.1f} ms",
+            f"p99 {p['handler_p99_ms']:.1f} ms over {p['count']} single jobs",
+        )
+        row(
+            "idle pickup, ack -> claim",
+            f"p50 {p['claim_p50_ms']:.1f} ms",
+            f"p99 {p['claim_p99_ms']:.1f} ms (ms stamps)",
+        )
     f = report["fsync_seam"]
-    row("fsyncs per job (seam)", f"{f['lifecycle']:g}",
-        f"submit {f['submit']:g} (with a key {f['submit with --key']:g}), claim {f['claim']:g}, complete {f['complete']:g}")
+    row(
+        "fsyncs per job (seam)",
+        f"{f['lifecycle']:g}",
+        f"submit {f['submit']:g} (with a key {f['submit with --key']:g}), "
+        f"claim {f['claim']:g}, complete {f['complete']:g}",
+    )
     s = report.get("fsync_strace")
     if s:
-        row("fsync+fdatasync per job (strace)", f"{s['submit_per_job'] + s['run_per_job']:.2f}",
+        row(
+            "fsync+fdatasync per job (strace)",
+            f"{s['submit_per_job'] + s['run_per_job']:.2f}",
             f"submit {s['submit_per_job']:.2f} {s['submit']}, spool run {s['run_per_job']:.2f} {s['run']} "
-            f"over {s['jobs']} jobs")
+            f"over {s['jobs']} jobs",
+        )
     elif options.strace_jobs:
         row("fsync+fdatasync per job (strace)", "n/a", "strace not on PATH (apt-get install strace)")
     if options.json:

@@ -2,9 +2,9 @@
 
 ``spool_in(*args)`` (``spool_run(*args)`` without ``--spool``) calls the console entry point
 (``spool.cli.main.main``, the function ``spool`` and ``python -m spool.cli`` run) with stdin,
-stdout, stderr and the environment isolated, and returns the exit code and both outputs. It is used where a fresh interpreter per call would
-cost seconds and prove nothing more; tests that need a real process (exit status as the OS sees
-it, SIGKILL, concurrency) use ``spool_cli``/``run_spool`` from tests/conftest.py.
+stdout, stderr and the environment isolated, and returns the exit code and both outputs. It is used
+where a fresh interpreter per call would cost seconds and prove nothing more; tests that need a real
+process (exit status as the OS sees it, SIGKILL, concurrency) use ``spool_cli``/``run_spool`` from tests/conftest.py.
 """
 
 from __future__ import annotations

@@ -99,5 +99,6 @@ def test_a_full_spool_refuses_a_submit_with_exit_75_and_writes_nothing(kit) -> N
 def test_random_sigkills_under_spool_run_lose_nothing(kit) -> None:
     report = kit.chaos(jobs=300, kill_seconds=8.0, every_seconds=0.3)
     print(f"\nchaos (seed {report.seed}): 300 jobs, {sum(report.kills.values())} SIGKILLs {report.kills} "
-          f"over {report.chaos_seconds:.1f}s; submit {report.submit_seconds:.1f}s, drained {report.drain_seconds:.1f}s after")
+          f"over {report.chaos_seconds:.1f}s; submit {report.submit_seconds:.1f}s, "
+          f"drained {report.drain_seconds:.1f}s after")
     assert sum(report.kills.values()) >= 10, "the chaos hit something"

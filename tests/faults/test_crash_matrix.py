@@ -660,7 +660,9 @@ def _job_names(root: Path) -> list[str]:
 
 def test_every_point_of_submit_is_crashed_through_the_command_line() -> None:
     listed = [p for p in crash.all_points() if p.split(":", 1)[0] == "submit"]
-    assert sorted(listed) == sorted(SUBMIT_POINTS + BATCH_POINTS), "a new point of submit needs a place in SUBMIT_POINTS"
+    assert sorted(listed) == sorted(SUBMIT_POINTS + BATCH_POINTS), (
+        "a new point of submit needs a place in SUBMIT_POINTS"
+    )
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)

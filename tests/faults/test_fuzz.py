@@ -127,7 +127,8 @@ def ingest_and_check(bench: Bench, name: str, data: bytes) -> tuple[State, JobFi
         assert job_file.error.count("\n") == 0 or len(job_file.error) <= 4096
     else:
         # Valid: the job is what the parser makes of the same bytes.
-        spec = Job.from_spec(cast(Any, load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=name)), job_id=job_id,
+        loaded = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=name)
+        spec = Job.from_spec(cast(Any, loaded), job_id=job_id,
                              default_max_tries=sp.settings.max_tries,
                              default_timeout=sp.settings.default_timeout_seconds, where=name)
         assert job_file.job == spec
@@ -325,15 +326,25 @@ def test_special_files_dropped_beside_a_running_coordinator(spool_dir: Path, tmp
             return not names & set(os.listdir(pending))
 
         wait_until(ingested, timeout=60, message="every special drop to be ingested")
+
+        def settled() -> dict[str, tuple[list[State], JobFile]] | None:
+            """Each drop's outcome, once every refused one has its final dead record (written after the move)."""
+            found: dict[str, tuple[list[State], JobFile]] = {}
+            for job_id, folders in list_folders(sp).jobs.items():
+                try:
+                    job_file = read_job(sp, folders[0], job_id)
+                except FileNotFoundError:
+                    return None
+                if job_file.dropped_as is not None:
+                    found[job_file.dropped_as] = (folders, job_file)
+            final = set(found) == names and all(found[n][1].reason == "invalid" for n in invalid)
+            return found if final else None
+
+        outcomes = wait_until(settled, timeout=60, message="every refused drop's dead record")
         assert coordinator.poll() is None, "the coordinator died"
     finally:
         server.close()
-    outcomes = {}
-    for job_id, folders in list_folders(sp).jobs.items():
-        job_file = read_job(sp, folders[0], job_id)
-        if job_file.dropped_as is not None:
-            outcomes[job_file.dropped_as] = (folders, job_file)
-    assert set(outcomes) == names
+    assert isinstance(outcomes, dict) and set(outcomes) == names
     for name in invalid:
         folders, job_file = outcomes[name]
         assert folders == [State.DEAD] and job_file.reason == "invalid", f"{name}: {folders} {job_file.reason}"
