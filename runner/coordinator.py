@@ -62,7 +62,6 @@ from spool.runner.unhandled import UnhandledWarner
 
 log = logging.getLogger("spool.coordinator")
 
-RECONCILE_SECONDS = 5.0
 LEASE_WATCH_SECONDS = 0.1  # new leases landing wake a lease watch at most this often
 # The liveness locks of the workers holding leases, between watches. A SIGKILLed worker's job
 # starts its next attempt this long plus its first backoff (0.5-1 s by default) after the kill.
@@ -82,6 +81,7 @@ class Coordinator:
         self.sp = sp
         self.clock = clock
         self.lease_seconds = sp.settings.lease_seconds
+        self.reconcile_seconds = sp.settings.reconcile_seconds  # a period for listings and worker checks
         self.leases: dict[str, LeaseWatch] = {}
         self.timers: dict[str, float] = {}  # job id -> when (our clock) it becomes ready
         self.last_pass: float | None = None
@@ -189,7 +189,7 @@ class Coordinator:
         self.scheduler.run_pass(landed or [])  # first: a slot's job is submitted on time
         drops, arrivals = self._sort_landed(landed or [])
         listing_drops = None
-        if now - self.last_reconcile >= RECONCILE_SECONDS:
+        if now - self.last_reconcile >= self.reconcile_seconds:
             self.last_reconcile = now
             listing = reconcile(self.sp, full=False)  # a full pass at start and every minute (FULL_SECONDS)
             drops = listing_drops = listing.drops

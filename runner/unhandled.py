@@ -11,12 +11,10 @@ from spool.workers import unhandled_ready, unhandled_warning
 
 log = logging.getLogger("spool.coordinator")
 
-UNHANDLED_GRACE_SECONDS = 3.0
-
 
 class UnhandledWarner:
     """One WARNING per task whose ready jobs no live worker handles (``spool.workers``), once it
-    has been so for UNHANDLED_GRACE_SECONDS (workers starting beside the coordinator have not
+    has been so for the ``unhandled_grace_seconds`` setting (workers starting beside the coordinator have not
     said what they handle yet); again only after a worker for it has come and gone."""
 
     def __init__(self) -> None:
@@ -35,6 +33,6 @@ class UnhandledWarner:
                 self.warned.discard(task)
         for task, ready in unhandled.items():
             since = self.since.setdefault(task, now)
-            if task not in self.warned and now - since >= UNHANDLED_GRACE_SECONDS:
+            if task not in self.warned and now - since >= sp.settings.unhandled_grace_seconds:
                 self.warned.add(task)
                 log.warning("%d ready job(s) of task %r: %s", ready, task, unhandled_warning(task))

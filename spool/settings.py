@@ -74,6 +74,13 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     group_shared: bool = False
+    # The runner's own periods and deadlines: settings so a test can prove each rule at 1-3 s.
+    reconcile_seconds: float = 5.0  # the coordinator lists the folders and checks workers this often
+    unhandled_grace_seconds: float = 3.0  # a task's ready jobs wait this long for a worker before a warning
+    http_idle_seconds: float = 5.0  # spool serve closes an idle keep-alive connection after this
+    http_head_seconds: float = 10.0  # a request's line and headers must arrive whole within this
+    http_body_seconds: float = 30.0  # a request's body must arrive whole within this (else 408)
+    tls_handshake_seconds: float = 10.0  # a TLS handshake is cut after this
     # name -> "default", "config.yaml", "env SPOOL_X" or "flag --x"; names absent are defaults.
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
     # Things worth a word that are not errors (an unknown SPOOL_* name); the CLI prints them.
@@ -230,6 +237,12 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "log_level": _one_of(LOG_LEVELS),
     "log_format": _one_of(LOG_FORMATS),
     "group_shared": _flag,
+    "reconcile_seconds": _positive_duration,
+    "unhandled_grace_seconds": _positive_duration,
+    "http_idle_seconds": _positive_duration,
+    "http_head_seconds": _positive_duration,
+    "http_body_seconds": _positive_duration,
+    "tls_handshake_seconds": _positive_duration,
 }
 
 

@@ -40,6 +40,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: crash_error},
         lifespan=functools.partial(_lifespan, ctx),
     )
+    app.state.body_seconds = ctx.sp.settings.http_body_seconds  # read_body's deadline
     app.add_middleware(RequestCaps, max_bytes=ctx.max_body_bytes)
     return app
 

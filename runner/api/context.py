@@ -24,7 +24,6 @@ from spool.tokens import TokenInfo, TokenStore
 # stays well under twice its size, and anything past the cap is refused, not truncated.
 JSON_MARGIN_BYTES = 16 * 1024
 MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers together
-BODY_SECONDS = 30.0  # a body must arrive whole within this (a slow-loris upload is cut with 408)
 
 
 @dataclass
@@ -91,7 +90,9 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 async def read_body(request: Request, max_bytes: int) -> bytes:
     """The request's body, at most ``max_bytes``: 413 from Content-Length before reading a byte,
     413 as soon as a chunked or lying body passes the cap, 408 if it is not whole within
-    ``BODY_SECONDS``."""
+    the ``http_body_seconds`` setting, which ``create_app`` puts in the app's state (a slow-loris
+    upload is cut)."""
+    within_seconds: float = request.app.state.body_seconds
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
@@ -100,14 +101,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise ApiError(413, f"body of {int(length)} bytes is over the cap of {max_bytes}", "body")
     chunks, size = [], 0
     try:
-        with anyio.fail_after(BODY_SECONDS):
+        with anyio.fail_after(within_seconds):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > max_bytes:
                     raise ApiError(413, f"body is over the cap of {max_bytes} bytes", "body")
                 chunks.append(chunk)
     except TimeoutError:
-        raise ApiError(408, f"body not received whole within {BODY_SECONDS:.0f} s", "body") from None
+        raise ApiError(408, f"body not received whole within {within_seconds:g} s", "body") from None
     except ClientDisconnect:
         raise ApiError(400, "client went away before sending the whole body", "body") from None
     return b"".join(chunks)

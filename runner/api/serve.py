@@ -4,16 +4,17 @@ The server binds its socket itself (so ``--port 0`` works and the address it pri
 it listens on) and hands it to uvicorn with an SSLContext from ``runner.api.tls``. Limits against
 clients that hold connections open (slow-loris):
 
-- ``KEEP_ALIVE_SECONDS``: an idle keep-alive connection is closed after 5 s;
-- ``HEAD_SECONDS``: a request's head (line and headers) must arrive whole within 10 s of the
+- ``http_idle_seconds`` (a setting, as are the deadlines below): an idle keep-alive connection is
+  closed after 5 s;
+- ``http_head_seconds``: a request's head (line and headers) must arrive whole within 10 s of the
   connection's handshake or of the previous response, however slowly it trickles (uvicorn itself
   times out neither a new connection that sends nothing nor a head that arrives a byte at a time,
   so 200 such connections would have had every other client answered 503);
 - ``context.MAX_HEAD_BYTES``: a request head (request line + headers) over 16 KiB is refused (431,
   or by h11 while it is still arriving);
 - ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once;
-- a body must arrive whole within ``context.BODY_SECONDS`` (30 s) and under its cap (413);
-- the TLS handshake itself is cut after 10 s (``HANDSHAKE_SECONDS``, asyncio's own default is 60).
+- a body must arrive whole within ``http_body_seconds`` (30 s) and under its cap (413);
+- the TLS handshake itself is cut after 10 s (``tls_handshake_seconds``, asyncio's own default is 60).
 
 The access log prints the client, the request line (method and path: tokens never travel in a
 URL) and the status; no header is ever logged.
@@ -36,10 +37,7 @@ from spool.runner.api.tls import server_context
 from spool.spool import Spool
 from spool.tokens import TokenStore
 
-KEEP_ALIVE_SECONDS = 5
-HEAD_SECONDS = 10.0
 MAX_CONNECTIONS = 200
-HANDSHAKE_SECONDS = 10.0
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -64,24 +62,27 @@ def serve(sp: Spool, sock: socket.socket, cert: Path, key: Path, *, on_ready: Ca
     """Serve the API on ``sock`` until SIGINT/SIGTERM (uvicorn's own graceful shutdown)."""
     context = server_context(cert, key)
     ctx = ApiContext(sp=sp, tokens=TokenStore(sp))
+    settings = sp.settings
     config = uvicorn.Config(
         create_app(ctx),
         ssl_context_factory=lambda _config, _default: context,
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_keep_alive=settings.http_idle_seconds,  # type: ignore[arg-type]  # uvicorn takes a float
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         limit_concurrency=MAX_CONNECTIONS,
-        http=HeadDeadlineProtocol,
+        http=type("HeadDeadline", (HeadDeadlineProtocol,), {"head_seconds": settings.http_head_seconds}),
         ws="none",
         lifespan="on",
         server_header=False,
         log_config=_log_config(),
     )
     server = uvicorn.Server(config)
-    asyncio.run(_serve(server, sock, on_ready))
+    asyncio.run(_serve(server, sock, on_ready, settings.tls_handshake_seconds))
 
 
-async def _serve(server: uvicorn.Server, sock: socket.socket, on_ready: Callable[[], None] | None) -> None:
-    _shorten_handshakes()
+async def _serve(
+    server: uvicorn.Server, sock: socket.socket, on_ready: Callable[[], None] | None, handshake_seconds: float
+) -> None:
+    _shorten_handshakes(handshake_seconds)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
@@ -91,10 +92,12 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, on_ready: Callable
 
 
 class HeadDeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on each request head (``HEAD_SECONDS``): armed when
-    the connection is made and when a response is complete, cleared once a request's head has
-    been parsed; when it passes, the connection is closed."""
+    """uvicorn's h11 protocol with a deadline on each request head (``head_seconds``, the
+    ``http_head_seconds`` setting, set on a subclass by ``serve``): armed when the connection is
+    made and when a response is complete, cleared once a request's head has been parsed; when it
+    passes, the connection is closed."""
 
+    head_seconds: float = 10.0
     _head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -120,7 +123,7 @@ class HeadDeadlineProtocol(H11Protocol):
 
     def _arm_head_deadline(self) -> None:
         self._clear_head_deadline()
-        self._head_deadline = self.loop.call_later(HEAD_SECONDS, self._head_too_slow)
+        self._head_deadline = self.loop.call_later(self.head_seconds, self._head_too_slow)
 
     def _clear_head_deadline(self) -> None:
         if self._head_deadline is not None:
@@ -133,7 +136,7 @@ class HeadDeadlineProtocol(H11Protocol):
             self.transport.close()  # connection_lost then tells h11, as for any close
 
 
-def _shorten_handshakes() -> None:
+def _shorten_handshakes(seconds: float) -> None:
     """asyncio takes ``ssl_handshake_timeout`` per server; uvicorn passes none, so set the
     loop's default for servers made on it."""
     loop = asyncio.get_running_loop()
@@ -141,7 +144,7 @@ def _shorten_handshakes() -> None:
 
     async def create_server(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("ssl") is not None:
-            kwargs.setdefault("ssl_handshake_timeout", HANDSHAKE_SECONDS)
+            kwargs.setdefault("ssl_handshake_timeout", seconds)
         return await original(*args, **kwargs)
 
     loop.create_server = create_server  # type: ignore[method-assign]

@@ -40,10 +40,10 @@ class Processes:
         argv = ["worker", "--server", self.served.url, "--token", token, "--cacert", str(self.served.cacert)]
         return self.start(name, *argv, "--import", "examples.tasks", *extra)
 
-    def coordinator(self) -> subprocess.Popen[bytes]:
+    def coordinator(self, *flags: str) -> subprocess.Popen[bytes]:
         """A coordinator with a short term, once it has published it (leases then name its beat)."""
         root = str(self.served.root)
-        proc = self.start("coordinator", "--spool", root, "--lease-seconds", LEASE_SECONDS, "coordinator")
+        proc = self.start("coordinator", "--spool", root, "--lease-seconds", LEASE_SECONDS, *flags, "coordinator")
         wait_until(lambda: _published_term(self.served) == float(LEASE_SECONDS), 30, message="the term published")
         return proc
 

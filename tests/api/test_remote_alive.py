@@ -62,7 +62,8 @@ def _coordinator(processes: Processes, lease_seconds: str) -> None:
 def test_a_busy_remote_worker_is_alive_and_its_waiting_task_is_not_called_unhandled(
     served: Any, processes: Processes
 ) -> None:
-    processes.coordinator()  # a 1.5 s term: the record must stay fresh within it
+    # A 1.5 s term: the record must stay fresh within it; the unhandled check every second.
+    processes.coordinator("--reconcile-seconds", "1", "--unhandled-grace-seconds", "1")
     with Spool(served.root, environ={}) as sp:
         busy = sp.submit("sleep", {"seconds": 30.0}, max_tries=1)  # outlasts two checks
     worker = processes.remote("remote-a")

@@ -182,7 +182,7 @@ def test_cancel_says_what_it_waits_for_and_times_out_with_75(kit, tmp_path: Path
 
 
 def test_status_stats_wait_and_the_coordinator_say_no_live_worker_handles_a_task(kit) -> None:
-    coordinator = kit.coordinator()
+    coordinator = kit.coordinator("--reconcile-seconds", "1", "--unhandled-grace-seconds", "1")
     worker = kit.worker("w1")
     kit.wait_logged(worker, "worker w1 started")
     orphan = kit.sp.submit("nobody_knows_this", {})
@@ -211,7 +211,7 @@ def test_status_stats_wait_and_the_coordinator_say_no_live_worker_handles_a_task
     kit.wait_logged(coordinator, "no live worker handles task 'shell'")
     assert "task 'trace'" not in kit.log(coordinator)
 
-    waited = run_spool("wait", orphan, "--timeout", "6", spool=kit.spool_dir, timeout=60)  # > one reconcile
+    waited = run_spool("wait", orphan, "--timeout", "3", spool=kit.spool_dir, timeout=60)  # > one reconcile
     assert waited.returncode == 124, waited
     warnings = [line for line in waited.stderr.splitlines() if "no live worker handles" in line]
     assert len(warnings) == 1 and orphan in warnings[0] and "still waiting" in warnings[0], waited.stderr

@@ -34,7 +34,6 @@ from spool.job import JobFile
 from spool.layout import State, key_name, result_name, worker_lock_name
 from spool.locks import acquire
 from spool.recovery import list_folders
-from spool.runner import coordinator as coordinator_module
 from spool.runner.coordinator import Coordinator
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete
@@ -102,10 +101,10 @@ def _settled(sp: Spool) -> bool:
 def recover(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     # A restarted coordinator reconciles at start; here every pass does, so a pass never waits
     # for the 5 s reconcile period (what it does on a pass is unchanged).
-    monkeypatch.setattr(coordinator_module, "RECONCILE_SECONDS", 0.0)
 
     def run(sp: Spool, timeout: float = 20.0) -> None:
         coordinator = Coordinator(sp)
+        coordinator.reconcile_seconds = 0.0
         deadline = time.monotonic() + timeout
         with acquire(sp.layout.fd("locks"), worker_lock_name(RECOVERY_WORKER), blocking=True):
             while True:

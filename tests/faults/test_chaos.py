@@ -1,6 +1,7 @@
-"""Chaos with a history, bounded (~1 minute): clients submit with keys while a nemesis SIGKILLs,
-SIGSTOPs/SIGCONTs and restarts the coordinator and three workers; then every acknowledged submit
-is checked against the final files (see history.py for the checks).
+"""Chaos with a history, bounded (12 s of faults by default; 40 s in the ``slow`` tier): clients
+submit with keys while a nemesis SIGKILLs, SIGSTOPs/SIGCONTs and restarts the coordinator and three
+workers; then every acknowledged submit is checked against the final files (see history.py for the
+checks).
 
 The seed is printed; ``SPOOL_CHAOS_SEED=N`` replays a run's client and nemesis choices (the
 processes' own timing is the machine's, so a replay is close, not exact).
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from history import ChaosRun, report, run_chaos, seed_from_env
 from spool.runner.child import Child
 from support import Procs
@@ -22,8 +24,11 @@ from support import Procs
 SEED = seed_from_env()
 
 
-def test_chaos_history_holds(spool_dir: Path, tmp_path: Path, procs: Procs) -> None:
-    run = ChaosRun(seed=SEED, clients=4, workers=3, nemesis_seconds=40.0, keys=300, max_submits=250)
+@pytest.mark.parametrize(
+    "nemesis_seconds", [12.0, pytest.param(40.0, marks=pytest.mark.slow)], ids=["short", "40s"]
+)
+def test_chaos_history_holds(spool_dir: Path, tmp_path: Path, procs: Procs, nemesis_seconds: float) -> None:
+    run = ChaosRun(seed=SEED, clients=4, workers=3, nemesis_seconds=nemesis_seconds, keys=300, max_submits=250)
     verdict, nemesis = run_chaos(spool_dir, tmp_path, procs, run)
     print(report(verdict, nemesis, SEED))
     print("\n".join(nemesis.log[-15:]))

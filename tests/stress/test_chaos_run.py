@@ -21,6 +21,7 @@ SEED = int(os.environ.get("CHAOS_SEED", "0")) or None
 
 
 @pytest.mark.stress
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("stop_too", [False, True], ids=["sigkill", "sigkill+sigstop"])
 def test_a_long_run_under_random_signals_loses_nothing(spool_dir: Path, sp: Spool, procs: Procs,
                                                        stop_too: bool) -> None:

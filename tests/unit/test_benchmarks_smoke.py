@@ -98,6 +98,7 @@ def _bench_report(done: subprocess.CompletedProcess[str]) -> dict:
     return report
 
 
+@pytest.mark.slow  # ~20 s: every row of the side-by-side benchmark, run small
 def test_bench_prints_every_row_without_huey(tmp_path: Path) -> None:
     strace_jobs = "3" if shutil.which("strace") else "0"
     done = _run_benchmark(tmp_path, "bench.py", *_BENCH_TINY, "--no-huey", "--strace-jobs", strace_jobs)
