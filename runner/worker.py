@@ -32,7 +32,7 @@ from spool.runner.progress_writes import ProgressWrites
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.transitions import Held, Lease, cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
-from spool.workers import advertisement, check_worker_name
+from spool.workers import advertisement, check_worker_name, published_term
 
 log = logging.getLogger("spool.worker")
 
@@ -189,11 +189,7 @@ class Worker:
         """A third of the term the coordinator publishes, unless set; a set heartbeat that cannot
         keep the published term (over half of it: a coordinator with a shorter lease) is
         overruled, with one warning per term, because only the coordinator's term decides."""
-        try:
-            published = self.sp.ledger.meta("lease_seconds")
-        except LedgerError:  # the job is claimed already: heartbeat on our own setting, never drop it
-            published = None
-        term = float(published) if published else self.sp.settings.lease_seconds
+        term = published_term(self.sp)  # an unreadable ledger: our own setting, the job is never dropped
         derived = max(term / 3.0, 0.05)
         explicit = self.sp.settings.heartbeat_seconds
         if not explicit:

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import LedgerError
 from spool.fsio import fs
-from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_lock_name, worker_of_lock_name
+from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_of_lock_name
 from spool.locks import is_held
 from spool.timetext import format_time, parse_time
-from spool.workers import FORGET_AFTER_SECONDS, LiveWorker, live_workers, remote_term, unhandled_ready
+from spool.workers import SeenWorker, live_workers, roster, unhandled_ready
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -54,7 +54,7 @@ def _from_ledger(sp: Handle) -> dict[str, Any]:
     now = sp.clock.wall()
     oldest = sp.ledger.oldest_ready_submitted()
     live = live_workers(sp)
-    workers = _local_seen(sp, live) + _remote_heard(sp, now)
+    workers = [_shown(worker) for worker in roster(sp)]
     return {
         "counts": sp.ledger.counts(),
         "ready": sp.ledger.ready_pending_count(),
@@ -67,45 +67,18 @@ def _from_ledger(sp: Handle) -> dict[str, Any]:
     }
 
 
-def _local_seen(sp: Handle, live: list[LiveWorker]) -> list[dict[str, Any]]:
-    """The local workers the ledger saw; alive while their liveness lock is held."""
-    advertised = {w.name: w.tasks for w in live if not w.remote}
-    return [
-        {
-            "name": name,
-            "pid": pid,
-            "host": host,
-            "started": format_time(started),
-            "seen": format_time(seen),
-            "alive": bool(is_held(sp.layout.fd("locks"), worker_lock_name(name))),
-            "remote": False,
-            "tasks": _listed(advertised.get(name)),
-        }
-        for name, pid, host, started, seen in sp.ledger.workers()
-    ]
-
-
-def _remote_heard(sp: Handle, now: float) -> list[dict[str, Any]]:
-    """The remote workers a server heard from in the last hour (pid 0: no process here); alive
-    while heard from within the lease term (``spool.workers``)."""
-    term = remote_term(sp)
-    return [
-        {
-            "name": name,
-            "pid": 0,
-            "host": host,
-            "started": format_time(started),
-            "seen": format_time(seen),
-            "alive": now - seen <= term,
-            "remote": True,
-            "tasks": _listed(None if tasks is None else frozenset(tasks)),
-        }
-        for name, host, started, seen, tasks in sp.ledger.remote_workers(now - FORGET_AFTER_SECONDS)
-    ]
-
-
-def _listed(tasks: frozenset[str] | None) -> list[str] | None:
-    return None if tasks is None else sorted(tasks)
+def _shown(worker: SeenWorker) -> dict[str, Any]:
+    """A roster row as ``spool stats --json`` prints it (a remote worker's pid is 0)."""
+    return {
+        "name": worker.name,
+        "pid": 0 if worker.remote else worker.pid,
+        "host": worker.host,
+        "started": format_time(worker.started) if worker.started is not None else None,
+        "seen": format_time(worker.seen) if worker.seen is not None else None,
+        "alive": worker.alive,
+        "remote": worker.remote,
+        "tasks": None if worker.tasks is None else sorted(worker.tasks),
+    }
 
 
 def _from_files(sp: Handle, why: str) -> dict[str, Any]:

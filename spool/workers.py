@@ -112,20 +112,58 @@ def advertised(locks_fd: int, name: str) -> LiveWorker:
     )
 
 
-def remote_term(sp: Handle) -> float:
-    """How long a remote worker stays alive unheard: the lease term the coordinator publishes
-    (a live remote worker beats three times in it), else this spool's setting."""
-    published = sp.ledger.meta("lease_seconds")
+def published_term(sp: Handle) -> float:
+    """The lease term the coordinator publishes in the ledger (it alone decides expiry), else this
+    spool's own setting, also when the ledger can't be read (being rebuilt, on a read-only
+    spool): a worker beats three times in it and a remote worker stays alive unheard for it. The
+    one reader of the published term, for workers, the API, stats and the dashboard."""
+    try:
+        published = sp.ledger.meta("lease_seconds")
+    except LedgerError:
+        published = None
     return float(published) if published else sp.settings.lease_seconds
 
 
 def live_remote_workers(sp: Handle) -> list[LiveWorker]:
     """The remote workers a server heard from within the lease term, latest first."""
-    since = sp.clock.wall() - remote_term(sp)
+    since = sp.clock.wall() - published_term(sp)
     return [
         LiveWorker(name, None, host, None if tasks is None else frozenset(tasks), remote=True)
         for name, host, _started, _seen, tasks in sp.ledger.remote_workers(since)
     ]
+
+
+@dataclass(frozen=True)
+class SeenWorker:
+    """One row of the roster: a local worker the ledger saw, or a remote one a server heard from."""
+
+    name: str
+    remote: bool
+    pid: int | None  # None for a remote worker: it has no process here
+    host: str | None
+    started: float | None
+    seen: float | None
+    alive: bool  # local: its liveness lock is held now; remote: heard from within the lease term
+    tasks: frozenset[str] | None  # what it advertises while alive; None: not advertised, or gone
+
+
+def roster(sp: Handle) -> list[SeenWorker]:
+    """Every worker seen, local ones first (latest seen first), then the remote ones heard from in
+    the last ``FORGET_AFTER_SECONDS``: the one list ``spool stats`` and the dashboard show, each
+    choosing which rows (raises ``LedgerError``: the ledger is the record of who was seen)."""
+    now = sp.clock.wall()
+    locks_fd = sp.layout.fd("locks")
+    local = []
+    for name, pid, host, started, seen in sp.ledger.workers():
+        alive = is_held(locks_fd, worker_lock_name(name)) is True
+        advertises = advertised(locks_fd, name).tasks if alive else None
+        local.append(SeenWorker(name, False, pid, host, started, seen, alive, advertises))
+    term = published_term(sp)
+    remote = []
+    for name, host, started, seen, tasks in sp.ledger.remote_workers(now - FORGET_AFTER_SECONDS):
+        told = None if tasks is None else frozenset(tasks)
+        remote.append(SeenWorker(name, True, None, host, started, seen, now - seen <= term, told))
+    return local + remote
 
 
 def handlers_of(workers: Iterable[LiveWorker], task: str) -> list[str] | None:

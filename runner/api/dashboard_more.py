@@ -24,10 +24,8 @@ from starlette.routing import BaseRoute, Route
 
 from spool import browse, scheduling
 from spool.errors import InvalidJob
-from spool.layout import worker_lock_name
-from spool.locks import is_held
 from spool.timetext import format_time
-from spool.workers import FORGET_AFTER_SECONDS, WORKER_NAME, advertised, remote_term
+from spool.workers import FORGET_AFTER_SECONDS, WORKER_NAME, roster
 
 from .dashboard_auth import Session
 from .dashboard_web import Dash, back
@@ -79,18 +77,13 @@ def workers_page(dash: Dash, request: Request, session: Session) -> Response:
 def workers_view(dash: Dash) -> dict[str, Any]:
     now = dash.sp.clock.wall()
     held = browse.holders(dash.sp)
-    locks_fd = dash.sp.layout.fd("locks")
     local: dict[str, dict[str, Any]] = {}
-    for name, pid, host, started, seen in dash.sp.ledger.workers():
-        alive = is_held(locks_fd, worker_lock_name(name)) is True
-        if alive or now - seen < FORGET_AFTER_SECONDS:
-            local[name] = _worker(name, pid, host, started, seen, alive, held)
-            local[name]["tasks"] = sorted(advertised(locks_fd, name).tasks or []) if alive else []
     remote: dict[str, dict[str, Any]] = {}
-    term = remote_term(dash.sp)
-    for name, host, started, seen, tasks in dash.sp.ledger.remote_workers(now - FORGET_AFTER_SECONDS):
-        remote[name] = _worker(name, None, host, started, seen, now - seen <= term, held)
-        remote[name]["tasks"] = sorted(tasks or [])
+    for seen in roster(dash.sp):
+        if seen.remote or seen.alive or now - (seen.seen or 0.0) < FORGET_AFTER_SECONDS:
+            row = _worker(seen.name, seen.pid, seen.host, seen.started, seen.seen, seen.alive, held)
+            row["tasks"] = sorted(seen.tasks or [])
+            (remote if seen.remote else local)[seen.name] = row
     for info in dash.ctx.tokens.list():
         if info.role != "work" or info.name in local or info.name in remote:
             continue

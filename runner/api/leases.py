@@ -51,6 +51,7 @@ from spool.runner.api.pickup import PendingWatch
 from spool.store import state_of
 from spool.timetext import format_time
 from spool.transitions import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
+from spool.workers import published_term
 
 log = logging.getLogger("spool.serve")
 
@@ -184,12 +185,7 @@ class _Leases:
         }
 
     def _published_term(self) -> float:
-        """The lease term the coordinator publishes (it alone decides expiry), else our setting."""
-        try:
-            published = self.sp.ledger.meta("lease_seconds")
-        except LedgerError:
-            published = None
-        return float(published) if published else self.sp.settings.lease_seconds
+        return published_term(self.sp)
 
     async def _heard_from(self, worker: str, request: Request, tasks: list[str] | None = None) -> None:
         """Record the remote worker as heard from, with the tasks it asks for (None: a heartbeat
