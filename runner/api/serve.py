@@ -15,13 +15,16 @@ clients that hold connections open (slow-loris):
 - a body must arrive whole within ``context.BODY_SECONDS`` (30 s) and under its cap (413);
 - the TLS handshake itself is cut after 10 s (``HANDSHAKE_SECONDS``, asyncio's own default is 60).
 
-The access log prints the client, the request line (method and path: tokens never travel in a
-URL) and the status; no header is ever logged.
+The access log prints the client, the method, the path and the status; no header is ever logged,
+and of a query string only its field names (``?search=*&page=*``, ``redact_query``): tokens never
+travel in a URL, but a client may still put one there, and a dashboard search is a user's text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -148,17 +151,46 @@ def _shorten_handshakes() -> None:
 
 
 def _log_config() -> dict[str, Any]:
-    """uvicorn's loggers on stderr, one line each: errors and the access log (no headers)."""
+    """uvicorn's loggers on stderr, one line each: errors and the access log (no headers, no
+    query values)."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {
             "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
         },
+        "filters": {"redact": {"()": RedactQuery}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
         "loggers": {
             "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
             "uvicorn.error": {"level": "INFO"},
-            "uvicorn.access": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+            "uvicorn.access": {"handlers": ["stderr"], "level": "INFO", "propagate": False, "filters": ["redact"]},
         },
     }
+
+
+_QUERY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")  # shorter than a token (43 characters)
+QUERY_NAMES_SHOWN = 10
+
+
+def redact_query(target: str) -> str:
+    """A request target as the access log shows it: the path, and of the query only the field
+    names, each value ``*`` (a name that could itself be a secret, ``*`` too; past
+    ``QUERY_NAMES_SHOWN`` names, ``...``)."""
+    path, sep, query = target.partition("?")
+    if not sep:
+        return path
+    names = [pair.partition("=")[0] for pair in query.split("&") if pair]
+    shown = [f"{name}=*" if _QUERY_NAME.fullmatch(name) else "*" for name in names[:QUERY_NAMES_SHOWN]]
+    return f"{path}?{'&'.join(shown)}" + ("&..." if len(names) > QUERY_NAMES_SHOWN else "")
+
+
+class RedactQuery(logging.Filter):
+    """On ``uvicorn.access``: its record's arguments are (client, method, path with query, HTTP
+    version, status); the third goes through ``redact_query`` before anything formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_query(args[2]), *args[3:])
+        return True
