@@ -22,7 +22,16 @@ from spool.stats import coordinator_state
 
 from . import dashboard_jobs, dashboard_more
 from .dashboard_more import workers_view
-from .dashboard_auth import COOKIE, FormError, Session, check_csrf, clear_cookie_header, cookie_header, read_form
+from .dashboard_auth import (
+    COOKIE,
+    FormError,
+    Session,
+    SessionsFull,
+    check_csrf,
+    clear_cookie_header,
+    cookie_header,
+    read_form,
+)
 from .dashboard_web import HERE, Dash, back, safe_next, secured
 
 if TYPE_CHECKING:
@@ -90,7 +99,10 @@ async def login(dash: Dash, request: Request) -> Response:
     except FormError as err:
         return dash.refuse(request, None, err.status, err.message)
     token = form.get("token", "").strip()
-    made = await run_in_threadpool(dash.sessions.login, token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
+    try:
+        made = await run_in_threadpool(dash.sessions.login, token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
+    except SessionsFull as err:
+        return dash.refuse(request, None, 503, str(err))
     if made is None:
         return await login_form(dash, request, status=401, error="that token is not valid (or was revoked)")
     dash.sessions.logout(request.cookies.get(COOKIE))  # a new session id at every login

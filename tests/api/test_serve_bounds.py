@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spool.runner.api.dashboard_auth import SESSIONS_PER_TOKEN
 from support import wait_until
 from test_dashboard import Browser
 
@@ -23,3 +24,16 @@ def test_the_access_log_shows_query_field_names_never_their_values(served: Any) 
     log = served.log()
     assert "/v1/jobs?access_token=*&state=*" in log, log[-2000:]
     assert secret not in log and "my-private-words" not in log and token not in log
+
+
+def test_logging_in_often_ends_only_the_tokens_own_oldest_sessions(served: Any) -> None:
+    """Each login made a session and the table dropped the oldest of all at 10,000: any token
+    could log the admin out. Now a token's next login ends only its own oldest session."""
+    admin = Browser(served)
+    admin.login(served.token("boss", "admin"))
+    viewer = served.token("viewer", "submit")
+    browsers = [Browser(served) for _ in range(3 * SESSIONS_PER_TOKEN)]
+    for browser in browsers:
+        browser.login(viewer)
+    assert admin.get("/").status == 200
+    assert [b.get("/").status for b in browsers] == [303] * (2 * SESSIONS_PER_TOKEN) + [200] * SESSIONS_PER_TOKEN
