@@ -11,7 +11,10 @@ clients that hold connections open (slow-loris):
   so 200 such connections would have had every other client answered 503);
 - ``context.MAX_HEAD_BYTES``: a request head (request line + headers) over 16 KiB is refused (431,
   or by h11 while it is still arriving);
-- ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once;
+- ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once; requests
+  that stay open take at most ``context.MAX_HELD`` (150) of them together: long-polls 4 per token
+  and 100 in all, dashboard streams 8 per token and 50 in all (429 past either), so 50 are always
+  left for ``/healthz`` and the API's short calls;
 - a body must arrive whole within ``context.BODY_SECONDS`` (30 s) and under its cap (413);
 - the TLS handshake itself is cut after 10 s (``HANDSHAKE_SECONDS``, asyncio's own default is 60).
 
@@ -34,14 +37,13 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from spool.runner.api.app import create_app
-from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext
+from spool.runner.api.context import MAX_CONNECTIONS, MAX_HEAD_BYTES, ApiContext
 from spool.runner.api.tls import server_context
 from spool.spool import Spool
 from spool.tokens import TokenStore
 
 KEEP_ALIVE_SECONDS = 5
 HEAD_SECONDS = 10.0
-MAX_CONNECTIONS = 200
 HANDSHAKE_SECONDS = 10.0
 
 

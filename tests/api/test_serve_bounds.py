@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from spool.runner.api.context import MAX_STREAMS
+from spool.runner.api.dashboard import MAX_STREAMS_PER_TOKEN
 from spool.runner.api.dashboard_auth import SESSIONS_PER_TOKEN
 from support import wait_until
 from test_dashboard import Browser
@@ -37,3 +39,62 @@ def test_logging_in_often_ends_only_the_tokens_own_oldest_sessions(served: Any) 
         browser.login(viewer)
     assert admin.get("/").status == 200
     assert [b.get("/").status for b in browsers] == [303] * (2 * SESSIONS_PER_TOKEN) + [200] * SESSIONS_PER_TOKEN
+
+
+class Streams:
+    """Event streams held open (each a connection of its own), closed at the end."""
+
+    def __init__(self, served: Any) -> None:
+        self.served = served
+        self.opened: list[Any] = []
+
+    def open(self, browser: Browser) -> int:
+        connection = self.served.connect(timeout=10)
+        connection.request("GET", "/events", headers={"Cookie": browser.cookie or ""})
+        response = connection.getresponse()
+        if response.status == 200:
+            self.opened.append(connection)
+        else:
+            assert response.getheader("retry-after"), response.getheaders()
+            response.read()
+            connection.close()
+        return int(response.status)
+
+    def close(self) -> None:
+        for connection in self.opened:
+            connection.close()
+
+
+def test_one_session_cannot_hold_more_than_its_share_of_event_streams(served: Any) -> None:
+    """~230 streams from one read-only session held every connection: /healthz and the API got
+    503. Past MAX_STREAMS_PER_TOKEN a stream is refused at once (429, Retry-After), the API still
+    answers, and a slot comes back when a stream ends."""
+    token = served.token("viewer", "submit")
+    browser = Browser(served)
+    browser.login(token)
+    streams = Streams(served)
+    try:
+        statuses = [streams.open(browser) for _ in range(MAX_STREAMS_PER_TOKEN + 3)]
+        assert statuses == [200] * MAX_STREAMS_PER_TOKEN + [429] * 3, statuses
+        assert served.call("GET", "/healthz").status == 200
+        assert served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "args": {}}).status == 201
+        streams.opened.pop().close()
+        wait_until(lambda: streams.open(browser) == 200, timeout=5, message="a stream's slot to come back")
+    finally:
+        streams.close()
+
+
+def test_many_tokens_together_cannot_hold_the_connections_kept_for_the_api(served: Any) -> None:
+    """Every token at its share still leaves the server's reserve: past MAX_STREAMS streams in
+    all, 429 for the next, whoever asks."""
+    browsers = []
+    for n in range(MAX_STREAMS // MAX_STREAMS_PER_TOKEN + 1):
+        browsers.append(Browser(served))
+        browsers[-1].login(served.token(f"viewer{n}", "submit"))
+    streams = Streams(served)
+    try:
+        statuses = [streams.open(b) for b in browsers for _ in range(MAX_STREAMS_PER_TOKEN)]
+        assert statuses.count(200) == MAX_STREAMS and set(statuses) == {200, 429}, statuses
+        assert served.call("GET", "/healthz").status == 200
+    finally:
+        streams.close()
