@@ -74,6 +74,9 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     group_shared: bool = False
+    # How many tasks /metrics and the dashboard's task filter name one by one (the busiest); the
+    # rest are summed as "_other" (runner.api.metrics): their number is the submitters' choice.
+    max_tasks_shown: int = 50
     # name -> "default", "config.yaml", "env SPOOL_X" or "flag --x"; names absent are defaults.
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
     # Things worth a word that are not errors (an unknown SPOOL_* name); the CLI prints them.
@@ -230,6 +233,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "log_level": _one_of(LOG_LEVELS),
     "log_format": _one_of(LOG_FORMATS),
     "group_shared": _flag,
+    "max_tasks_shown": _count,
 }
 
 

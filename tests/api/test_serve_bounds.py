@@ -5,12 +5,15 @@ for everyone else, a token's logins never log another token out, and many task n
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
+from spool import Spool
 from spool.runner.api.context import MAX_STREAMS
 from spool.runner.api.dashboard import MAX_STREAMS_PER_TOKEN
 from spool.runner.api.dashboard_auth import SESSIONS_PER_TOKEN
-from support import wait_until
+from support import Procs, wait_until
 from test_dashboard import Browser
 
 
@@ -98,3 +101,40 @@ def test_many_tokens_together_cannot_hold_the_connections_kept_for_the_api(serve
         assert served.call("GET", "/healthz").status == 200
     finally:
         streams.close()
+
+
+def test_many_task_names_leave_metrics_the_job_filter_and_the_coordinator_log_bounded(
+    serve_spool: Any, tmp_path: Path
+) -> None:
+    """9,000 task names made /metrics 4.36 MB, every /jobs page 9,023 options and the coordinator
+    log 9,001 lines at once. Now the max_tasks_shown busiest have their own series and options,
+    the rest are summed as "_other", and the coordinator says it in one line."""
+    env = {"SPOOL_MAX_TASKS_SHOWN": "20"}
+    served = serve_spool(env=env)
+    with Spool(served.root) as sp:
+        sp.submit_many([{"task": "busy", "args": {"n": n}} for n in range(30)])
+        sp.submit_many([{"task": f"t{n:03}", "args": {}} for n in range(500)])
+    token = served.token("viewer", "submit")
+
+    text = served.call("GET", "/metrics", token=token).body
+    labels = set(re.findall(r'task="([^"]*)"', text))
+    assert len(labels) == 21 and {"busy", "_other"} <= labels, sorted(labels)
+    pending = re.findall(r'^spool_jobs\{state="pending",task="[^"]*"\} (\S+)$', text, re.M)
+    assert sum(float(n) for n in pending) == 530 and len(text.splitlines()) < 1500
+
+    browser = Browser(served)
+    browser.login(token)
+    page = browser.get("/jobs").body
+    assert 'list="f-task-names"' in page and len(re.findall(r"<option", page)) < 60, page.count("<option")
+    assert 'value="busy"' in page
+    found = browser.get("/jobs?task=t123").body  # any task still filters, typed
+    assert re.search(r'id="summary">\s*1 matching', found), found
+
+    procs = Procs(served.root, tmp_path)
+    try:
+        coordinator = procs.start("coordinator", env=env, name="coordinator")
+        wait_until(lambda: "530 ready job(s) of 501 tasks" in procs.output(), timeout=20, message="the summary line")
+        assert coordinator.poll() is None
+        assert procs.output().count("no live worker handles") == 1, procs.output()[-3000:]
+    finally:
+        procs.kill_all()
