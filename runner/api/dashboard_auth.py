@@ -120,10 +120,11 @@ class Sessions:
         for session_id in [i for i, s in self._by_id.items() if s.expires <= now]:
             del self._by_id[session_id]
         same = [i for i, s in self._by_id.items() if (s.name, s.token_created) == (new.name, new.token_created)]
-        for session_id in same[: max(0, len(same) - SESSIONS_PER_TOKEN + 1)]:
-            del self._by_id[session_id]
-        if len(self._by_id) >= MAX_SESSIONS:
+        ended = same[: max(0, len(same) - SESSIONS_PER_TOKEN + 1)]
+        if len(self._by_id) - len(ended) >= MAX_SESSIONS:  # before ending any: a refusal changes nothing
             raise SessionsFull(f"the server holds {MAX_SESSIONS} live sessions; try again later")
+        for session_id in ended:
+            del self._by_id[session_id]
 
 
 def cookie_header(session_id: str) -> str:
