@@ -30,6 +30,7 @@ __all__ = [
     "ARGS_SCAN_FILES",
     "Filter",
     "Page",
+    "busiest_tasks",
     "count",
     "firings",
     "holders",
@@ -40,7 +41,6 @@ __all__ = [
     "matching_ids",
     "page",
     "reasons",
-    "tasks",
 ]
 
 ARGS_SCAN_FILES = 2000
@@ -169,8 +169,12 @@ def job_rows(sp: Handle, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def tasks(sp: Handle) -> list[str]:
-    return [row[0] for row in _read(sp, "SELECT DISTINCT task FROM jobs ORDER BY task")]
+def busiest_tasks(sp: Handle, limit: int) -> tuple[list[str], bool]:
+    """The ``limit`` tasks with the most jobs, by name, and whether more tasks have jobs (task
+    names are the submitters' choice: a list of them all could be any length)."""
+    sql = "SELECT task FROM jobs GROUP BY task ORDER BY count(*) DESC, task LIMIT ?"
+    found = [row[0] for row in _read(sp, sql, (limit + 1,))]
+    return sorted(found[:limit]), len(found) > limit
 
 
 def reasons(sp: Handle) -> list[str]:

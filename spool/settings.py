@@ -81,6 +81,9 @@ class Settings:
     http_head_seconds: float = 10.0  # a request's line and headers must arrive whole within this
     http_body_seconds: float = 30.0  # a request's body must arrive whole within this (else 408)
     tls_handshake_seconds: float = 10.0  # a TLS handshake is cut after this
+    # How many tasks /metrics and the dashboard's task filter name one by one (the busiest); the
+    # rest are summed as "_other" (runner.api.metrics): their number is the submitters' choice.
+    max_tasks_shown: int = 50
     # name -> "default", "config.yaml", "env SPOOL_X" or "flag --x"; names absent are defaults.
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
     # Things worth a word that are not errors (an unknown SPOOL_* name); the CLI prints them.
@@ -243,6 +246,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "http_head_seconds": _positive_duration,
     "http_body_seconds": _positive_duration,
     "tls_handshake_seconds": _positive_duration,
+    "max_tasks_shown": _count,
 }
 
 

@@ -8,8 +8,9 @@ a ``shell`` job). ``/healthz`` alone is anonymous.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,13 @@ from spool.tokens import TokenInfo, TokenStore
 # stays well under twice its size, and anything past the cap is refused, not truncated.
 JSON_MARGIN_BYTES = 16 * 1024
 MAX_HEAD_BYTES = 16 * 1024  # a request's line and headers together
+# Connections uvicorn takes at once (503 past them). Requests that stay open (long-polls, the
+# dashboard's streams) may hold at most MAX_HELD of them together, whoever asks, so the rest
+# (MAX_CONNECTIONS - MAX_HELD) always answer /healthz, submits, heartbeats and completions.
+MAX_CONNECTIONS = 200
+MAX_POLLS = 100  # long-polls waiting at once, every worker together (runner.api.leases)
+MAX_STREAMS = 50  # the dashboard's event streams open at once, every session together
+MAX_HELD = MAX_POLLS + MAX_STREAMS
 
 
 @dataclass
@@ -50,6 +58,43 @@ class ApiContext:
     def max_job_body_bytes(self) -> int:
         """A submit's body: one job spec (``max_job_bytes``) plus the JSON margin."""
         return self.sp.settings.max_job_bytes + JSON_MARGIN_BYTES
+
+
+class Slots:
+    """Requests of one kind that stay open (``what``: "long-polls waiting"), counted per holder (a
+    token's name) and in all: ``take`` refuses one past ``per_holder`` or past ``total`` with 429
+    and Retry-After, so one token can't hold every connection, nor all tokens together the ones
+    kept for the rest. Used on the event loop only (no lock)."""
+
+    def __init__(self, what: str, per_holder: int, total: int, retry_after_seconds: int = 1) -> None:
+        self.what, self.per_holder, self.total = what, per_holder, total
+        self._retry = {"Retry-After": str(retry_after_seconds)}
+        self._held: dict[str, int] = {}
+        self.in_use = 0
+
+    def take(self, holder: str, who: str) -> None:
+        """One slot for ``holder`` (``who`` names it in the refusal); give it back with ``give``."""
+        if self._held.get(holder, 0) >= self.per_holder:
+            raise ApiError(429, f"{who} already has {self.per_holder} {self.what}", None, headers=self._retry)
+        if self.in_use >= self.total:
+            message = f"the server already has {self.total} {self.what}, its most at once; try again shortly"
+            raise ApiError(429, message, None, headers=self._retry)
+        self._held[holder] = self._held.get(holder, 0) + 1
+        self.in_use += 1
+
+    def give(self, holder: str) -> None:
+        self.in_use -= 1
+        self._held[holder] -= 1
+        if not self._held[holder]:
+            del self._held[holder]
+
+    @contextlib.contextmanager
+    def held(self, holder: str, who: str) -> Iterator[None]:
+        self.take(holder, who)
+        try:
+            yield
+        finally:
+            self.give(holder)
 
 
 class ApiError(Exception):

@@ -9,20 +9,32 @@ throughput, drawn by ``static/dashboard.js`` from ``/events``), ``/jobs`` and ``
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from spool.stats import coordinator_state
 
 from . import dashboard_jobs, dashboard_more
+from .context import MAX_STREAMS, ApiError, Slots
 from .dashboard_more import workers_view
-from .dashboard_auth import COOKIE, FormError, Session, check_csrf, clear_cookie_header, cookie_header, read_form
+from .dashboard_auth import (
+    COOKIE,
+    FormError,
+    Session,
+    SessionsFull,
+    check_csrf,
+    clear_cookie_header,
+    cookie_header,
+    read_form,
+)
 from .dashboard_web import HERE, Dash, back, safe_next, secured
 
 if TYPE_CHECKING:
@@ -31,6 +43,10 @@ if TYPE_CHECKING:
 __all__ = ["routes"]
 
 TOKEN_MAX_CHARS = 512
+# Event streams one token may have open at once (a browser tab each; a browser opens at most 6
+# connections to one host anyway). Past it, or past context.MAX_STREAMS in all: 429.
+MAX_STREAMS_PER_TOKEN = 8
+STREAM_RETRY_SECONDS = 5
 
 
 def routes(ctx: ApiContext) -> list[BaseRoute]:
@@ -38,9 +54,10 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
     dash = Dash(ctx)
     ctx.on_startup.append(dash.live.start)
     ctx.on_shutdown.append(dash.live.stop)
+    streams = Slots("dashboard streams open", MAX_STREAMS_PER_TOKEN, MAX_STREAMS, STREAM_RETRY_SECONDS)
     return [
         Route("/", dash.view(lambda r, s: overview(dash, r, s)), methods=["GET"]),
-        Route("/events", partial(events, dash), methods=["GET"]),
+        Route("/events", partial(events, dash, streams), methods=["GET"]),
         Route("/login", partial(login_form, dash), methods=["GET"]),
         Route("/login", partial(login, dash), methods=["POST"]),
         Route("/logout", partial(logout, dash), methods=["POST"]),
@@ -63,13 +80,39 @@ def overview(dash: Dash, request: Request, session: Session) -> Response:
     )
 
 
-async def events(dash: Dash, request: Request) -> Response:
+async def events(dash: Dash, streams: Slots, request: Request) -> Response:
     """The live numbers as server-sent events (``live.Live.events``): one stream per browser,
-    all fed from the one sampler."""
-    if await dash.session(request) is None:
+    all fed from the one sampler. Each holds a connection for up to ``live.STREAM_SECONDS``, so
+    each takes one of ``streams`` (its token's share, and the server's) until it ends."""
+    session = await dash.session(request)
+    if session is None:
         return dash.refuse(request, None, 401, "not logged in")
+    try:
+        streams.take(session.name, f"token {session.name!r}")
+    except ApiError as err:
+        refused = dash.refuse(request, session, err.status, err.message)
+        refused.headers.update(err.headers)
+        return refused
     stream = dash.live.events(request.is_disconnected, request.headers.get("last-event-id"))
-    return secured(StreamingResponse(stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}))
+    headers = {"X-Accel-Buffering": "no"}
+    return secured(
+        HeldStream(stream, partial(streams.give, session.name), media_type="text/event-stream", headers=headers)
+    )
+
+
+class HeldStream(StreamingResponse):
+    """A streaming response that calls ``release`` once it has ended, however it ended (sent
+    whole, its client gone, the server stopping)."""
+
+    def __init__(self, content: AsyncIterator[str], release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 async def login_form(dash: Dash, request: Request, status: int = 200, error: str = "") -> Response:
@@ -90,7 +133,10 @@ async def login(dash: Dash, request: Request) -> Response:
     except FormError as err:
         return dash.refuse(request, None, err.status, err.message)
     token = form.get("token", "").strip()
-    made = await run_in_threadpool(dash.sessions.login, token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
+    try:
+        made = await run_in_threadpool(dash.sessions.login, token) if 0 < len(token) <= TOKEN_MAX_CHARS else None
+    except SessionsFull as err:
+        return dash.refuse(request, None, 503, str(err))
     if made is None:
         return await login_form(dash, request, status=401, error="that token is not valid (or was revoked)")
     dash.sessions.logout(request.cookies.get(COOKIE))  # a new session id at every login

@@ -7,6 +7,11 @@ token. A restart of the server logs everyone out, which is the safe direction. T
 still the one in ``tls/tokens.yaml`` (same name and creation time), so ``spool token revoke``
 ends its sessions at their next request.
 
+A token holds at most ``SESSIONS_PER_TOKEN`` sessions: its next login ends its own oldest one,
+never another token's, so no token can log anyone else out by logging in often. The whole table
+is still bounded (``MAX_SESSIONS``); when it is full of live sessions, a login is refused (503)
+and nobody is logged out.
+
 Every POST carries the session's CSRF token in a form field, compared in constant time; together
 with SameSite=Strict, a page on another site can't make a logged-in browser act.
 """
@@ -30,8 +35,13 @@ from .context import ApiError, read_body
 # __Host-: the browser keeps it only if Secure, for Path=/ and this host alone (no Domain).
 COOKIE = "__Host-spool_session"
 SESSION_SECONDS = 8 * 3600
-MAX_SESSIONS = 10_000
+SESSIONS_PER_TOKEN = 5  # a few browsers; the oldest goes at the next login
+MAX_SESSIONS = 10_000  # reached only by 2,000 tokens logged in 5 times each
 FORM_MAX_BYTES = 16 * 1024
+
+
+class SessionsFull(Exception):
+    """Every session the server keeps is live and another token's: a login must wait."""
 
 
 class FormError(Exception):
@@ -65,7 +75,9 @@ class Sessions:
         self._mutex = threading.Lock()
 
     def login(self, token: str) -> tuple[str, Session] | None:
-        """A new session for a valid token (its id is the cookie's value), else None."""
+        """A new session for a valid token (its id is the cookie's value), else None. Ends the
+        token's own oldest session past ``SESSIONS_PER_TOKEN``; raises ``SessionsFull`` rather
+        than end another token's."""
         info = self._tokens.verify(token)
         if info is None:
             return None
@@ -74,7 +86,7 @@ class Sessions:
         )
         session_id = secrets.token_urlsafe(32)
         with self._mutex:
-            self._prune()
+            self._prune(session)
             self._by_id[session_id] = session
         return session_id, session
 
@@ -101,12 +113,18 @@ class Sessions:
             for info in self._tokens.list()
         )
 
-    def _prune(self) -> None:
+    def _prune(self, new: Session) -> None:
+        """Make room for ``new``: drop expired sessions, then the oldest of ``new``'s token's own
+        (dicts keep insertion order) until it has fewer than ``SESSIONS_PER_TOKEN``."""
         now = self._monotonic()
         for session_id in [i for i, s in self._by_id.items() if s.expires <= now]:
             del self._by_id[session_id]
-        while len(self._by_id) >= MAX_SESSIONS:  # the oldest go first (dicts keep insertion order)
-            del self._by_id[next(iter(self._by_id))]
+        same = [i for i, s in self._by_id.items() if (s.name, s.token_created) == (new.name, new.token_created)]
+        ended = same[: max(0, len(same) - SESSIONS_PER_TOKEN + 1)]
+        if len(self._by_id) - len(ended) >= MAX_SESSIONS:  # before ending any: a refusal changes nothing
+            raise SessionsFull(f"the server holds {MAX_SESSIONS} live sessions; try again later")
+        for session_id in ended:
+            del self._by_id[session_id]
 
 
 def cookie_header(session_id: str) -> str:

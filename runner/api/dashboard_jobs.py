@@ -46,7 +46,7 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
     query = dict(request.query_params)
     f = filter_of(query)
     found = browse.page(dash.sp, f, before=cursor_of(query), limit=PAGE_SIZE)
-    tasks, reasons = dash.choices()
+    choices = dash.choices()
     return dash.render(
         "jobs.html",
         request,
@@ -59,8 +59,9 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
         matching=browse.count(dash.sp, f),
         counts=dash.live.sample_now.counts,
         states=STATES,
-        tasks=tasks,
-        reasons=reasons,
+        tasks=choices.tasks,
+        more_tasks=choices.more_tasks,
+        reasons=choices.reasons,
         schedules=sorted(scheduling.entries(dash.sp)),
         first_page=not query.get("before"),
         progress=progresses_of(dash.sp, [row["id"] for row in found.rows if row["state"] == "leased"]),

@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode
 
 import jinja2
@@ -55,6 +55,12 @@ Page = Callable[[Request, Session], Response]
 Action = Callable[[Request, Session, dict[str, str]], Response]
 
 
+class Choices(NamedTuple):
+    tasks: list[str]
+    more_tasks: bool  # more tasks have jobs than ``tasks`` names
+    reasons: list[str]
+
+
 class Dash:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -67,15 +73,17 @@ class Dash:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.globals["query"] = query_string
-        self._choices: tuple[float, list[str], list[str]] | None = None
+        self._choices: tuple[float, Choices] | None = None
 
-    def choices(self) -> tuple[list[str], list[str]]:
+    def choices(self) -> Choices:
         """The tasks and reasons the list's filter offers: two scans of the ledger at 100,000
-        jobs (~50 ms), so kept for CHOICES_SECONDS, not read for every page of every viewer."""
+        jobs (~50 ms), so kept for CHOICES_SECONDS, not read for every page of every viewer.
+        The tasks are the ``max_tasks_shown`` busiest; with more, the filter takes any name."""
         now = time.monotonic()
         if self._choices is None or now - self._choices[0] > CHOICES_SECONDS:
-            self._choices = (now, browse.tasks(self.sp), browse.reasons(self.sp))
-        return self._choices[1], self._choices[2]
+            tasks, more = browse.busiest_tasks(self.sp, self.sp.settings.max_tasks_shown)
+            self._choices = (now, Choices(tasks, more, browse.reasons(self.sp)))
+        return self._choices[1]
 
     async def session(self, request: Request) -> Session | None:
         """The request's live session (its check re-reads tls/tokens.yaml when it changed: off

@@ -46,7 +46,7 @@ from spool.progress import check as check_progress
 from spool.records import Lease, LeaseStatus
 from spool.registry import is_valid_task_name
 from spool.remote_leases import fence_of, held_by_fence
-from spool.runner.api.context import ApiContext, ApiError, object_body, read_json, require
+from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, object_body, read_json, require
 from spool.runner.api.pickup import PendingWatch
 from spool.store import state_of
 from spool.timetext import format_time
@@ -91,7 +91,7 @@ class _Leases:
         self._seen_every = SEEN_EVERY_SECONDS  # the term's third, once the ledger is read
         self._started: dict[str, float] = {}
         self._tasks: dict[str, list[str]] = {}  # worker -> the tasks its last lease request asked for
-        self._polls: dict[str, int] = {}  # worker -> its long-polls waiting now
+        self._polls = Slots("lease requests waiting", MAX_POLLS_PER_TOKEN, MAX_POLLS)
 
     # -- POST /v1/leases ---------------------------------------------------------------------
 
@@ -100,20 +100,8 @@ class _Leases:
         body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait",))
         tasks = _tasks(body["tasks"])
         wait = _number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
-        if self._polls.get(info.name, 0) >= MAX_POLLS_PER_TOKEN:
-            raise ApiError(
-                429,
-                f"worker {info.name} already has {MAX_POLLS_PER_TOKEN} lease requests waiting",
-                None,
-                headers={"Retry-After": "1"},
-            )
-        self._polls[info.name] = self._polls.get(info.name, 0) + 1
-        try:
+        with self._polls.held(info.name, f"worker {info.name}"):
             return await self._poll(request, info.name, tasks, wait)
-        finally:
-            self._polls[info.name] -= 1
-            if not self._polls[info.name]:
-                del self._polls[info.name]
 
     async def _poll(self, request: Request, worker: str, tasks: list[str], wait: float) -> Response:
         await self._heard_from(worker, request, tasks)

@@ -15,6 +15,12 @@ so the numbers are the ledger's, never a second count kept beside it that could 
 The counters come from the history table, folded in as it grows: a scrape reads only the rows
 since the previous one (one lock, so concurrent scrapes never fold a row twice). The server's first
 scrape reads the whole history once. Everything runs in a thread, off the event loop.
+
+Task names are the submitters' choice, so the ``task`` label is bounded: the ``max_tasks_shown``
+busiest tasks (most jobs submitted, then most jobs now, then by name) have series of their own,
+and every other task is summed into ``task="_other"`` (a name no task can have; its oldest ready
+age is the oldest of theirs). A task that enters or leaves the busiest moves its counts between
+its own series and ``_other``, which a ``rate()`` across that scrape reads as a reset.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -34,7 +41,7 @@ from starlette.routing import BaseRoute, Route
 
 from spool.errors import LedgerError
 from spool.layout import State
-from spool.ledger_metrics import HistoryTotals, catch_up, job_counts, oldest_ready
+from spool.ledger_metrics import Durations, HistoryTotals, catch_up, job_counts, oldest_ready
 from spool.runner.api.context import ApiContext, ApiError, require
 from spool.spool import Spool
 from spool.timetext import parse_time
@@ -95,28 +102,51 @@ class SpoolCollector(Collector):
         ledger = self.sp.ledger
         with self._lock:
             self._totals = totals = catch_up(ledger, self._totals)
-            yield from _counters(totals)
-            yield _durations(totals)
-        yield _jobs(job_counts(ledger))
-        yield self._oldest(oldest_ready(ledger))
+            counts, submitted = job_counts(ledger), oldest_ready(ledger)
+            label = _labeller(totals, counts, self.sp.settings.max_tasks_shown)
+            yield from _counters(totals, label)
+            yield _durations(totals, label)
+        yield _jobs(counts, label)
+        yield self._oldest(submitted, label)
 
-    def _oldest(self, submitted: dict[str, str]) -> Metric:
+    def _oldest(self, submitted: dict[str, str], label: Callable[[str], str]) -> Metric:
         family = GaugeMetricFamily(
             "spool_oldest_ready_age_seconds",
             "Seconds since the oldest ready job in pending/ was submitted, per task",
             labels=["task"],
         )
         now = self.sp.clock.wall()
-        for task, at in sorted(submitted.items()):
-            family.add_metric([task], max(0.0, now - parse_time(at, "submitted_at").timestamp()))
+        oldest: dict[str, float] = {}
+        for task, at in submitted.items():
+            seconds = parse_time(at, "submitted_at").timestamp()
+            oldest[label(task)] = min(oldest.get(label(task), seconds), seconds)
+        for task, seconds in sorted(oldest.items()):
+            family.add_metric([task], max(0.0, now - seconds))
         return family
 
 
-def _jobs(counts: list[tuple[str, str, int]]) -> Metric:
+OTHER = "_other"  # task names start with a letter or digit (spool.registry.TASK_NAME)
+
+
+def _labeller(totals: HistoryTotals, counts: list[tuple[str, str, int]], shown: int) -> Callable[[str], str]:
+    """task -> its label this scrape: itself for the ``shown`` busiest, else ``OTHER``."""
+    now: Counter[str] = Counter()
+    for _, task, n in counts:
+        now[task] += n
+    tasks = set(now).union(*(getattr(totals, field) for _, _, field in _COUNTERS), totals.durations)
+    if len(tasks) <= shown:
+        return lambda task: task
+    busiest = set(sorted(tasks, key=lambda task: (-totals.submits.get(task, 0), -now[task], task))[:shown])
+    return lambda task: task if task in busiest else OTHER
+
+
+def _jobs(counts: list[tuple[str, str, int]], label: Callable[[str], str]) -> Metric:
     """Every state of every task with jobs (zeros included, so a state that empties reads 0)."""
     family = GaugeMetricFamily("spool_jobs", "Jobs in each state (its folder), per task", labels=["state", "task"])
-    found = {(state, task): n for state, task, n in counts}
-    for task in sorted({task for _, task, _ in counts}):
+    found: Counter[tuple[str, str]] = Counter()
+    for state, task, n in counts:
+        found[(state, label(task))] += n
+    for task in sorted({task for _, task in found}):
         for state in STATES:
             family.add_metric([state, task], found.get((state, task), 0))
     return family
@@ -131,23 +161,32 @@ _COUNTERS = (
 )
 
 
-def _counters(totals: HistoryTotals) -> Iterator[Metric]:
-    tasks = sorted(set().union(*(getattr(totals, field) for _, _, field in _COUNTERS), totals.durations))
+def _counters(totals: HistoryTotals, label: Callable[[str], str]) -> Iterator[Metric]:
+    tasks = set().union(*(getattr(totals, field) for _, _, field in _COUNTERS), totals.durations)
+    labels = sorted({label(task) for task in tasks})
     for name, documentation, field in _COUNTERS:
         family = CounterMetricFamily(name, documentation + ", per task", labels=["task"])
-        counts = getattr(totals, field)
-        for task in tasks:
+        counts: Counter[str] = Counter()
+        for task, n in getattr(totals, field).items():
+            counts[label(task)] += n
+        for task in labels:
             family.add_metric([task], counts.get(task, 0))
         yield family
 
 
-def _durations(totals: HistoryTotals) -> Metric:
+def _durations(totals: HistoryTotals, label: Callable[[str], str]) -> Metric:
     family = HistogramMetricFamily(
         "spool_attempt_duration_seconds",
         "Attempt durations, from claim to complete or fail, per task",
         labels=["task"],
         unit="seconds",
     )
-    for task, durations in sorted(totals.durations.items()):
+    merged: dict[str, Durations] = {}
+    for task, durations in totals.durations.items():
+        into = merged.setdefault(label(task), Durations())
+        into.buckets = [a + b for a, b in zip(into.buckets, durations.buckets)]
+        into.total_seconds += durations.total_seconds
+        into.count += durations.count
+    for task, durations in sorted(merged.items()):
         family.add_metric([task], durations.cumulative(), durations.total_seconds)
     return family

@@ -33,7 +33,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         409: "the job (or lease) is not in a state that allows this",
         413: "the body is over the cap",
         422: "the body or a parameter has the wrong shape; `where` says which",
-        429: "the spool is full (backpressure); see Retry-After",
+        429: "too much at once: the spool is full (backpressure), or too many lease requests wait; see Retry-After",
         503: "the disk is full or a job's lock is busy; see Retry-After",
     }
     return {str(code): _json(_ERROR, words[code]) for code in codes}
@@ -122,7 +122,7 @@ PATHS: dict[str, Any] = {
             {
                 "200": _json({"$ref": "#/components/schemas/Lease"}, "a lease"),
                 "204": {"description": "none in time"},
-                **_errors(400, 401, 403, 413, 422),
+                **_errors(400, 401, 403, 413, 422, 429),
             },
             requestBody=_body(
                 {

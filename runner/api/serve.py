@@ -12,17 +12,23 @@ clients that hold connections open (slow-loris):
   so 200 such connections would have had every other client answered 503);
 - ``context.MAX_HEAD_BYTES``: a request head (request line + headers) over 16 KiB is refused (431,
   or by h11 while it is still arriving);
-- ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once;
+- ``MAX_CONNECTIONS``: past 200 open connections and tasks, uvicorn answers 503 at once; requests
+  that stay open take at most ``context.MAX_HELD`` (150) of them together: long-polls 4 per token
+  and 100 in all, dashboard streams 8 per token and 50 in all (429 past either), so 50 are always
+  left for ``/healthz`` and the API's short calls;
 - a body must arrive whole within ``http_body_seconds`` (30 s) and under its cap (413);
 - the TLS handshake itself is cut after 10 s (``tls_handshake_seconds``, asyncio's own default is 60).
 
-The access log prints the client, the request line (method and path: tokens never travel in a
-URL) and the status; no header is ever logged.
+The access log prints the client, the method, the path and the status; no header is ever logged,
+and of a query string only its field names (``?search=*&page=*``, ``redact_query``): tokens never
+travel in a URL, but a client may still put one there, and a dashboard search is a user's text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -32,12 +38,10 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from spool.runner.api.app import create_app
-from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext
+from spool.runner.api.context import MAX_CONNECTIONS, MAX_HEAD_BYTES, ApiContext
 from spool.runner.api.tls import server_context
 from spool.spool import Spool
 from spool.tokens import TokenStore
-
-MAX_CONNECTIONS = 200
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -151,17 +155,46 @@ def _shorten_handshakes(seconds: float) -> None:
 
 
 def _log_config() -> dict[str, Any]:
-    """uvicorn's loggers on stderr, one line each: errors and the access log (no headers)."""
+    """uvicorn's loggers on stderr, one line each: errors and the access log (no headers, no
+    query values)."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {
             "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
         },
+        "filters": {"redact": {"()": RedactQuery}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
         "loggers": {
             "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
             "uvicorn.error": {"level": "INFO"},
-            "uvicorn.access": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+            "uvicorn.access": {"handlers": ["stderr"], "level": "INFO", "propagate": False, "filters": ["redact"]},
         },
     }
+
+
+_QUERY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")  # shorter than a token (43 characters)
+QUERY_NAMES_SHOWN = 10
+
+
+def redact_query(target: str) -> str:
+    """A request target as the access log shows it: the path, and of the query only the field
+    names, each value ``*`` (a name that could itself be a secret, ``*`` too; past
+    ``QUERY_NAMES_SHOWN`` names, ``...``)."""
+    path, sep, query = target.partition("?")
+    if not sep:
+        return path
+    names = [pair.partition("=")[0] for pair in query.split("&") if pair]
+    shown = [f"{name}=*" if _QUERY_NAME.fullmatch(name) else "*" for name in names[:QUERY_NAMES_SHOWN]]
+    return f"{path}?{'&'.join(shown)}" + ("&..." if len(names) > QUERY_NAMES_SHOWN else "")
+
+
+class RedactQuery(logging.Filter):
+    """On ``uvicorn.access``: its record's arguments are (client, method, path with query, HTTP
+    version, status); the third goes through ``redact_query`` before anything formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (args[0], args[1], redact_query(args[2]), *args[3:])
+        return True

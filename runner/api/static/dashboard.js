@@ -97,9 +97,17 @@
     });
   }
 
-  const source = new EventSource(live.dataset.events);
-  source.onmessage = (event) => receive(JSON.parse(event.data));
-  source.onerror = () => { live.classList.add("stale"); };
-  source.onopen = () => { live.classList.remove("stale"); };
+  // A browser reconnects by itself after a stream ends, but gives up on a refusal (429: this
+  // token has its most streams open, e.g. in other tabs): then try again a little later.
+  const connect = () => {
+    const source = new EventSource(live.dataset.events);
+    source.onmessage = (event) => receive(JSON.parse(event.data));
+    source.onerror = () => {
+      live.classList.add("stale");
+      if (source.readyState === EventSource.CLOSED) setTimeout(connect, 15000);
+    };
+    source.onopen = () => { live.classList.remove("stale"); };
+  };
+  connect();
   draw();
 })();
