@@ -13,9 +13,11 @@ job file as the holder, and only that token (or an admin's) may act on the lease
 
 The fence is ``spool.remote_leases.fence_of``: derived from the leased file, so a restarted server
 still honours it, and stale the moment the job moves. A fence that does not match answers 409 with
-the reason (the worker kills its attempt and drops it); a matching fence held by another worker
-403. A fail on a lease with a cancel request ends the job cancelled (the worker killed the attempt
-because the heartbeat said so). ``release`` gives the try back, for a worker stopping gracefully.
+the reason and the job's ``state`` and ``attempt`` now (the worker kills its attempt and drops it,
+unless the job is done by its own attempt: its complete was saved before the answer was lost); a
+matching fence held by another worker 403. A fail on a lease with a cancel request ends the job
+cancelled (the worker killed the attempt because the heartbeat said so). ``release`` gives the
+try back, for a worker stopping gracefully.
 A long-poll waits on one shared watch of pending/ (``runner.api.pickup``), never a busy loop.
 A worker's calls, its long-poll's wait included, keep its record in the ledger fresh (heard from,
 the tasks it asked for): that is how a remote worker counts as alive (``spool.workers``).
@@ -24,7 +26,6 @@ the tasks it asked for): that is how a remote worker counts as alive (``spool.wo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import socket
@@ -37,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from spool.errors import DiskFull, LeaseLost, LedgerError
+from spool.errors import DiskFull, LeaseLost, LedgerError, SpoolError
 from spool.fence import Held
 from spool.ids import is_valid_id
 from spool.job import tail
@@ -45,6 +46,7 @@ from spool.layout import State
 from spool.progress import check as check_progress
 from spool.records import Lease, LeaseStatus
 from spool.registry import is_valid_task_name
+from spool.resultjson import ResultNotJSON, encode_result
 from spool.remote_leases import fence_of, held_by_fence
 from spool.runner.api.context import ApiContext, ApiError, object_body, read_json, require
 from spool.runner.api.pickup import PendingWatch
@@ -229,7 +231,7 @@ class _Leases:
         await _off_loop(heartbeat, self.sp, lease, counter, progress)
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
-            raise ApiError(409, await self._why_lost(lease.job_id, lease.attempt), "path.id")
+            raise await self._lost(lease.job_id, lease.attempt, "path.id")
         # The interval again: a coordinator restarted with a shorter term is heard at the next beat.
         interval = _heartbeat_seconds(await _off_loop(self._published_term))
         return JSONResponse({"cancel": status is LeaseStatus.CANCEL, "heartbeat_seconds": interval})
@@ -237,13 +239,13 @@ class _Leases:
     async def complete(self, request: Request) -> Response:
         body, lease, held = await self._held(request, required=("result",), max_bytes=self.ctx.max_body_bytes)
         try:
-            result = json.dumps(body["result"], allow_nan=False).encode()
-        except ValueError as err:
-            raise ApiError(422, f"the result is not plain JSON: {err}", "body.result") from None
+            result = encode_result(body["result"]).encode()  # the rule the attempt child holds it to
+        except ResultNotJSON as err:
+            raise ApiError(422, str(err), "body.result") from None
         cap = self.sp.settings.max_result_bytes
         if len(result) > cap:
             raise ApiError(413, f"the result is {len(result)} bytes, over max_result_bytes ({cap})", "body.result")
-        await self._move(complete, self.sp, lease, result, held)
+        await self._move(lease, complete, result, held)
         return JSONResponse({"id": lease.job_id, "state": State.DONE.value})
 
     async def fail(self, request: Request) -> Response:
@@ -257,14 +259,14 @@ class _Leases:
         if not isinstance(reject, bool):
             raise ApiError(422, f"expected true or false, got {type(reject).__name__}", "body.reject")
         if await _off_loop(lease_status, self.sp, lease, held) is LeaseStatus.CANCEL:
-            await self._move(cancel_leased, self.sp, lease, held)
+            await self._move(lease, cancel_leased, held)
             return JSONResponse({"id": lease.job_id, "state": State.DEAD.value, "reason": "cancelled"})
-        state = await self._move(fail, self.sp, lease, tail(error), reject=reject, held=held)
+        state = await self._move(lease, fail, tail(error), reject=reject, held=held)
         return JSONResponse({"id": lease.job_id, "state": state.value})
 
     async def release(self, request: Request) -> Response:
         _body, lease, held = await self._held(request)
-        await self._move(release, self.sp, lease, held)
+        await self._move(lease, release, held)
         return JSONResponse({"id": lease.job_id, "state": State.PENDING.value})
 
     async def _held(
@@ -287,7 +289,7 @@ class _Leases:
             raise ApiError(422, "expected the fence string the lease came with", "body.fence")
         held = await _off_loop(held_by_fence, self.sp, job_id, fence)
         if held is None:
-            raise ApiError(409, await self._why_lost(job_id, _fence_attempt(fence)), "body.fence")
+            raise await self._lost(job_id, _fence_attempt(fence), "body.fence")
         holder = held.job_file.lease.worker if held.job_file.lease else ""
         if holder != info.name and info.role != "admin":
             raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
@@ -295,21 +297,40 @@ class _Leases:
             await self._heard_from(holder, request)
         return body, Lease(job_id, holder, held.job_file.attempt), held
 
-    async def _why_lost(self, job_id: str, attempt: int | None) -> str:
-        state = await _off_loop(state_of, self.sp, job_id)
+    async def _lost(self, job_id: str, attempt: int | None, where: str, why: str | None = None) -> ApiError:
+        """The 409 of a lost lease: the reason, and the job's ``state`` and ``attempt`` now. For a
+        done job that attempt is the one whose result it holds (a result is linked only under a
+        matching fence, and nothing claims a done job again): a worker whose complete was saved
+        before its answer was lost (the server killed in between) sends it again, gets this, and
+        can tell its own win (``state`` done, ``attempt`` its own) from a loss."""
+        state, now = await _off_loop(self._job_now, job_id)
         which = f"attempt {attempt}" if attempt is not None else "this fence"
-        if state is None:
-            return f"lease lost: no job {job_id}"
-        if state is State.LEASED:
-            return f"lease lost: {job_id} is leased again under another attempt; {which} is stale"
-        return f"lease lost: {job_id} is {state.value} now; {which} is stale"
+        if state is State.DONE and now == attempt:
+            message = f"lease lost: {job_id} is done already, with the result of {which}"
+        elif why is not None:
+            message = f"lease lost: {why}"
+        elif state is None:
+            message = f"lease lost: no job {job_id}"
+        elif state is State.LEASED:
+            message = f"lease lost: {job_id} is leased again under another attempt; {which} is stale"
+        else:
+            message = f"lease lost: {job_id} is {state.value} now; {which} is stale"
+        return ApiError(409, message, where, fields={"state": state.value if state else None, "attempt": now})
 
-    async def _move(self, move: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A transition of the lease, off the loop: LeaseLost -> 409, a full disk -> 503."""
+    def _job_now(self, job_id: str) -> tuple[State | None, int | None]:
+        """The job's state as the files say, and its attempt (None where unreadable: moving now)."""
         try:
-            return await _off_loop(move, *args, **kwargs)
+            state, job_file = self.sp.job(job_id)
+        except (SpoolError, OSError):
+            return state_of(self.sp, job_id), None
+        return state, job_file.attempt
+
+    async def _move(self, lease: Lease, move: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A transition of ``lease``, off the loop: LeaseLost -> 409, a full disk -> 503."""
+        try:
+            return await _off_loop(move, self.sp, lease, *args, **kwargs)
         except LeaseLost as err:
-            raise ApiError(409, f"lease lost: {err}", "body.fence") from None
+            raise await self._lost(lease.job_id, lease.attempt, "body.fence", str(err)) from None
         except DiskFull as err:
             raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
 
