@@ -94,3 +94,37 @@ def test_a_complete_saved_before_the_server_died_is_the_remote_workers_own_win(
             assert sp.result(job_id)["args"] == {"n": 1}
     finally:
         processes.kill_all()
+
+
+def test_a_409_names_the_jobs_state_and_the_attempt_whose_result_it_holds(served: Any) -> None:
+    work = served.token("remote-x", "work")
+    with Spool(served.root, environ={}) as sp:
+        job_id = sp.submit("echo", {"n": 1})
+    lease = served.call("POST", "/v1/leases", token=work, json={"tasks": ["echo"]}).json["lease"]
+    body = {"fence": lease["fence"], "result": {"n": 1}}
+    assert served.call("POST", f"/v1/leases/{job_id}/complete", token=work, json=body).status == 200
+    again = served.call("POST", f"/v1/leases/{job_id}/complete", token=work, json=body)  # an answer lost
+    assert again.status == 409 and again.json["state"] == "done" and again.json["attempt"] == 1, again
+    assert "done already, with the result of attempt 1" in again.json["error"]
+    stale = served.call("POST", f"/v1/leases/{job_id}/fail", token=work, json={"fence": "7-0123456789abcdef"})
+    assert stale.status == 409 and (stale.json["state"], stale.json["attempt"]) == ("done", 1), stale
+
+
+def test_a_result_over_the_servers_cap_fails_the_remote_attempt_in_one_try(
+    serve_spool: Any, tmp_path: Path
+) -> None:
+    served = serve_spool(config="max_result_bytes: 1000\n")  # the worker's own cap is the default 1 MiB
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    processes = Processes(served, logs)
+    try:
+        with Spool(served.root, environ={}) as sp:
+            job_id = sp.submit("echo", {"pad": "x" * 2000}, max_tries=1)
+        processes.remote("remote-big")
+        wait_until(lambda: (served.root / "dead" / f"{job_id}.yaml").exists(), 20, message="the job failed")
+        ((attempt, outcome, error),) = _attempts(served.root, job_id)
+        assert (attempt, outcome) == (1, "failed") and error is not None
+        assert error.startswith("result refused: the result is ") and "over max_result_bytes (1000)" in error
+        assert "dropped" not in processes.log("remote-big")
+    finally:
+        processes.kill_all()
