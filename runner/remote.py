@@ -319,15 +319,12 @@ class RemoteWorker:
 
 
 def _done_by(reply: Reply, attempt: int) -> bool:
-    """A 409 saying the job is done with ``attempt``'s result (``runner.api.leases``: its state
-    and attempt now); an older server's 409 names neither, and stays a drop."""
+    """A complete's 409 saying the job is done by ``attempt`` with the very result we sent
+    (``runner.api.lost``); an older server's 409 says none of it, and stays a drop."""
     body = reply.body
-    return (
-        reply.status == 409
-        and isinstance(body, dict)
-        and body.get("state") == "done"
-        and body.get("attempt") == attempt
-    )
+    if reply.status != 409 or not isinstance(body, dict):
+        return False
+    return body.get("state") == "done" and body.get("attempt") == attempt and body.get("same_result") is True
 
 
 def _refused_as_input(reply: Reply) -> bool:

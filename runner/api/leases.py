@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from spool.errors import DiskFull, LeaseLost, LedgerError, SpoolError
+from spool.errors import DiskFull, LeaseLost, LedgerError
 from spool.fence import Held
 from spool.ids import is_valid_id
 from spool.job import tail
@@ -49,8 +49,8 @@ from spool.registry import is_valid_task_name
 from spool.resultjson import ResultNotJSON, encode_result
 from spool.remote_leases import fence_of, held_by_fence
 from spool.runner.api.context import ApiContext, ApiError, object_body, read_json, require
+from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
-from spool.store import state_of
 from spool.timetext import format_time
 from spool.transitions import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
 
@@ -231,7 +231,7 @@ class _Leases:
         await _off_loop(heartbeat, self.sp, lease, counter, progress)
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
-            raise await self._lost(lease.job_id, lease.attempt, "path.id")
+            raise await _off_loop(lost_lease, self.sp, lease.job_id, lease.attempt, "path.id")
         # The interval again: a coordinator restarted with a shorter term is heard at the next beat.
         interval = _heartbeat_seconds(await _off_loop(self._published_term))
         return JSONResponse({"cancel": status is LeaseStatus.CANCEL, "heartbeat_seconds": interval})
@@ -245,7 +245,7 @@ class _Leases:
         cap = self.sp.settings.max_result_bytes
         if len(result) > cap:
             raise ApiError(413, f"the result is {len(result)} bytes, over max_result_bytes ({cap})", "body.result")
-        await self._move(lease, complete, result, held)
+        await self._move(lease, complete, result, held, sent=(lease.worker, result))
         return JSONResponse({"id": lease.job_id, "state": State.DONE.value})
 
     async def fail(self, request: Request) -> Response:
@@ -289,7 +289,8 @@ class _Leases:
             raise ApiError(422, "expected the fence string the lease came with", "body.fence")
         held = await _off_loop(held_by_fence, self.sp, job_id, fence)
         if held is None:
-            raise await self._lost(job_id, _fence_attempt(fence), "body.fence")
+            sent = _sent(info.name, body) if "result" in required else None
+            raise await _off_loop(lost_lease, self.sp, job_id, _fence_attempt(fence), "body.fence", None, sent)
         holder = held.job_file.lease.worker if held.job_file.lease else ""
         if holder != info.name and info.role != "admin":
             raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
@@ -297,40 +298,17 @@ class _Leases:
             await self._heard_from(holder, request)
         return body, Lease(job_id, holder, held.job_file.attempt), held
 
-    async def _lost(self, job_id: str, attempt: int | None, where: str, why: str | None = None) -> ApiError:
-        """The 409 of a lost lease: the reason, and the job's ``state`` and ``attempt`` now. For a
-        done job that attempt is the one whose result it holds (a result is linked only under a
-        matching fence, and nothing claims a done job again): a worker whose complete was saved
-        before its answer was lost (the server killed in between) sends it again, gets this, and
-        can tell its own win (``state`` done, ``attempt`` its own) from a loss."""
-        state, now = await _off_loop(self._job_now, job_id)
-        which = f"attempt {attempt}" if attempt is not None else "this fence"
-        if state is State.DONE and now == attempt:
-            message = f"lease lost: {job_id} is done already, with the result of {which}"
-        elif why is not None:
-            message = f"lease lost: {why}"
-        elif state is None:
-            message = f"lease lost: no job {job_id}"
-        elif state is State.LEASED:
-            message = f"lease lost: {job_id} is leased again under another attempt; {which} is stale"
-        else:
-            message = f"lease lost: {job_id} is {state.value} now; {which} is stale"
-        return ApiError(409, message, where, fields={"state": state.value if state else None, "attempt": now})
-
-    def _job_now(self, job_id: str) -> tuple[State | None, int | None]:
-        """The job's state as the files say, and its attempt (None where unreadable: moving now)."""
-        try:
-            state, job_file = self.sp.job(job_id)
-        except (SpoolError, OSError):
-            return state_of(self.sp, job_id), None
-        return state, job_file.attempt
-
-    async def _move(self, lease: Lease, move: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A transition of ``lease``, off the loop: LeaseLost -> 409, a full disk -> 503."""
+    async def _move(
+        self, lease: Lease, move: Callable[..., T], *args: Any, sent: tuple[str, bytes] | None = None, **kwargs: Any
+    ) -> T:
+        """A transition of ``lease``, off the loop: LeaseLost -> 409 (``sent``: a complete's
+        result, compared with the one stored), a full disk -> 503."""
         try:
             return await _off_loop(move, self.sp, lease, *args, **kwargs)
         except LeaseLost as err:
-            raise await self._lost(lease.job_id, lease.attempt, "body.fence", str(err)) from None
+            raise await _off_loop(
+                lost_lease, self.sp, lease.job_id, lease.attempt, "body.fence", str(err), sent
+            ) from None
         except DiskFull as err:
             raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
 
@@ -339,6 +317,14 @@ async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """A blocking call on the spool (locks, fsyncs, SQLite) in the server's shared thread pool,
     never on the loop."""
     return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def _sent(caller: str, body: dict[str, Any]) -> tuple[str, bytes] | None:
+    """(caller, the result a complete brought, as it would be stored), None if it can't be one."""
+    try:
+        return caller, encode_result(body["result"]).encode()
+    except ResultNotJSON:
+        return None
 
 
 def _heartbeat_seconds(term: float) -> float:

@@ -105,7 +105,13 @@ def test_a_409_names_the_jobs_state_and_the_attempt_whose_result_it_holds(served
     assert served.call("POST", f"/v1/leases/{job_id}/complete", token=work, json=body).status == 200
     again = served.call("POST", f"/v1/leases/{job_id}/complete", token=work, json=body)  # an answer lost
     assert again.status == 409 and again.json["state"] == "done" and again.json["attempt"] == 1, again
-    assert "done already, with the result of attempt 1" in again.json["error"]
+    assert again.json["same_result"] is True and "done already, with the result of attempt 1" in again.json["error"]
+    other = served.call("POST", f"/v1/leases/{job_id}/complete", token=work, json={**body, "result": {"n": 2}})
+    assert other.status == 409 and other.json["same_result"] is False and "done already" not in other.json["error"]
+    guess = served.call(
+        "POST", f"/v1/leases/{job_id}/complete", token=served.token("remote-y", "work"), json=body
+    )  # another worker learns the state, never whether a guess is the job's result
+    assert guess.status == 409 and guess.json["state"] == "done" and "same_result" not in guess.json, guess
     stale = served.call("POST", f"/v1/leases/{job_id}/fail", token=work, json={"fence": "7-0123456789abcdef"})
     assert stale.status == 409 and (stale.json["state"], stale.json["attempt"]) == ("done", 1), stale
 
