@@ -32,6 +32,7 @@ _import_option = click.option(
     metavar="MODULE",
     help="A module registering tasks (repeatable; adds to the `tasks` setting).",
 )
+TOKEN_ENV = "SPOOL_TOKEN"  # `worker --server`'s token from the environment (a container's secret, say)
 _shell_option = click.option("--allow-shell", is_flag=True, help="Run `shell` jobs (their argv is run as given).")
 
 
@@ -63,7 +64,12 @@ def coordinator(app: App) -> None:
 @click.option("--burst", is_flag=True, help="Exit when no ready job is left (for scripts and tests).")
 @click.option("--name", help="Worker name (default host-pid-random; must be unique).")
 @click.option("--server", metavar="URL", help="Work for a remote spool through its API (https://host:port).")
-@click.option("--token", metavar="TOKEN", help="With --server: a work token (its name is this worker's name).")
+@click.option(
+    "--token",
+    metavar="TOKEN",
+    help="With --server: a work token (its name is this worker's name). Visible in ps: prefer "
+    "--token-file or $SPOOL_TOKEN.",
+)
 @click.option(
     "--token-file", metavar="FILE", type=click.Path(dir_okay=False), help="With --server: read the token from FILE."
 )
@@ -127,23 +133,43 @@ def _remote_worker(
 
     if name is not None:
         raise UsageError("--name does not go with --server: the work token's name is the worker's name")
-    if (token is None) == (token_file is None):
-        raise UsageError("--server needs a work token: --token TOKEN or --token-file FILE")
-    if token_file is not None:
-        try:
-            with open(token_file, encoding="utf-8") as handle:
-                token = handle.read(4096).strip()
-        except OSError as err:
-            raise UsageError(f"--token-file {token_file}: {err.strerror or err}") from None
-    assert token is not None
+    token, token_from = _remote_token(token, token_file)
     settings = load_settings(None, os.environ, app.flags)
-    client = ApiClient(server, token, cacert)
+    client = ApiClient(server, token, cacert, token_from=token_from)
     _daemonise_stdio()
     setup_logging(settings.log_level, settings.log_format, "worker")
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
     return run_remote_worker(
         client, settings, import_modules=import_modules, allow_shell=allow_shell, burst=burst, sys_path=[os.getcwd()]
     )
+
+
+def _remote_token(token: str | None, token_file: str | None) -> tuple[str, str]:
+    """The work token and where it came from: ``--token-file FILE``, ``$SPOOL_TOKEN`` or ``--token``.
+
+    ``--token`` stays (scripts use it), with a warning: a command line is world-readable on
+    Linux (``ps``, /proc/PID/cmdline), a file of mode 0600 and the environment (/proc/PID/environ)
+    are not."""
+    if token is not None and token_file is not None:
+        raise UsageError("--token and --token-file: give one of them")
+    if token is not None:
+        click.echo(
+            "spool: warning: --token shows the token to every user of this host (ps, /proc/PID/cmdline); "
+            f"pass it with --token-file FILE or ${TOKEN_ENV} instead",
+            err=True,
+        )
+        return token, "--token"
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                return handle.read(4096).strip(), f"--token-file {token_file}"
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+            raise UsageError(f"--token-file {token_file}: {reason}") from None
+    if os.environ.get(TOKEN_ENV):
+        # Out of our environment at once: the attempt children (a handler, a shell job) inherit it.
+        return os.environ.pop(TOKEN_ENV).strip(), f"${TOKEN_ENV}"
+    raise UsageError(f"--server needs a work token: --token-file FILE, ${TOKEN_ENV} or --token TOKEN")
 
 
 def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool) -> list[ChildSpec]:

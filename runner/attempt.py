@@ -32,6 +32,7 @@ from typing import Any
 
 from spool.errors import UsageError
 from spool.progress import Progress, encode, set_sink
+from spool.resultjson import NOT_JSON, ResultNotJSON, encode_result
 from spool.registry import Current, Reject, handler_for, import_task_modules, set_current
 from spool.runner.lifeline import die_with_parent
 from spool.runner.pipes import progress_line, write_all
@@ -175,9 +176,11 @@ class _Attempts:
             os.dup2(self._idle_out, 1)
             os.dup2(self._output, 2)
         try:
-            text = json.dumps(value, allow_nan=False)
-        except Exception as exc:  # noqa: BLE001 - TypeError, ValueError, RecursionError alike
-            return _error_reply(f"result is not JSON-serialisable: {exc}")
+            text = encode_result(value)  # the rule the server holds a remote worker's result to
+        except ResultNotJSON as exc:
+            return _error_reply(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a value whose own methods raise while encoded
+            return _error_reply(f"{NOT_JSON}{exc}")
         if len(text) > self._max_result_bytes:  # ensure_ascii: one byte per character
             limit = self._max_result_bytes
             return _error_reply(f"result is {len(text)} bytes, over max_result_bytes {limit}")

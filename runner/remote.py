@@ -31,17 +31,17 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 from spool import registry
 from spool.errors import SpoolError
-from spool.ids import is_valid_id
 from spool.job import MAX_SECONDS
+from spool.resultjson import ResultNotJSON, encode_result
 from spool.runner.progress_writes import ProgressWrites
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.remote_client import ApiClient, Reply, Unreachable
+from spool.runner.remote_lease import Refused, RemoteLease
 from spool.settings import Settings
 
 log = logging.getLogger("spool.worker")
@@ -52,49 +52,6 @@ BACKOFF_MAX_SECONDS = 5.0
 CALL_MARGIN_SECONDS = 10.0  # beyond a long-poll's wait, before its answer counts as lost
 STOP_CHECK_SECONDS = 0.05
 OUTCOME_TIMEOUT_SECONDS = 60.0  # a complete or fail call, before its answer counts as lost
-
-
-class Refused(SpoolError):
-    """The server refused this worker for good (a revoked token, the wrong role, a bad request)."""
-
-
-@dataclass(frozen=True)
-class RemoteLease:
-    """What ``POST /v1/leases`` handed out: enough to run the attempt and name its fence."""
-
-    job_id: str
-    attempt: int
-    fence: str
-    task: str
-    args: dict[str, Any]
-    timeout_seconds: float
-    tries_left: int
-    heartbeat_seconds: float
-
-    @classmethod
-    def from_reply(cls, body: Any) -> RemoteLease:
-        """The lease in a 200's body, checked as input from the network: an id that is a job id
-        (it goes into the URLs of our later calls), a task name, whole numbers, finite seconds
-        (a NaN interval would spin the beat loop, an infinite one never beat). Refused if not."""
-        try:
-            lease = body["lease"]
-            made = cls(
-                job_id=str(lease["id"]),
-                attempt=_whole(lease["attempt"]),
-                fence=str(lease["fence"]),
-                task=str(lease["task"]),
-                args=_mapping(lease["args"]),
-                timeout_seconds=_seconds(lease["timeout_seconds"]),
-                tries_left=_whole(lease["tries_left"]),
-                heartbeat_seconds=max(_seconds(lease["heartbeat_seconds"]), 0.05),
-            )
-        except (KeyError, TypeError, ValueError) as err:
-            raise Refused(f"the server's lease is not one this worker understands: {err!r}") from None
-        if not is_valid_id(made.job_id) or not registry.is_valid_task_name(made.task) or made.attempt < 1:
-            raise Refused(f"the server's lease names no job this worker can take: {str(body)[:200]!r}")
-        if not all(isinstance(name, str) for name in made.args) or not 0 < len(made.fence) <= 64:
-            raise Refused(f"the server's lease is not one this worker understands: {str(body)[:200]!r}")
-        return made
 
 
 class _Stderr:
@@ -313,10 +270,16 @@ class RemoteWorker:
 
     def _report(self, lease: RemoteLease, outcome: Outcome) -> None:
         if outcome.ok:
+            try:
+                encode_result(outcome.value)  # the child checked it already; a value that slips by
+            except ResultNotJSON as err:  # fails here, in this try, as a local worker fails it
+                outcome = Outcome(ok=False, value=None, error=str(err), reject=False)
+        if outcome.ok:
             reply = self._lease_call(lease, "complete", {"result": outcome.value}, patient=True)
-            if reply is not None and reply.status in (413, 422):
-                # The server refused the value itself (too large for its max_result_bytes): the
-                # attempt failed, as a local worker's child fails a result over the cap.
+            if reply is not None and _refused_as_input(reply):
+                # The server refused the value itself (over its max_result_bytes, a rule of a newer
+                # server): the attempt failed, now, as a local worker's child fails such a result;
+                # dropped, it would wait out the lease and be run again for the same refusal.
                 outcome = Outcome(ok=False, value=None, error=f"result refused: {reply.error()}", reject=False)
             else:
                 self._said(lease, "complete", reply)
@@ -335,6 +298,10 @@ class RemoteWorker:
         elif reply.status == 200:
             state = reply.body.get("state") if isinstance(reply.body, dict) else "?"
             log.info("%s %s attempt=%d -> %s", step, lease.job_id, lease.attempt, state)
+        elif step == "complete" and _done_by(reply, lease.attempt):
+            # Our complete was saved, then its answer lost (the server killed in between): the
+            # retry finds the job done by this very attempt. That is our win, not a drop.
+            log.info("%s %s attempt=%d -> done (saved before its answer was lost)", step, lease.job_id, lease.attempt)
         else:
             log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, reply.error())
 
@@ -351,6 +318,21 @@ class RemoteWorker:
             log.info("release %s attempt=%d", lease.job_id, lease.attempt)
 
 
+def _done_by(reply: Reply, attempt: int) -> bool:
+    """A complete's 409 saying the job is done by ``attempt`` with the very result we sent
+    (``runner.api.lost``); an older server's 409 says none of it, and stays a drop."""
+    body = reply.body
+    if reply.status != 409 or not isinstance(body, dict):
+        return False
+    return body.get("state") == "done" and body.get("attempt") == attempt and body.get("same_result") is True
+
+
+def _refused_as_input(reply: Reply) -> bool:
+    """A 4xx about the request itself: not a lost lease (409), not the token (401/403 end the
+    worker), not "too many at once" (429)."""
+    return 400 <= reply.status < 500 and reply.status not in (401, 403, 409, 429)
+
+
 def _interval(reply: Reply | None, current: float) -> float:
     """The heartbeat interval a heartbeat's answer names (a third of the published term), else ``current``."""
     if reply is not None and reply.status == 200 and isinstance(reply.body, dict):
@@ -358,24 +340,6 @@ def _interval(reply: Reply | None, current: float) -> float:
         if isinstance(named, (int, float)) and not isinstance(named, bool) and 0 < named <= MAX_SECONDS:
             return max(float(named), 0.05)
     return current
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"expected the args as an object, got {type(value).__name__}")
-    return value
-
-
-def _whole(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"expected a whole number, got {value!r:.60}")
-    return value
-
-
-def _seconds(value: Any) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= MAX_SECONDS:
-        raise ValueError(f"expected seconds from 0 to 100 years, got {value!r:.60}")
-    return float(value)
 
 
 def run_remote_worker(client: ApiClient, settings: Settings, **options: Any) -> int:

@@ -58,16 +58,24 @@ class Reply:
 
 
 class ApiClient:
-    def __init__(self, url: str, token: str, cacert: str | None = None) -> None:
-        parsed = urllib.parse.urlsplit(url)
+    def __init__(self, url: str, token: str, cacert: str | None = None, *, token_from: str = "--token") -> None:
+        """``token_from`` names where the token came from (``--token-file FILE``), for its error."""
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            port = parsed.port or 443
+        except ValueError as err:  # an unbalanced "[", a port that is not a number
+            raise UsageError(f"--server {redacted(url)!r}: not a URL ({err})") from None
         if parsed.scheme != "https" or not parsed.hostname:
-            raise UsageError(f"--server {url!r}: expected an https:// URL (the API speaks HTTPS only)")
-        if parsed.query or parsed.fragment or parsed.username:
-            raise UsageError(f"--server {url!r}: give the server's address only (no query, fragment or user)")
+            raise UsageError(f"--server {redacted(url)!r}: expected an https:// URL (the API speaks HTTPS only)")
+        if parsed.query or parsed.fragment or parsed.username or parsed.password:
+            shown = redacted(url)
+            raise UsageError(f"--server {shown!r}: give the server's address only (no query, fragment or user)")
         if not token or any(c.isspace() for c in token):
-            raise UsageError("--token: expected the token `spool token add` printed")
+            lines = len(token.splitlines())
+            found = f" (found {lines} lines)" if lines > 1 else ""
+            raise UsageError(f"{token_from}: expected the one-line token `spool token add` printed{found}")
         self.url = f"https://{parsed.netloc}{parsed.path.rstrip('/')}"
-        self._host, self._port, self._base = parsed.hostname, parsed.port or 443, parsed.path.rstrip("/")
+        self._host, self._port, self._base = parsed.hostname, port, parsed.path.rstrip("/")
         try:
             self._context = ssl.create_default_context(cafile=cacert)
         except (OSError, ssl.SSLError) as err:
@@ -167,6 +175,20 @@ class ApiClient:
         if self._conn.sock is not None:
             self._conn.sock.settimeout(timeout_seconds)
         return self._conn, self._conn.sock is not None
+
+
+def redacted(url: str) -> str:
+    """``url`` fit to echo in an error: a user and password become ``***@``, a query or fragment
+    (where a token may sit) ``***``."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        host = parsed.netloc.rpartition("@")[2]
+    except ValueError:  # not even a URL's shape (an unbalanced "["): show nothing of it
+        return "***"
+    netloc = f"***@{host}" if "@" in parsed.netloc else host
+    return urllib.parse.urlunsplit(
+        (parsed.scheme, netloc, parsed.path, "***" if parsed.query else "", "***" if parsed.fragment else "")
+    )
 
 
 MAX_ERROR_CHARS = 500

@@ -49,13 +49,15 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "requeue-after-rename",
         "purge-after-rename",
     ),
-    "serve": (  # `spool serve` runs the same moves as submit and a person's cancel and requeue
+    "serve": (  # `spool serve` runs the same moves as submit, a person's cancel and requeue, a worker's complete
         "after-key-check",  # POST /v1/jobs: the key not taken, nothing written
         "after-key",
         "after-commit",
         "after-submit",
         "bury-after-rename",  # POST /v1/jobs/{id}/cancel of a pending or waiting job
         "requeue-after-rename",  # POST /v1/jobs/{id}/requeue
+        "after-result",  # POST /v1/leases/{id}/complete: the result linked, the job still in leased/
+        "complete-after-move",  # ... the job in done/, no ledger row, no answer sent
     ),
     "submit": (
         "after-key-check",

@@ -40,7 +40,7 @@ CONFIG_MAX_BYTES = 1024 * 1024
 MAX_DURATION_SECONDS = MAX_SECONDS  # 100 years: any delay, timeout or lease
 MAX_JOB_BYTES = 16 * 2**20  # a job's args say where the data is; they are not the data
 MAX_RESULT_BYTES = 2**30
-# SPOOL_* names spool itself uses that are not settings (shell jobs get the last three; tests the seed).
+# SPOOL_* names spool itself uses that are not settings (shell jobs get JOB_ID and ATTEMPT; tests the seed).
 OTHER_ENV_NAMES = (
     "SPOOL_DIR",
     "SPOOL_CRASH_AT",
@@ -48,6 +48,7 @@ OTHER_ENV_NAMES = (
     "SPOOL_JOB_ID",
     "SPOOL_ATTEMPT",
     "SPOOL_CHAOS_SEED",
+    "SPOOL_TOKEN",  # `spool worker --server`'s token, instead of --token (which ps shows)
 )
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -50,13 +50,19 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"ok": True})
 
 
-def error_response(status: int, message: str, where: str | None, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse({"error": message, "where": where}, status_code=status, headers=headers)
+def error_response(
+    status: int,
+    message: str,
+    where: str | None,
+    headers: dict[str, str] | None = None,
+    fields: dict[str, object] | None = None,
+) -> Response:
+    return JSONResponse({**(fields or {}), "error": message, "where": where}, status_code=status, headers=headers)
 
 
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.message, exc.where, exc.headers)
+    return error_response(exc.status, exc.message, exc.where, exc.headers, exc.fields)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

@@ -99,16 +99,24 @@ class Slots:
 
 class ApiError(Exception):
     """An answer other than success: the app sends ``{"error": message, "where": where}`` with
-    ``status`` (and ``headers``, e.g. Retry-After)."""
+    ``status`` (and ``headers``, e.g. Retry-After); ``fields`` adds facts a client acts on (a lost
+    lease's job state and attempt)."""
 
     def __init__(
-        self, status: int, message: str, where: str | None = None, *, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        message: str,
+        where: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.where = where
         self.headers = headers or {}
+        self.fields = fields or {}
 
 
 def require(ctx: ApiContext, request: Request, *roles: str) -> TokenInfo:

@@ -13,9 +13,11 @@ job file as the holder, and only that token (or an admin's) may act on the lease
 
 The fence is ``spool.remote_leases.fence_of``: derived from the leased file, so a restarted server
 still honours it, and stale the moment the job moves. A fence that does not match answers 409 with
-the reason (the worker kills its attempt and drops it); a matching fence held by another worker
-403. A fail on a lease with a cancel request ends the job cancelled (the worker killed the attempt
-because the heartbeat said so). ``release`` gives the try back, for a worker stopping gracefully.
+the reason and the job's ``state`` and ``attempt`` now (the worker kills its attempt and drops it,
+unless the job is done by its own attempt: its complete was saved before the answer was lost); a
+matching fence held by another worker 403. A fail on a lease with a cancel request ends the job
+cancelled (the worker killed the attempt because the heartbeat said so). ``release`` gives the
+try back, for a worker stopping gracefully.
 A long-poll waits on one shared watch of pending/ (``runner.api.pickup``), never a busy loop.
 A worker's calls, its long-poll's wait included, keep its record in the ledger fresh (heard from,
 the tasks it asked for): that is how a remote worker counts as alive (``spool.workers``).
@@ -24,7 +26,6 @@ the tasks it asked for): that is how a remote worker counts as alive (``spool.wo
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import socket
@@ -45,10 +46,11 @@ from spool.layout import State
 from spool.progress import check as check_progress
 from spool.records import Lease, LeaseStatus
 from spool.registry import is_valid_task_name
+from spool.resultjson import ResultNotJSON, encode_result
 from spool.remote_leases import fence_of, held_by_fence
 from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, object_body, read_json, require
+from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
-from spool.store import state_of
 from spool.timetext import format_time
 from spool.transitions import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
 from spool.workers import published_term
@@ -213,7 +215,7 @@ class _Leases:
         await _off_loop(heartbeat, self.sp, lease, counter, progress)
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
-            raise ApiError(409, await self._why_lost(lease.job_id, lease.attempt), "path.id")
+            raise await _off_loop(lost_lease, self.sp, lease.job_id, lease.attempt, "path.id")
         # The interval again: a coordinator restarted with a shorter term is heard at the next beat.
         interval = _heartbeat_seconds(await _off_loop(self._published_term))
         return JSONResponse({"cancel": status is LeaseStatus.CANCEL, "heartbeat_seconds": interval})
@@ -221,13 +223,13 @@ class _Leases:
     async def complete(self, request: Request) -> Response:
         body, lease, held = await self._held(request, required=("result",), max_bytes=self.ctx.max_body_bytes)
         try:
-            result = json.dumps(body["result"], allow_nan=False).encode()
-        except ValueError as err:
-            raise ApiError(422, f"the result is not plain JSON: {err}", "body.result") from None
+            result = encode_result(body["result"]).encode()  # the rule the attempt child holds it to
+        except ResultNotJSON as err:
+            raise ApiError(422, str(err), "body.result") from None
         cap = self.sp.settings.max_result_bytes
         if len(result) > cap:
             raise ApiError(413, f"the result is {len(result)} bytes, over max_result_bytes ({cap})", "body.result")
-        await self._move(complete, self.sp, lease, result, held)
+        await self._move(lease, complete, result, held, sent=(lease.worker, result))
         return JSONResponse({"id": lease.job_id, "state": State.DONE.value})
 
     async def fail(self, request: Request) -> Response:
@@ -241,14 +243,14 @@ class _Leases:
         if not isinstance(reject, bool):
             raise ApiError(422, f"expected true or false, got {type(reject).__name__}", "body.reject")
         if await _off_loop(lease_status, self.sp, lease, held) is LeaseStatus.CANCEL:
-            await self._move(cancel_leased, self.sp, lease, held)
+            await self._move(lease, cancel_leased, held)
             return JSONResponse({"id": lease.job_id, "state": State.DEAD.value, "reason": "cancelled"})
-        state = await self._move(fail, self.sp, lease, tail(error), reject=reject, held=held)
+        state = await self._move(lease, fail, tail(error), reject=reject, held=held)
         return JSONResponse({"id": lease.job_id, "state": state.value})
 
     async def release(self, request: Request) -> Response:
         _body, lease, held = await self._held(request)
-        await self._move(release, self.sp, lease, held)
+        await self._move(lease, release, held)
         return JSONResponse({"id": lease.job_id, "state": State.PENDING.value})
 
     async def _held(
@@ -271,7 +273,8 @@ class _Leases:
             raise ApiError(422, "expected the fence string the lease came with", "body.fence")
         held = await _off_loop(held_by_fence, self.sp, job_id, fence)
         if held is None:
-            raise ApiError(409, await self._why_lost(job_id, _fence_attempt(fence)), "body.fence")
+            sent = _sent(info.name, body) if "result" in required else None
+            raise await _off_loop(lost_lease, self.sp, job_id, _fence_attempt(fence), "body.fence", None, sent)
         holder = held.job_file.lease.worker if held.job_file.lease else ""
         if holder != info.name and info.role != "admin":
             raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
@@ -279,21 +282,17 @@ class _Leases:
             await self._heard_from(holder, request)
         return body, Lease(job_id, holder, held.job_file.attempt), held
 
-    async def _why_lost(self, job_id: str, attempt: int | None) -> str:
-        state = await _off_loop(state_of, self.sp, job_id)
-        which = f"attempt {attempt}" if attempt is not None else "this fence"
-        if state is None:
-            return f"lease lost: no job {job_id}"
-        if state is State.LEASED:
-            return f"lease lost: {job_id} is leased again under another attempt; {which} is stale"
-        return f"lease lost: {job_id} is {state.value} now; {which} is stale"
-
-    async def _move(self, move: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A transition of the lease, off the loop: LeaseLost -> 409, a full disk -> 503."""
+    async def _move(
+        self, lease: Lease, move: Callable[..., T], *args: Any, sent: tuple[str, bytes] | None = None, **kwargs: Any
+    ) -> T:
+        """A transition of ``lease``, off the loop: LeaseLost -> 409 (``sent``: a complete's
+        result, compared with the one stored), a full disk -> 503."""
         try:
-            return await _off_loop(move, *args, **kwargs)
+            return await _off_loop(move, self.sp, lease, *args, **kwargs)
         except LeaseLost as err:
-            raise ApiError(409, f"lease lost: {err}", "body.fence") from None
+            raise await _off_loop(
+                lost_lease, self.sp, lease.job_id, lease.attempt, "body.fence", str(err), sent
+            ) from None
         except DiskFull as err:
             raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
 
@@ -302,6 +301,14 @@ async def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """A blocking call on the spool (locks, fsyncs, SQLite) in the server's shared thread pool,
     never on the loop."""
     return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def _sent(caller: str, body: dict[str, Any]) -> tuple[str, bytes] | None:
+    """(caller, the result a complete brought, as it would be stored), None if it can't be one."""
+    try:
+        return caller, encode_result(body["result"]).encode()
+    except ResultNotJSON:
+        return None
 
 
 def _heartbeat_seconds(term: float) -> float:

@@ -2,9 +2,9 @@
 server's SSLContext (TLS 1.2 at least).
 
 ``--self-signed`` makes an ECDSA P-256 key and a certificate for localhost, 127.0.0.1, ::1 and
-this host's name, valid ten years, and keeps both in tls/ (both 0600, written whole in tmp/,
-fsync'd and renamed in, the key first, under locks/tls.lock, so two servers starting at once
-make one pair). Clients
+this host's name, valid ten years from a day ago (``BACKDATE``: a client whose clock is behind
+still accepts it), and keeps both in tls/ (both 0600, written whole in tmp/, fsync'd and renamed
+in, the key first, under locks/tls.lock, so two servers starting at once make one pair). Clients
 trust it with ``--cacert tls/cert.pem`` (or pin its SHA-256 fingerprint, printed at start).
 """
 
@@ -29,6 +29,10 @@ from spool.locks import acquire
 from spool.tokens import write_tls_file
 
 VALID_DAYS = 3650
+# notBefore lies this far in the past: a client whose clock is behind the server's (by minutes, or
+# hours on a VM restored from a snapshot) must still accept a certificate made a moment ago. It
+# widens no real risk: the certificate is self-signed and trusted by its file, not by dates.
+BACKDATE = datetime.timedelta(days=1)
 
 
 def self_signed(sp: Handle) -> tuple[Path, Path, bool]:
@@ -52,7 +56,7 @@ def make_self_signed(host: str, now: float) -> tuple[bytes, bytes]:
     names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1")]
     if host and host != "localhost":
         names.append(x509.DNSName(host))
-    start = datetime.datetime.fromtimestamp(now, datetime.UTC) - datetime.timedelta(minutes=5)
+    start = datetime.datetime.fromtimestamp(now, datetime.UTC) - BACKDATE
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)

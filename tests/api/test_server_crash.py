@@ -48,7 +48,9 @@ def _repaired_and_clean(root: Path) -> None:
 
 def test_every_serve_point_is_crashed_here() -> None:
     listed = [point for point in crash.all_points() if point.startswith("serve:")]
-    assert sorted(listed) == sorted(SUBMIT_POINTS + ["serve:bury-after-rename", "serve:requeue-after-rename"])
+    others = ["serve:bury-after-rename", "serve:requeue-after-rename"]
+    completes = ["serve:after-result", "serve:complete-after-move"]  # tests/api/test_remote_results.py
+    assert sorted(listed) == sorted(SUBMIT_POINTS + others + completes)
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)

@@ -535,6 +535,10 @@ for _step in ("after-key-check", "after-key", "after-commit", "after-submit"):
     SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"submit:{_step}"]
 for _step in ("bury-after-rename", "requeue-after-rename"):
     SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"admin:{_step}"]
+# A remote worker's complete is the worker's transition run in the server (tests/api/
+# test_remote_results.py kills a real server there and checks the worker calls it its own win).
+for _step in ("after-result", "complete-after-move"):
+    SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"worker:{_step}"]
 
 
 def _matrix() -> Iterator[Any]:
