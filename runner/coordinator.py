@@ -10,7 +10,9 @@ Leases (docs/reliability.md, "4. Leases"): for each leased job it notes, on ``ti
 the job's heartbeat counter change, and expires a lease whose counter has not changed across a
 full ``lease_seconds`` of its own observation. A lease it sees first (after a start, or a pause
 of its own) gets a fresh full term. It never reads a worker's timestamp or a file's mtime. A
-local worker whose liveness lock is free is dead: its lease is expired at once.
+local worker whose liveness lock is free is dead: its lease is expired at once. Paused means
+stopped (``runner.pauses``), never busy: a pass fires schedules for at most ``_lease_period()``,
+and ingests as long, leaving the rest to the next pass. A full disk pauses the loop, never ends it.
 
 A wake-up runs only the parts of a pass its events or the clock call for (docs/performance.md).
 The lease watch (list leased/, read each counter, probe each worker's lock once) runs at most
@@ -25,7 +27,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
 
 from spool import crash
@@ -36,12 +37,10 @@ from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
 from spool.ingest import ingest
 from spool.layout import (
-    HEARTBEAT_MAX_BYTES,
     SCHEDULES,
     WAKE_NAME,
     State,
     coordinator_lock_name,
-    heartbeat_lines,
     heartbeat_name,
     is_ignored_name,
     job_id_of,
@@ -51,6 +50,9 @@ from spool.layout import (
 )
 from spool.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_locked
+from spool.runner.diskfull import DiskFullPause
+from spool.runner.leaseview import LeaseWatch, read_counter
+from spool.runner.pauses import PauseWatch
 from spool.runner.scheduler import Scheduler
 from spool.runner.timers import fire_timers, load_timers
 from spool.spool import Spool
@@ -68,14 +70,6 @@ LEASE_WATCH_SECONDS = 0.1  # new leases landing wake a lease watch at most this 
 WORKER_PROBE_SECONDS = 0.05
 
 
-@dataclass
-class LeaseWatch:
-    attempt: int
-    worker: str | None
-    counter: bytes | None
-    changed: float  # our monotonic clock when the counter last changed (or we first saw it)
-
-
 class Coordinator:
     def __init__(self, sp: Spool, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.sp = sp
@@ -84,7 +78,10 @@ class Coordinator:
         self.reconcile_seconds = sp.settings.reconcile_seconds  # a period for listings and worker checks
         self.leases: dict[str, LeaseWatch] = {}
         self.timers: dict[str, float] = {}  # job id -> when (our clock) it becomes ready
-        self.last_pass: float | None = None
+        # Stopped, not busy: a lease watch after a pause longer than this gives every lease a fresh term.
+        self.pauses = PauseWatch(max(self.lease_seconds / 2.0, 5.0), clock=clock)
+        self.disk_full = DiskFullPause(log, "coordinator")
+        self.drop_backlog: list[str] = []  # drops a pass left for the next (its ingest budget ran out)
         self.last_reconcile = -1e18
         self.last_published = -1e18
         self._stop = False
@@ -109,25 +106,37 @@ class Coordinator:
         landings = [self.sp.layout.path(state) for state in State if state is not State.PENDING]
         waker = Waker(folders, landings_only=landings)
         log.info("coordinator started (lease %ss)", self.lease_seconds)
+        self.pauses.start()
         try:
-            self._publish_start()
+            published = False
             landed: list[tuple[str, str]] = []
             while not self._stop:
+                wait = None
                 try:
+                    if not published:
+                        published = self._publish_start()
                     self.run_pass(landed)
+                    self.disk_full.cleared("the coordinator's passes resume")
                 except LedgerUnusable as err:
                     self._rebuild_ledger(err)
-                landed = waker.wait(self._next_wait())
+                except DiskFull:
+                    # A pause of ours, not an exit: the moves this pass cut short are finished by
+                    # whoever takes their job's lock next (as after a crash; our next reconcile at
+                    # the latest). Beats may not land on a full disk either: fresh terms after it.
+                    self.last_reconcile, wait = -1e18, self.disk_full.met("ingest, expiry and schedules wait")
+                    self.leases.clear()
+                landed = waker.wait(self._next_wait() if wait is None else wait)
             sweep_tmp(self.sp)  # what a worker that died since our last sweep staged is garbage
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a move; a failed fsync is final, never retried. Exit for the
             # supervisor to restart us: a move left half made is settled by the next reconcile.
             log.error("coordinator stops, the spool's storage failed: %s", err)
-            return 1
+            return 75 if isinstance(err, DiskFull) else 1  # 75: the supervisor retries, never gives up
         except LedgerError as err:  # not a corrupt file (that is rebuilt above): locked too long, I/O
             log.error("coordinator stops, the ledger failed: %s", err)
             return 1
         finally:
+            self.pauses.stop()
             waker.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -138,11 +147,13 @@ class Coordinator:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop = True
 
-    def _publish_start(self) -> None:
+    def _publish_start(self) -> bool:
+        """True once our term is published (a full disk may refuse it: then at a later pass)."""
         try:
             self._publish_meta()
         except LedgerUnusable as err:
             self._rebuild_ledger(err)
+        return True
 
     def _publish_meta(self) -> None:
         """Our term and who we are, for workers (their heartbeat) and for `spool stats`."""
@@ -169,6 +180,8 @@ class Coordinator:
             wait = min(wait, self.next_lease_watch - now, self.next_probe - now)
         if self.leases_landed:
             wait = min(wait, self.last_lease_watch + LEASE_WATCH_SECONDS - now)
+        if self.drop_backlog:
+            return 0.0
         return max(min(wait, self.scheduler.seconds_until_due()), 0.0)
 
     def _lease_period(self) -> float:
@@ -181,12 +194,9 @@ class Coordinator:
         """One pass. ``landed`` is what the Waker saw; None (a caller outside the event loop)
         runs every part, the lease watch included, whatever is due."""
         now = self.clock()
-        if self.last_pass is not None and now - self.last_pass > max(self.lease_seconds / 2.0, 5.0):
-            # We were paused (SIGSTOP, a suspended VM): nobody could heartbeat into our view.
-            log.warning("coordinator was paused %.1fs; every lease gets a fresh term", now - self.last_pass)
-            self.leases.clear()
-        self.last_pass = now
-        self.scheduler.run_pass(landed or [])  # first: a slot's job is submitted on time
+        # First, so a slot's job is submitted on time; within a budget, so a storm of firings
+        # (10,000 schedules due at once) is cut into passes and the lease watch runs between them.
+        self.scheduler.run_pass(landed or [], budget_seconds=self._lease_period())
         drops, arrivals = self._sort_landed(landed or [])
         listing_drops = None
         if now - self.last_reconcile >= self.reconcile_seconds:
@@ -196,20 +206,20 @@ class Coordinator:
             arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
             self.may_wait = bool(arrivals[State.WAITING.value])
             sweep_tmp(self.sp)
-            self._load_timers()
+            load_timers(self.sp, self.timers, self.clock)
             self.unhandled.check(self.sp, now)
-        for name in drops:
-            self._ingest(name)
+        self._ingest_within(drops, self.clock() + self._lease_period())
         if drops and listing_drops is drops:
             # reconcile counted these before they were ingested: count what is left, or each
             # ingested drop holds a place against max_pending twice until the next reconcile.
             pending_fd = self.sp.layout.fd(State.PENDING)
             self.sp.ledger.set_meta(drops=sum(1 for name in drops if fs.exists(pending_fd, name)))
+        now = self.clock()  # the lease watch decides on the time it runs, not the pass's start
         if landed is None or self._lease_watch_due(now):
             self._watch_leases(now)
         elif self.leases and now >= self.next_probe:
             self._probe_workers(now)
-        self._fire_timers()
+        fire_timers(self.sp, self.timers, self.clock)  # delays and backoffs that ran out
         self._advance_chains(arrivals)
         if now - self.last_published >= 1.0:  # `spool stats` needs seconds, not every pass
             self.last_published = now
@@ -233,8 +243,19 @@ class Coordinator:
         self.may_wait = self.may_wait or bool(arrivals.get(State.WAITING.value))
         self.leases_landed = self.leases_landed or bool(arrivals.get(State.LEASED.value))
         if arrivals.get(State.PENDING.value) or woken:
-            self._load_timers()  # a retry or a delayed job may have landed
+            load_timers(self.sp, self.timers, self.clock)  # a retry or a delayed job may have landed
         return list(dict.fromkeys(drops)), arrivals
+
+    def _ingest_within(self, drops: list[str], until: float) -> None:
+        """Ingest ``drops`` (and what earlier passes left) until ``until`` on our clock; the rest
+        waits in ``drop_backlog`` for the next pass, which comes at once."""
+        todo = list(dict.fromkeys([*self.drop_backlog, *drops]))
+        for n, name in enumerate(todo):
+            if n and self.clock() >= until:
+                self.drop_backlog = todo[n:]
+                return
+            self._ingest(name)
+        self.drop_backlog = []
 
     def _ingest(self, name: str) -> None:
         try:
@@ -264,6 +285,11 @@ class Coordinator:
         return alive[worker]
 
     def _watch_leases(self, now: float) -> None:
+        paused = self.pauses.take(now)
+        if paused is not None:
+            # Stopped (SIGSTOP, a frozen VM), not busy: nobody could heartbeat into our view.
+            log.warning("coordinator was paused %.1fs; every lease gets a fresh term", paused)
+            self.leases.clear()
         self.last_lease_watch, self.leases_landed = now, False
         self.next_probe = now + WORKER_PROBE_SECONDS
         due = now + self._lease_period()
@@ -290,7 +316,7 @@ class Coordinator:
                 watch = self._watch_heartbeat(leased_fd, job_id, beat, now) if beat else self._first_look(job_id, now)
                 if watch is None:
                     continue
-            counter = _read_counter(leased_fd, heartbeat_name(job_id, watch.attempt))
+            counter = read_counter(leased_fd, heartbeat_name(job_id, watch.attempt))
             if counter != watch.counter:
                 watch.counter, watch.changed = counter, now
             why = None
@@ -311,7 +337,7 @@ class Coordinator:
             sweep_tmp(self.sp)  # a dead worker's staged result (or rewrite) is garbage now: sweep it
 
     def _watch_heartbeat(self, leased_fd: int, job_id: str, attempt: int, now: float) -> LeaseWatch | None:
-        counter = _read_counter(leased_fd, heartbeat_name(job_id, attempt))
+        counter = read_counter(leased_fd, heartbeat_name(job_id, attempt))
         beat = parse_heartbeat(counter)
         if beat is None:
             # Not a counter a worker wrote (a planted directory, a beat being rewritten): the job
@@ -341,17 +367,9 @@ class Coordinator:
             resync_locked(self.sp, job_id)  # a claim that died before recording its lease
             return None
         watch = LeaseWatch(job_file.attempt, lease.worker, None, now)
-        watch.counter = _read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
+        watch.counter = read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))
         self.leases[job_id] = watch
         return watch
-
-    # -- delays and backoffs -----------------------------------------------------------------
-
-    def _load_timers(self) -> None:
-        load_timers(self.sp, self.timers, self.clock)
-
-    def _fire_timers(self) -> None:
-        fire_timers(self.sp, self.timers, self.clock)
 
     # -- chains ------------------------------------------------------------------------------
 
@@ -366,14 +384,6 @@ class Coordinator:
             advance_waiting(self.sp, job_id)
 
 
-def _read_counter(dir_fd: int, name: str) -> bytes | None:
-    """The heartbeat file's counter line; the progress line after it is a display, never a beat."""
-    try:
-        return heartbeat_lines(fs.read_file(dir_fd, name, HEARTBEAT_MAX_BYTES))[0]
-    except (OSError, InvalidJob):  # gone, or planted (a directory): no beat seen; never fatal
-        return None
-
-
 def _coordinator_lock(sp: Spool) -> Lock:
     """Take ``locks/coordinator.lock`` through the locks/ folder's fd (a renamed spool keeps
     working), waiting while another coordinator holds it; the kernel frees it when we die."""
@@ -382,7 +392,6 @@ def _coordinator_lock(sp: Spool) -> Lock:
     if lock is None:
         log.info("another coordinator runs; waiting for its lock")
         lock = acquire(locks_fd, coordinator_lock_name(), blocking=True)
-    assert lock is not None  # a blocking acquire returns only once it holds the lock
     return lock
 
 

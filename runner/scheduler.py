@@ -62,15 +62,20 @@ class Scheduler:
         self.reported: dict[str, tuple[int, ...]] = {}  # name -> the broken file's signature we logged
         self.last_scan = -math.inf
 
-    def run_pass(self, landed: Iterable[tuple[str, str]] = ()) -> None:
+    def run_pass(self, landed: Iterable[tuple[str, str]] = (), *, budget_seconds: float = math.inf) -> None:
+        """Fire what is due, soonest first, for at most ``budget_seconds`` (past the first firing):
+        what is left stays due, so the coordinator's next pass, which comes at once, goes on
+        with it after its lease watch. A storm of firings never starves lease expiry."""
         now = self.wall()
         if self.started is None:
             self.started = now
         if any(folder == SCHEDULES for folder, _name in landed) or self.clock() - self.last_scan >= RESCAN_SECONDS:
             self.scan()
-        for name, due in sorted(self.next_due.items(), key=lambda item: item[1]):
-            if due <= now:
-                self._fire_due(self.entries[name], now)
+        until = self.clock() + budget_seconds
+        for n, (name, due) in enumerate(sorted(self.next_due.items(), key=lambda item: item[1])):
+            if due > now or (n and self.clock() >= until):
+                return
+            self._fire_due(self.entries[name], now, until)
 
     def seconds_until_due(self) -> float:
         """How long the coordinator may sleep before a slot is due (inf: none is)."""
@@ -131,10 +136,13 @@ class Scheduler:
 
     # -- firing ------------------------------------------------------------------------------
 
-    def _fire_due(self, entry: Entry, now: float) -> None:
+    def _fire_due(self, entry: Entry, now: float, until: float = math.inf) -> None:
         schedule = entry.schedule
         assert schedule is not None and self.started is not None
-        for slot in self._slots_to_fire(schedule, now):
+        for n, slot in enumerate(self._slots_to_fire(schedule, now)):
+            if n and self.clock() >= until:  # out of budget: the slots after ``through`` stay due
+                self.next_due[schedule.name] = schedule.next_slot(self.through[schedule.name])
+                return
             if schedule.overlap == "skip" and self._previous_running(schedule.name):
                 log.info(
                     "schedule %s: slot %s passed over, its previous job is still running",

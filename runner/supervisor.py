@@ -12,7 +12,10 @@ Rules (the contract of ``spool run``):
   ``min(0.1 s * 2**k, 5 s)``; k counts consecutive quick restarts of that child and resets once
   it has been alive 10 s. Restarts drop ``SPOOL_CRASH_AT``, so a crash-point test crashes once.
 - Give-up: a child that exits with an error status (non-zero, not killed by a signal) within 1 s
-  of starting, 5 times in a row, stops everything and ``run()`` returns 1.
+  of starting, 5 times in a row, stops everything and ``run()`` returns 1. Exit 75 (EX_TEMPFAIL,
+  spool's "try later": a full disk) is no error: it is restarted with the same growing delay
+  however often it comes, and neither counts toward the 5 nor breaks a run of them. Giving up
+  over a condition that passes by itself would stop workers that hold finished attempts.
 - First SIGTERM/SIGINT: SIGTERM to every child once, no more restarts, wait up to
   ``grace_seconds + 5`` (the workers need the grace for running attempts, then a moment to
   release the rest), SIGKILL stragglers, return 0. Second signal: SIGKILL everything now, return
@@ -48,6 +51,7 @@ STOP_SLACK_SECONDS = 5.0  # beyond grace_seconds: time for workers to release le
 CRASH_ENV = "SPOOL_CRASH_AT"
 PARENT_ENV = "SPOOL_PARENT_PID"
 _START_FAILED = 127  # like a shell: the program could not be started at all
+TRY_LATER_EXIT = os.EX_TEMPFAIL  # 75, the exit code of spool's TryLater and DiskFull
 
 
 @dataclass(frozen=True)
@@ -174,8 +178,11 @@ class Supervisor:
         child.proc = None
         status = describe_status(returncode)
         self._log(f"exit {child.spec.name} pid={pid} {status} after {alive:.2f} s")
-        # Only an error status counts: a signal means someone killed it, not that it is broken.
-        if returncode > 0 and alive < QUICK_EXIT_SECONDS:
+        # Only an error status counts: a signal means someone killed it, not that it is broken;
+        # "try later" means the disk is full for now: wait and restart, never give up on it.
+        if returncode == TRY_LATER_EXIT:
+            self._log(f"{child.spec.name} says try later (a full disk?); restarting it after a delay")
+        elif returncode > 0 and alive < QUICK_EXIT_SECONDS:
             child.error_streak += 1
         else:
             child.error_streak = 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from spool.layout import State, log_name, worker_lock_name
 from spool.locks import Lock, acquire_within
 from spool.records import LeaseStatus
 from spool.runner.child import AttemptRequest, Child, Outcome
+from spool.runner.diskfull import DiskFullPause
 from spool.runner.progress_writes import ProgressWrites
 from spool.runner.wake import Waker
 from spool.spool import Spool
@@ -37,7 +39,6 @@ from spool.workers import advertisement, check_worker_name, published_term
 log = logging.getLogger("spool.worker")
 
 DUPLICATE_WAIT_SECONDS = 0.5
-DISK_FULL_MAX_BACKOFF_SECONDS = 5.0
 KEEP_ALIVE_BEATS = 1_000_000_000  # heartbeat counters while an ended attempt waits for disk space
 
 
@@ -75,8 +76,7 @@ class Worker:
         self._waker: Waker | None = None
         self._lock: Lock | None = None
         self._overruled_term: float | None = None  # the published term we last warned about
-        self._disk_full_since: float | None = None  # our clock, while claims or completions meet ENOSPC
-        self._disk_full_delay = 0.0
+        self._disk_full = DiskFullPause(log, f"worker {self.name}")  # while claims or completions meet ENOSPC
         self._ledger_waiting = False  # said once that the ledger failed
 
     # -- life --------------------------------------------------------------------------------
@@ -118,9 +118,10 @@ class Worker:
             # The disk failed under a transition; a failed fsync is final, never retried (the kernel may
             # already have dropped the pages: docs/reliability.md, "The recipe every move follows").
             # Exit for the supervisor to restart us: our lock is freed, so the coordinator expires our
-            # lease at once and settles a move we left half made.
+            # lease at once and settles a move we left half made. A full disk where we don't wait for
+            # room ourselves (a release, a cancel) is exit 75: the supervisor restarts us, never gives up.
             log.error("worker %s stops, the spool's storage failed: %s", self.name, err)
-            return 1
+            return 75 if isinstance(err, DiskFull) else 1
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -162,19 +163,13 @@ class Worker:
         except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
-        if self._disk_full_since is not None:
-            log.info("worker %s: the disk has room again; claiming resumes", self.name)
-            self._disk_full_since, self._disk_full_delay = None, 0.0
+        self._disk_full.cleared("claiming resumes")
         return held
 
-    def _disk_full_pause(self, what: str, at_most: float = DISK_FULL_MAX_BACKOFF_SECONDS) -> None:
+    def _disk_full_pause(self, what: str, at_most: float = math.inf) -> None:
         """Log once per full-disk episode, then back off (0.2 s doubling to 5 s, or ``at_most``)."""
-        if self._disk_full_since is None:
-            self._disk_full_since = time.monotonic()
-            log.warning("worker %s: the spool's disk is full; %s (retrying with a backoff)", self.name, what)
-        self._disk_full_delay = min(max(self._disk_full_delay * 2, 0.2), DISK_FULL_MAX_BACKOFF_SECONDS)
         assert self._waker is not None
-        self._waker.wait(min(self._disk_full_delay, at_most))
+        self._waker.wait(min(self._disk_full.met(what), at_most))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
@@ -330,11 +325,7 @@ class Worker:
                     status,
                 )
                 return
-        if self._disk_full_since is not None:
-            log.info(
-                "worker %s: the disk has room again; attempt %d of %s saved", self.name, lease.attempt, lease.job_id
-            )
-            self._disk_full_since, self._disk_full_delay = None, 0.0
+        self._disk_full.cleared(f"attempt {lease.attempt} of {lease.job_id} saved")
 
     def _release(self, lease: Lease, held: Held) -> None:
         try:

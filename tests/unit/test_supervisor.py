@@ -38,9 +38,9 @@ sys.exit(mod.Supervisor(specs, grace_seconds=config["grace_seconds"]).run())
 CHILD = """
 import importlib.util, json, os, signal, sys, time
 lifeline_py, out, name, mode = sys.argv[1:5]
-if mode == "exit2":
+if mode in ("exit2", "exit75"):
     print(f"{name}: boom", file=sys.stderr, flush=True)
-    sys.exit(2)
+    sys.exit(int(mode[4:]))
 spec = importlib.util.spec_from_file_location("lifeline", lifeline_py)
 lifeline = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lifeline)
@@ -191,6 +191,20 @@ def test_quick_error_exits_five_times_give_up_with_exit_1(run: Run) -> None:
     assert len(run.starts("good")) == 1
     assert (run.out / "good.terms").exists()  # the others were stopped with SIGTERM
     assert not any(alive(pid) for pid in run.all_child_pids())
+
+
+def test_exit_75_is_try_later_restarted_with_backoff_and_never_given_up(run: Run) -> None:
+    """Issue 17, finding 5: a full disk (exit 75) passes by itself; giving up on it stopped the
+    workers holding finished attempts."""
+    run.start({"full": "exit75", "good": "term-ok"}, grace_seconds=1.0)
+    wait_until(lambda: run.log().count("exit full pid=") >= 6, 15, "six quick exits 75, one past the give-up")
+    assert run.proc is not None and run.proc.poll() is None, run.log()
+    assert "give up" not in run.log()
+    delays = [float(d) for d in re.findall(r"restart full in ([\d.]+) s", run.log())]
+    assert delays[:5] == [0.1, 0.2, 0.4, 0.8, 1.6]
+    assert len(run.starts("good")) == 1
+    os.kill(run.pid, signal.SIGTERM)
+    assert run.wait_exit(5) == 0
 
 
 def test_crash_env_only_on_first_start_and_parent_pid_set(run: Run) -> None:
