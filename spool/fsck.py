@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.fsio import fs
+from spool.ingest import planted_result_error
 from spool.ids import is_valid_id
 from spool.admin import finish_purge
 from spool.job import JobFile, is_ready
@@ -41,7 +42,7 @@ from spool.fsck_keys import check_keys, repair_keys
 from spool.locks import is_held
 from spool.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.stats import ledger_trouble
-from spool.store import folders_of, job_lock, read_job
+from spool.store import folders_of, job_lock, read_job, result_is_earned
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
@@ -151,7 +152,10 @@ def _check_job(
     has_result = fs.exists(sp.layout.fd("results"), result_name(job_id))
     if state is State.DONE and not has_result:
         report.violations.append(f"{where}: done without results/{result_name(job_id)}")
-    if state is State.LEASED and has_result:
+    if has_result and state is not State.DONE and not result_is_earned(state, job_file):
+        why = "the next claim of the job, or fsck --repair, sets it aside to dead/ as invalid"
+        _flag(sp, report, job_id, f"{planted_result_error(job_file)}: {why}")
+    elif state is State.LEASED and has_result:
         report.in_progress.append(f"{where}: has a result; the move to done is in progress")
     elif state in (State.PENDING, State.WAITING, State.DEAD) and has_result:
         _flag(sp, report, job_id, f"{where}: has a result but is {state.value}")

@@ -143,7 +143,7 @@ class Spool(Handle):
     # -- inspecting --------------------------------------------------------------------------
 
     def job(self, job_id: str) -> tuple[State, JobFile]:
-        """The job's state (a result makes it done) and its file."""
+        """The job's state (a result it earned makes it done) and its file."""
         _check_id(job_id)
         folders = store.folders_of(self, job_id)
         if not folders:
@@ -151,7 +151,8 @@ class Spool(Handle):
                 raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
             raise NotFound(f"no job {job_id}")
         job_file = store.read_job(self, folders[0], job_id)
-        return (State.DONE if store.has_result(self, job_id) else folders[0]), job_file
+        earned = store.has_result(self, job_id) and store.result_is_earned(folders[0], job_file)
+        return (State.DONE if earned else folders[0]), job_file
 
     def status(self, job_id: str) -> dict[str, Any]:
         state, job_file = self.job(job_id)
