@@ -92,12 +92,29 @@ def _check(sp: Handle) -> Report:
     for state, name in listing.strays:
         report.violations.append(f"{state.value}/{name}: not a job file name (only <id>.yaml belongs here)")
     for name in listing.drops:
-        report.in_progress.append(f"pending/{name}: a drop waiting to be ingested by the coordinator")
+        _check_drop(sp, name, report)
     _check_results(sp, listing.jobs, report)
     _check_keys(sp, files, report)
     _check_tmp(sp, report)
     _check_ledger(sp, files, report)
     return report
+
+
+def _check_drop(sp: Handle, name: str, report: Report) -> None:
+    """A drop waits for the coordinator; one this process can't read is said so (the coordinator,
+    running as the spool's owner like fsck, sets it aside to dead/ as invalid)."""
+    try:
+        fs.read_file(sp.layout.fd(State.PENDING), name, sp.settings.max_job_bytes)
+    except PermissionError as err:
+        message = f"pending/{name}: a drop that can't be read ({err.strerror}); the coordinator sets it aside"
+        if is_held(sp.layout.fd("locks"), coordinator_lock_name()):
+            report.in_progress.append(message + " to dead/ as invalid")
+        else:
+            report.violations.append(message + " to dead/ as invalid when it runs")
+        return
+    except (OSError, InvalidJob):
+        pass  # gone since the listing, or invalid: the coordinator's ingest says why
+    report.in_progress.append(f"pending/{name}: a drop waiting to be ingested by the coordinator")
 
 
 def _check_job(

@@ -51,6 +51,10 @@ def ingest(sp: Handle, name: str) -> str | None:
         state = initial_state(sp, job)
     except (FileNotFoundError, BlockingIOError):
         return None
+    except PermissionError as err:
+        # EACCES/EPERM never heals by itself (a file another user wrote 0600, an immutable one):
+        # set it aside like any bad drop, once, rather than fail on it at every pass for ever.
+        return _ingest_invalid(sp, name, job_id, f"pending/{shown}: can't be read ({err.strerror})")
     except InvalidJob as err:
         return _ingest_invalid(sp, name, job_id, str(err))
     except NotFound as err:  # a depends_on that names no job
