@@ -44,7 +44,10 @@ def test_a_planted_result_is_set_aside_and_the_job_runs(spool_dir: Path, spool_c
     checked = spool_cli("fsck")
     assert checked.returncode == 1, checked.stdout
     assert checked.stdout.count("a result no attempt of job") == 2, checked.stdout
-    assert json.loads(spool_cli("--json", "status", fresh).stdout)["state"] == "pending"
+    for job_id in (fresh, retried):
+        assert json.loads(spool_cli("--json", "status", job_id).stdout)["state"] == "pending"
+        told = spool_cli("result", job_id)
+        assert told.returncode != 0 and "planted" not in told.stdout and "no result yet" in told.stderr, told
 
     procs.start("run", "--workers", "1", "--import", "examples.tasks", name="run")
     for job_id in (fresh, retried):
