@@ -27,7 +27,6 @@ from spool.moves import bury
 from spool.recovery import resync
 from spool.store import (
     folders_of,
-    has_result,
     job_lock,
     move_job,
     read_job,
@@ -109,7 +108,7 @@ def requeue(
             raise SpoolError(f"{job_id}: an invalid drop can't run; fix it and drop it again")
         target = State.PENDING
         for dep in job_file.job.depends_on:
-            if not has_result(sp, dep):
+            if state_of(sp, dep) is not State.DONE:
                 target = State.WAITING
         move_job(sp, job_id, State.DEAD, target)
         crash.point("requeue-after-rename")

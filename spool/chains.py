@@ -44,9 +44,9 @@ def advance_waiting(sp: Handle, job_id: str) -> State | None:
             return None
         blocker = None
         for dep in job_file.job.depends_on:
-            if has_result(sp, dep):
+            dep_state = state_of(sp, dep)  # a result counts only if the dependency earned it
+            if dep_state is State.DONE or (dep_state is None and has_result(sp, dep)):
                 continue
-            dep_state = state_of(sp, dep)
             if dep_state is None or dep_state is State.DEAD:
                 blocker = dep
                 break

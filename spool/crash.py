@@ -28,6 +28,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "after-fail",
         "bury-after-rename",
         "release-after-rename",
+        "result-aside-after-rename",  # a claim found a result the job never earned: moved to dead/, not yet a record
     ),
     "coordinator": (
         "expire-after-rename",
@@ -35,6 +36,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "bury-after-rename",
         "ingest-after-rename",
         "after-ingest",
+        "result-aside-after-rename",  # reconcile settling a job with a result it never earned
         "requeue-by-hand-after-rename",
         "promote-after-rename",
         "ready-after-rewrite",

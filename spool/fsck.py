@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.fsio import fs
+from spool.ingest import planted_result_error
 from spool.ids import is_valid_id
 from spool.admin import finish_purge
 from spool.job import JobFile, is_ready
@@ -30,8 +31,6 @@ from spool.layout import (
     is_dot_name,
     job_lock_name,
     job_name,
-    key_lock_name,
-    key_name,
     parse_drop_note_name,
     parse_purge_marker,
     result_id_of,
@@ -39,11 +38,11 @@ from spool.layout import (
     tmp_writer_pid,
     worker_of_lock_name,
 )
-from spool.locks import acquire, is_held
-from spool.recovery import copies_of, list_folders, moved_back_by_hand, resync
+from spool.fsck_keys import check_keys, repair_keys
+from spool.locks import is_held
+from spool.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.stats import ledger_trouble
-from spool.store import job_lock, read_job
-from spool.submission import reservation, reserve_key
+from spool.store import folders_of, job_lock, read_job, result_is_earned
 from spool.yamlsafe import load_yaml
 
 if TYPE_CHECKING:
@@ -93,7 +92,7 @@ def _check(sp: Handle) -> Report:
     for state, name in listing.strays:
         report.violations.append(f"{state.value}/{name}: not a job file name (only <id>.yaml belongs here)")
     for name in listing.drops:
-        report.in_progress.append(f"pending/{name}: a drop waiting to be ingested by the coordinator")
+        _check_drop(sp, name, report)
     _check_results(sp, listing.jobs, report)
     _check_keys(sp, files, report)
     _check_tmp(sp, report)
@@ -101,10 +100,31 @@ def _check(sp: Handle) -> Report:
     return report
 
 
+def _check_drop(sp: Handle, name: str, report: Report) -> None:
+    """A drop waits for the coordinator; one this process can't read is said so (the coordinator,
+    running as the spool's owner like fsck, sets it aside to dead/ as invalid)."""
+    try:
+        fs.read_file(sp.layout.fd(State.PENDING), name, sp.settings.max_job_bytes)
+    except PermissionError as err:
+        message = f"pending/{name}: a drop that can't be read ({err.strerror}); the coordinator sets it aside"
+        if is_held(sp.layout.fd("locks"), coordinator_lock_name()):
+            report.in_progress.append(message + " to dead/ as invalid")
+        else:
+            report.violations.append(message + " to dead/ as invalid when it runs")
+        return
+    except (OSError, InvalidJob):
+        pass  # gone since the listing, or invalid: the coordinator's ingest says why
+    report.in_progress.append(f"pending/{name}: a drop waiting to be ingested by the coordinator")
+
+
 def _check_job(
     sp: Handle, job_id: str, folders: list[State], report: Report, files: dict[str, tuple[State, JobFile]]
 ) -> None:
     copies = copies_of(sp, job_id, folders)
+    if not (copies.keep or copies.drops or copies.planted):
+        # RACE: a worker or the coordinator moved it after the listing (leased/ -> pending/ is
+        # backwards in the listing's order): look it up by id in every folder, now.
+        copies = copies_of(sp, job_id)
     for state in copies.drops + copies.planted:
         where = f"{state.value}/{job_name(job_id)}"
         damaged = _damaged_job_file(sp, state, job_id)
@@ -139,13 +159,20 @@ def _check_job(
         _flag(sp, report, job_id, f"{where}: not a whole job file ({err})")
         return
     except FileNotFoundError:
-        report.in_progress.append(f"{job_id}: moved while being checked")
-        return
+        located = locate(sp, job_id)
+        if located is None:
+            report.in_progress.append(f"{job_id}: moved while being checked")
+            return
+        state, job_file = located
+        where = f"{state.value}/{job_name(job_id)}"
     files[job_id] = (state, job_file)
     has_result = fs.exists(sp.layout.fd("results"), result_name(job_id))
     if state is State.DONE and not has_result:
         report.violations.append(f"{where}: done without results/{result_name(job_id)}")
-    if state is State.LEASED and has_result:
+    if has_result and state is not State.DONE and not result_is_earned(state, job_file):
+        why = "the next claim of the job, or fsck --repair, sets it aside to dead/ as invalid"
+        _flag(sp, report, job_id, f"{planted_result_error(job_file)}: {why}")
+    elif state is State.LEASED and has_result:
         report.in_progress.append(f"{where}: has a result; the move to done is in progress")
     elif state in (State.PENDING, State.WAITING, State.DEAD) and has_result:
         _flag(sp, report, job_id, f"{where}: has a result but is {state.value}")
@@ -197,7 +224,7 @@ def _check_results(sp: Handle, jobs: dict[str, list[State]], report: Report) -> 
         if not is_valid_id(job_id):
             report.violations.append(f"results/{name}: not a result name")
             continue
-        if job_id not in jobs:
+        if job_id not in jobs and not folders_of(sp, job_id):  # RACE: a job submitted since the listing
             report.violations.append(
                 f"results/{name}: a result without a job file in any folder; kept for a "
                 "person to look at (repair never deletes a result)"
@@ -210,23 +237,9 @@ def _check_results(sp: Handle, jobs: dict[str, list[State]], report: Report) -> 
 
 
 def _check_keys(sp: Handle, files: dict[str, tuple[State, JobFile]], report: Report) -> None:
-    keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
-    owners: dict[str, str] = {}
-    for job_id, (_state, job_file) in files.items():
-        key = job_file.job.key
-        if key in owners:
-            report.violations.append(f"key {key!r}: two jobs, {owners[key]} and {job_id}")
-        owners[key] = job_id
-        if job_file.job.has_own_key:
-            if reservation(sp, key_name(key)) != job_id:
-                report.violations.append(f"{job_id}: key {key!r} is not reserved for it in keys/")
-    reserved = {key_name(job_file.job.key) for _s, job_file in files.values() if job_file.job.has_own_key}
-    for name in fs.list_dir(keys_fd):
-        if name not in reserved:
-            if is_held(locks_fd, key_lock_name(name)):
-                report.in_progress.append(f"keys/{name}: a submit in progress")
-            else:
-                report.violations.append(f"keys/{name}: a reservation without its job (a submit died?)")
+    violations, in_progress = check_keys(sp, files)
+    report.violations += violations
+    report.in_progress += in_progress
 
 
 def _check_tmp(sp: Handle, report: Report) -> None:
@@ -304,17 +317,43 @@ def _repair(sp: Handle) -> list[str]:
     listing = list_folders(sp)
     entries = []
     for job_id, folders in listing.jobs.items():
-        try:
-            job_file = read_job(sp, folders[0], job_id)
-        except (InvalidJob, FileNotFoundError):
-            continue
-        entries.append((job_file, folders[0], folders[0] is State.PENDING and is_ready(job_file, sp.clock.wall())))
-    repaired += _repair_keys_and_results(sp, {e[0].id: e[0] for e in entries}, listing.jobs)
+        located = locate(sp, job_id, folders[0])
+        if located is not None:
+            state, job_file = located
+            entries.append((job_file, state, state is State.PENDING and is_ready(job_file, sp.clock.wall())))
+    # A result without a job is kept: an interrupted purge was finished by the tmp sweep above,
+    # so this one may be the only trace of an acknowledged job. fsck reports it for a person.
+    repaired += repair_keys(sp, {e[0].id: e[0] for e in entries})
     _clear_stray_lease_files(sp, {e[0].id: e[0] for e in entries if e[1] is State.LEASED})
     _clear_stray_drop_notes(sp)
     count = sp.ledger.rebuild(entries)
     repaired.append(f"ledger: rebuilt from the files ({count} jobs)")
+    # RACE: the rows of jobs that moved, or were submitted, after they were read are stale in
+    # the rebuilt ledger: one reconcile pass, under each job's lock, brings them back to the files.
+    reconcile(sp)
     return repaired
+
+
+def locate(sp: Handle, job_id: str, first: State | None = None) -> tuple[State, JobFile] | None:
+    """The job's file as it is now, by id: read from ``first`` (where a listing saw it), else
+    from the most advanced folder holding it, looked up again while it keeps moving away between
+    the look-up and the read. None when it is nowhere (purged) or not a whole job file."""
+    if first is not None:
+        try:
+            return first, read_job(sp, first, job_id)
+        except FileNotFoundError:
+            pass
+        except InvalidJob:
+            return None
+    for _ in range(3):
+        for state in folders_of(sp, job_id)[:1]:
+            try:
+                return state, read_job(sp, state, job_id)
+            except FileNotFoundError:
+                pass
+            except InvalidJob:
+                return None
+    return None
 
 
 def _usable_ledger(sp: Handle) -> list[str]:
@@ -326,28 +365,6 @@ def _usable_ledger(sp: Handle) -> list[str]:
     except LedgerUnusable as err:
         aside = sp.set_ledger_aside()
         return [f"ledger: unreadable ({err}); moved aside to {aside}" if aside else f"ledger: unreadable ({err})"]
-
-
-def _repair_keys_and_results(sp: Handle, files: dict[str, JobFile], jobs: dict[str, list[State]]) -> list[str]:
-    repaired = []
-    keys_fd, locks_fd = sp.layout.fd("keys"), sp.layout.fd("locks")
-    wanted = {key_name(f.job.key): f for f in files.values() if f.job.has_own_key}
-    for name in fs.list_dir(keys_fd):
-        if name not in wanted:
-            lock = acquire(locks_fd, key_lock_name(name), blocking=False)
-            if lock is not None:
-                with lock:
-                    fs.unlink(keys_fd, name, missing_ok=True)
-                repaired.append(f"keys/{name}: a reservation without its job, removed")
-    for name, job_file in wanted.items():
-        if reservation(sp, name) != job_file.id:
-            lock = acquire(locks_fd, key_lock_name(name), blocking=True)
-            with lock:
-                reserve_key(sp, job_file.job.key, job_file.id)
-            repaired.append(f"keys/{name}: reserved again for {job_file.id}")
-    # A result without a job is kept: an interrupted purge was finished by the tmp sweep above,
-    # so this one may be the only trace of an acknowledged job. fsck reports it for a person.
-    return repaired
 
 
 def _clear_stray_drop_notes(sp: Handle) -> None:
@@ -366,5 +383,14 @@ def _clear_stray_lease_files(sp: Handle, leased: dict[str, JobFile]) -> None:
     keep = {WAKE_NAME} | {cancel_name(job_id) for job_id in leased}
     keep |= {heartbeat_name(job_id, job_file.attempt) for job_id, job_file in leased.items()}
     for name in fs.list_dir(leased_fd):
-        if is_dot_name(name) and name not in keep:
+        if is_dot_name(name) and name not in keep and not _leased_now(sp, name):
             fs.unlink(leased_fd, name, missing_ok=True)
+
+
+def _leased_now(sp: Handle, name: str) -> bool:
+    """RACE: a claim (or a cancel) since the listing: the dot-file is a live lease's (a claim
+    writes its heartbeat under the job's lock just before its rename into leased/), not a stray."""
+    job_id = name[1:].split(".", 1)[0]  # .<id>.<attempt>.hb, .<id>.cancel: an id has no dot
+    if not is_valid_id(job_id):
+        return False
+    return fs.exists(sp.layout.fd(State.LEASED), job_name(job_id)) or _busy(sp, job_id)

@@ -20,7 +20,7 @@ from spool.errors import InvalidJob, NotFound
 from spool.fsio import fs
 from spool.ids import new_id
 from spool.job import Job, JobFile, decode, encode, is_ready
-from spool.layout import State, drop_note_name, invalid_folder_name, job_name, key_name
+from spool.layout import State, drop_note_name, invalid_folder_name, job_name, key_name, result_name
 from spool.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, rewrite_job, wake
 from spool.submission import initial_state, job_of_spec, lock_key, lookup_key, reservation, reserve_key
 from spool.timetext import now_text
@@ -51,6 +51,10 @@ def ingest(sp: Handle, name: str) -> str | None:
         state = initial_state(sp, job)
     except (FileNotFoundError, BlockingIOError):
         return None
+    except PermissionError as err:
+        # EACCES/EPERM never heals by itself (a file another user wrote 0600, an immutable one):
+        # set it aside like any bad drop, once, rather than fail on it at every pass for ever.
+        return _ingest_invalid(sp, name, job_id, f"pending/{shown}: can't be read ({err.strerror})")
     except InvalidJob as err:
         return _ingest_invalid(sp, name, job_id, str(err))
     except NotFound as err:  # a depends_on that names no job
@@ -94,9 +98,21 @@ def ingest(sp: Handle, name: str) -> str | None:
     return job_id
 
 
-def _ingest_invalid(sp: Handle, name: str, job_id: str, error: str, source: State = State.PENDING) -> str | None:
-    """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record."""
+def _ingest_invalid(
+    sp: Handle,
+    name: str,
+    job_id: str,
+    error: str,
+    source: State | str = State.PENDING,
+    crash_step: str = "ingest-after-rename",
+) -> str | None:
+    """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record.
+
+    Commit point: the rename (never replacing). A crash after it leaves dead/<id>.yaml holding
+    the file's own text: whoever settles it next (the coordinator's full reconcile, a repair)
+    finishes it as an interrupted ingest of an invalid drop (``finish_ingest``), text kept."""
     source_fd = sp.layout.fd(source)
+    where = source.value if isinstance(source, State) else source
     original = _raw_text(sp, source, name)
     info = fs.lstat(source_fd, name)
     # A folder can't be rewritten into a record file: hide it under a dot-name (never read
@@ -111,13 +127,29 @@ def _ingest_invalid(sp: Handle, name: str, job_id: str, error: str, source: Stat
         fs.rename_noreplace(source_fd, name, target_fd, hidden)
     except FileNotFoundError:
         return None
-    crash.point("ingest-after-rename")
+    crash.point(crash_step)
     _write_invalid_record(sp, job_id, name, error, original)
     fs.fsync_dir(source_fd)
-    log.warning(
-        "ingest: %s/%s is invalid (%s) -> dead/%s", source.value, printable(name), printable(error), job_name(job_id)
-    )
+    log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", where, printable(name), printable(error), job_name(job_id))
     return job_id
+
+
+def set_result_aside(sp: Handle, job_file: JobFile) -> str | None:
+    """results/<id>.json that no attempt of the job linked (``store.result_is_earned``) ->
+    dead/<new id>.yaml, reason invalid, its text kept as ``original``; the job is not touched and
+    runs as if it were not there. Caller holds the job's lock (``complete`` links under it, so
+    no genuine result can land meanwhile). Commit point and crash: ``_ingest_invalid``'s, at
+    ``result-aside-after-rename``."""
+    error = planted_result_error(job_file) + "; set aside to dead/ as invalid, the job runs as if it were not there"
+    return _ingest_invalid(
+        sp, result_name(job_file.id), new_id(sp.clock), error, source="results", crash_step="result-aside-after-rename"
+    )
+
+
+def planted_result_error(job_file: JobFile) -> str:
+    """Why a result is not the job's: the set-aside record's error, and fsck's line."""
+    tried = f"its attempt {job_file.attempt} did not end with it" if job_file.attempt else "it never ran"
+    return f"results/{result_name(job_file.id)}: a result no attempt of job {job_file.id} linked ({tried}; planted?)"
 
 
 def quarantine(sp: Handle, state: State, name: str, error: str) -> str | None:
@@ -182,7 +214,7 @@ def _write_invalid_record(sp: Handle, job_id: str, dropped_as: str, error: str, 
     sp.ledger.record(record, State.DEAD, ready=False, event="ingest", detail=f"invalid: {error[:200]}")
 
 
-def _raw_text(sp: Handle, state: State, name: str) -> str:
+def _raw_text(sp: Handle, state: State | str, name: str) -> str:
     """The drop's content as text for the dead record: never follows a link, never blocks."""
     try:
         data = fs.read_file(sp.layout.fd(state), name, sp.settings.max_job_bytes)

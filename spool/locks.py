@@ -63,6 +63,28 @@ def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
     return Lock(fd)
 
 
+def acquire_existing(locks_fd: int, name: str) -> Lock | None:
+    """Take ``locks/<name>`` without creating it (a read-only spool too: flock needs no write
+    access); None when another process holds it. FileNotFoundError when there is no lock file,
+    or what is there is no file a lock could be taken on: nobody can be holding it then.
+
+    For a checker (``spool fsck``) that must write nothing, yet needs a moment in which nobody
+    can be moving what the lock guards."""
+    try:
+        fd = fs.open_lock_to_probe(locks_fd, name)
+    except OSError as err:
+        raise FileNotFoundError(err.errno, "no lock file", name) from None
+    try:
+        taken = fs.flock(fd, blocking=False)
+    except BaseException:
+        fs.close(fd)
+        raise
+    if not taken:
+        fs.close(fd)
+        return None
+    return Lock(fd)
+
+
 def acquire_within(
     locks_fd: int,
     name: str,

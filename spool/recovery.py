@@ -9,6 +9,8 @@ lock, whoever comes next:
     pending/ or waiting/ with a lease, or an open attempt -> the lease cleared, the record closed 'lost'
     dead/ with no reason            -> reason 'failed'
     dead/ with a result             -> done/ (done wins; a dead job never gains a result otherwise)
+    a result no attempt linked       -> set aside to dead/<new id> as invalid; the job goes on
+                                       (store.result_is_earned: never picked up, or awaiting a retry)
     pending/ or waiting/ with a reason -> moved back by hand: finished as a requeue (fresh tries)
     in two folders, copies the runner made -> the more advanced copy wins (done > dead > leased > pending > waiting)
     in two folders, a copy it did not make -> that copy is a drop (pending/) or planted (to dead/, invalid)
@@ -36,12 +38,13 @@ from spool import crash
 from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_generated_id, is_valid_id
-from spool.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine
+from spool.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine, set_result_aside
 from spool.job import JobFile, is_ready
 from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
 from spool.moves import finish_done, retry_or_bury
 from spool.records import Attempt
 from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
+from spool.store import result_is_earned, state_of
 from spool.timetext import now_text
 
 if TYPE_CHECKING:
@@ -201,7 +204,9 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
     """Finish a transition a crash interrupted (see the module doc). Caller holds the lock."""
     job_id, now = job_file.id, now_text(sp.clock)
     if has_result(sp, job_id) and state is not State.DONE:
-        return State.DONE, finish_done(sp, job_file, source=state)
+        if result_is_earned(state, job_file):
+            return State.DONE, finish_done(sp, job_file, source=state)
+        set_result_aside(sp, job_file)
     if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file):
         return _finish_requeue(sp, state, job_file)
     lease_attempt = job_file.lease.attempt if job_file.lease else None
@@ -255,7 +260,7 @@ def _finish_requeue(sp: Handle, state: State, job_file: JobFile) -> tuple[State,
         )
         return State.DEAD, job_file
     target = state
-    if state is State.PENDING and not all(has_result(sp, dep) for dep in job_file.job.depends_on):
+    if state is State.PENDING and not all(state_of(sp, dep) is State.DONE for dep in job_file.job.depends_on):
         target = State.WAITING
         move_job(sp, job_file.id, state, target)
         crash.point("requeue-by-hand-after-rename")

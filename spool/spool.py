@@ -24,7 +24,7 @@ from spool.fsio import fs
 from spool.handle import Handle
 from spool.ids import is_valid_id
 from spool.job import MAX_SECONDS, JobFile
-from spool.layout import Layout, State, result_name
+from spool.layout import Layout, State, job_name, result_name
 from spool.progress import read_progress
 from spool.rootdir import init_spool, is_group_shared, refuse_unsafe_root
 from spool.settings import Settings, load_settings
@@ -143,7 +143,7 @@ class Spool(Handle):
     # -- inspecting --------------------------------------------------------------------------
 
     def job(self, job_id: str) -> tuple[State, JobFile]:
-        """The job's state (a result makes it done) and its file."""
+        """The job's state (a result it earned makes it done) and its file."""
         _check_id(job_id)
         folders = store.folders_of(self, job_id)
         if not folders:
@@ -151,7 +151,8 @@ class Spool(Handle):
                 raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
             raise NotFound(f"no job {job_id}")
         job_file = store.read_job(self, folders[0], job_id)
-        return (State.DONE if store.has_result(self, job_id) else folders[0]), job_file
+        earned = store.has_result(self, job_id) and store.result_is_earned(folders[0], job_file)
+        return (State.DONE if earned else folders[0]), job_file
 
     def status(self, job_id: str) -> dict[str, Any]:
         state, job_file = self.job(job_id)
@@ -167,9 +168,23 @@ class Spool(Handle):
             if state is State.DEAD:
                 raise SpoolError(f"{job_id}: dead ({job_file.reason}); it has no result") from None
             raise NotFound(f"{job_id}: no result yet ({state.value})") from None
+        if not fs.exists(self.layout.fd(State.DONE), job_name(job_id)):
+            self._check_earned(job_id)
         import json  # start-up: a submit never reads a result
 
         return json.loads(data)
+
+    def _check_earned(self, job_id: str) -> None:
+        """A result beside a job not in done/ is its result only if an attempt of it linked it
+        (``store.result_is_earned``): a planted one is no result (NotFound, SpoolError if dead)."""
+        folders = store.folders_of(self, job_id)
+        if not folders:
+            return  # a purge in progress (its job file goes first): the result is still the job's
+        state, job_file = self.job(job_id)
+        if state is State.DEAD:
+            raise SpoolError(f"{job_id}: dead ({job_file.reason}); it has no result")
+        if state is not State.DONE:
+            raise NotFound(f"{job_id}: no result yet ({state.value})")
 
     def state(self, job_id: str) -> State | None:
         _check_id(job_id)  # `spool wait ../done/X` must not look outside the state folders

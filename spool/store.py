@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, overload
 
 from spool import crash
 from spool import job as jobs
-from spool.errors import TryLater
+from spool.errors import InvalidJob, TryLater
 from spool.fsio import fs
 from spool.job import JobFile
 from spool.layout import (
@@ -187,6 +187,41 @@ def has_result(sp: Handle, job_id: str) -> bool:
     return fs.exists(sp.layout.fd("results"), result_name(job_id))
 
 
+def result_is_earned(state: State, job_file: JobFile) -> bool:
+    """Whether a result beside this job file can be the runner's: linked for an attempt the job had.
+
+    ``complete`` links a result only under the job's lock, for the lease of its current attempt
+    (1 or more), while the file is in leased/ with that lease; ``finish_done`` then moves it to
+    done/ with that attempt's record closed 'done'. So a result counts beside a file in done/;
+    in leased/ only with a lease for the current attempt (a claim that died before recording it
+    never started a handler); anywhere else (a done job moved back by hand) only when the current
+    attempt's record ended 'done'. A result planted for a job never picked up, or waiting for
+    its retry, is none of these: it is set aside (``ingest.set_result_aside``), never the job's.
+    A result planted while a lease holds can't be told from its worker's own: the first wins.
+    """
+    if state is State.DONE:
+        return True
+    if job_file.attempt < 1:
+        return False
+    if state is State.LEASED:
+        return job_file.lease is not None and job_file.lease.attempt == job_file.attempt
+    last = job_file.attempts[-1] if job_file.attempts else None
+    return last is not None and last.attempt == job_file.attempt and last.outcome == "done"
+
+
+def has_earned_result(sp: Handle, job_id: str, state: State) -> bool:
+    """``has_result``, counting only a result the job earned (``result_is_earned``) where its
+    file in ``state`` reads; a file that does not read is judged by whoever settles it."""
+    if not has_result(sp, job_id):
+        return False
+    if state is State.DONE:
+        return True
+    try:
+        return result_is_earned(state, read_job(sp, state, job_id))
+    except (FileNotFoundError, InvalidJob):
+        return True
+
+
 def folders_of(sp: Handle, job_id: str) -> list[State]:
     """Every state folder holding the job, most advanced first (normally exactly one)."""
     found = [state for state in State if fs.exists(sp.layout.fd(state), job_name(job_id))]
@@ -206,11 +241,11 @@ def copy_in(sp: Handle, job_id: str, folders: tuple[State, ...]) -> bool:
 
 
 def state_of(sp: Handle, job_id: str) -> State | None:
-    """The job's state as the files say: a result makes it done whatever folder it is in."""
+    """The job's state as the files say: a result it earned makes it done whatever folder it is in."""
     folders = folders_of(sp, job_id)
     if not folders:
         return None
-    return State.DONE if has_result(sp, job_id) else folders[0]
+    return State.DONE if has_earned_result(sp, job_id, folders[0]) else folders[0]
 
 
 def clear_lease_files(sp: Handle, job_id: str, attempt: int | None = None) -> None:

@@ -191,9 +191,9 @@ WORKER_POINTS = {  # point -> the task whose run reaches it
     "worker:after-result": "echo", "worker:complete-after-move": "echo",
     "worker:fail-after-rename": "fail_until", "worker:after-fail": "fail_until",
 }
-# Points whose job ends dead, or that only a graceful stop reaches: the in-process crash matrix
-# (tests/faults/test_crash_matrix.py) covers them.
-IN_PROCESS_ONLY = ["worker:bury-after-rename", "worker:release-after-rename"]
+# Points whose job ends dead, that only a graceful stop reaches, or that need a planted result:
+# the in-process crash matrix (tests/faults/test_crash_matrix.py) covers them.
+IN_PROCESS_ONLY = ["worker:bury-after-rename", "worker:release-after-rename", "worker:result-aside-after-rename"]
 
 
 def test_the_matrix_covers_every_point_of_the_worker() -> None:

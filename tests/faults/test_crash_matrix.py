@@ -100,6 +100,30 @@ def drop(text: str) -> Callable[[Spool, Ctx], None]:
     return setup
 
 
+PLANTED = b'{"planted": true}'
+
+
+def planted_result(forget_row: bool = False) -> Callable[[Spool, Ctx], None]:
+    """A pending job never picked up, with a result planted for it (issue 17, finding 13);
+    ``forget_row``: its ledger row lost too, so the coordinator's reconcile settles it."""
+
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        echo_job()(sp, ctx)
+        sp.layout.path("results", result_name(ctx["job"])).write_bytes(PLANTED)
+        if forget_row:
+            sp.ledger.forget([ctx["job"]])
+
+    return setup
+
+
+def planted_set_aside(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    """The job ran for its own result; the planted one is kept, as text, in an invalid record."""
+    value = json.loads(sp.layout.path("results", result_name(ctx["job"])).read_bytes())
+    assert value != json.loads(PLANTED) and jobs[ctx["job"]][1].attempt == 1, value
+    (record,) = [job_file for job_id, (_state, job_file) in jobs.items() if job_id != ctx["job"]]
+    assert record.reason == "invalid" and record.original == PLANTED.decode(), record
+
+
 def dependency(sp: Spool, ctx: Ctx) -> None:
     ctx["parent"] = sp.submit("echo", {"n": 0})
 
@@ -493,6 +517,14 @@ SCENARIOS: dict[str, list[Scenario]] = {
     ],
     "worker:bury-after-rename": [
         Scenario("failed", as_worker(fails), setup=echo_job(max_tries=1), expect=("dead:failed",)),
+    ],
+    "worker:result-aside-after-rename": [
+        Scenario("planted", as_worker(), setup=planted_result(), expect=("dead:invalid", "done"),
+                 check=planted_set_aside),
+    ],
+    "coordinator:result-aside-after-rename": [
+        Scenario("planted", coordinator_pass, setup=planted_result(forget_row=True), expect=("dead:invalid", "done"),
+                 check=planted_set_aside),
     ],
     "worker:release-after-rename": [
         Scenario("released", as_worker(releases), setup=echo_job()),

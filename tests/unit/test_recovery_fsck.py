@@ -258,14 +258,33 @@ def test_dead_without_a_reason_becomes_failed(sp: Spool) -> None:
 
 @pytest.mark.parametrize("folder", [State.DEAD, State.PENDING, State.WAITING])
 def test_a_result_makes_the_job_done_wherever_its_file_is(sp: Spool, folder: State) -> None:
+    """A result its attempt linked: the done job's file moved back by hand goes back to done/."""
     job_id = sp.submit("echo")
-    if folder is not State.PENDING:
-        move_job(sp, job_id, State.PENDING, folder)
-    (sp.root / "results" / result_name(job_id)).write_text('"late"')
+    assert claim(sp, "w1", None) is not None
+    complete(sp, Lease(job_id, "w1", 1), b'"mine"')
+    move_job(sp, job_id, State.DONE, folder)
     assert sp.state(job_id) is State.DONE
     assert not fsck(sp).ok
     settle_now(sp, job_id)
     assert where(sp, job_id) == [State.DONE] and row_state(sp, job_id) == "done"
+    assert json.loads((sp.root / "results" / result_name(job_id)).read_text()) == "mine"
+    assert_clean(sp)
+
+
+@pytest.mark.parametrize("folder", [State.DEAD, State.PENDING, State.WAITING])
+def test_a_result_no_attempt_linked_is_set_aside(sp: Spool, folder: State) -> None:
+    """Issue 17, finding 13: planted for a job never picked up, a result is not the job's."""
+    job_id = sp.submit("echo")
+    if folder is not State.PENDING:
+        move_job(sp, job_id, State.PENDING, folder)
+    (sp.root / "results" / result_name(job_id)).write_text('"planted"')
+    assert sp.state(job_id) is folder
+    report = fsck(sp)
+    assert any("a result no attempt of job" in line for line in report.violations), report.violations
+    settle_now(sp, job_id)
+    assert where(sp, job_id) == [folder] and not (sp.root / "results" / result_name(job_id)).exists()
+    (record,) = [read_job(sp, State.DEAD, p.stem) for p in (sp.root / "dead").glob("*.yaml") if p.stem != job_id]
+    assert record.reason == "invalid" and record.original == '"planted"', record
     assert_clean(sp)
 
 
