@@ -39,20 +39,21 @@ import time
 from collections.abc import Callable, Iterable
 
 from spool import firings
-from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
+from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.layout import SCHEDULES, is_ignored_name
-from spool.schedules import Schedule, slot_key
+from spool.schedules import Schedule, key_prefix, slot_key, slot_of_key
 from spool.scheduling import Entry, entries, fire, ignored, resume_from
 from spool.spool import Spool
 from spool.store import state_of
 from spool.submission import job_of_spec
-from spool.timetext import format_time
+from spool.timetext import format_time, parse_time
 
 log = logging.getLogger("spool.coordinator")
 
 RESCAN_SECONDS = 1.0
 MAX_FIRINGS = 1000  # per schedule and pass: `catchup: all` after a long downtime is bounded
 RETRY_SECONDS = 1.0  # after a firing the disk refused (full)
+_OLD_CACHE = "schedule_fired:"  # ledger meta: name -> a slot, where firings were cached before the records
 CLOCK_STEP_SECONDS = 2.0  # wall minus monotonic between two passes past this: the wall clock was stepped
 
 
@@ -72,6 +73,7 @@ class Scheduler:
         self.reported: dict[str, tuple[int, ...]] = {}  # name -> the broken file's signature we logged
         self.ignored: set[str] = set()  # files in schedules/ we logged as no schedule
         self.last_scan = -math.inf
+        self.unsynced = False  # a record was renamed into schedules/ since its last fsync
 
     def run_pass(self, landed: Iterable[tuple[str, str]] = ()) -> None:
         now = self.wall()
@@ -82,6 +84,9 @@ class Scheduler:
         for name, due in sorted(self.next_due.items(), key=lambda item: item[1]):
             if due <= now:
                 self._fire_due(self.entries[name], now)
+        if self.unsynced:  # one fsync of schedules/ makes every record this pass wrote durable
+            firings.sync(self.sp)
+            self.unsynced = False
 
     def seconds_until_due(self) -> float:
         """How long the coordinator may sleep before a slot is due (inf: none is)."""
@@ -163,16 +168,17 @@ class Scheduler:
         fired = firings.read_fired(self.sp, name)
         if fired.slot is None and fired.firing is None:
             self.through.pop(name, None)  # never fired, or ``rm`` removed its record: afresh
+            fired = firings.Fired(slot=self._before_records(schedule))
         elif fired.job is not None and name not in self.last_job:
             self.last_job[name] = fired.job
         first_sight = name not in self.through
         recorded = max(fired.slot or -math.inf, fired.firing or -math.inf)
         self.through[name] = max(self.through.get(name, -math.inf), recorded)
-        if first_sight and fired.firing is not None and fired.firing > (fired.slot or -math.inf):
-            # A firing of ``fired.firing`` began and never ended: a coordinator died inside it
-            # (nothing submitted yet, the key reserved, or the job made). We finish it by firing
-            # the slot again, whatever the catchup: its key makes that one job.
-            self._fire(schedule, fired.firing)
+        if first_sight and fired.unfinished is not None:
+            # A firing of that slot began and never ended: a coordinator died inside it (nothing
+            # submitted yet, the key reserved, or the job made). We finish it by firing the slot
+            # again, whatever the catchup: its key makes that one job.
+            self._fire(schedule, fired.unfinished)
         # Slots before the file was (re)written were not this file's: an enable fires no backlog.
         now = self.wall()
         self.through[name] = max(self.through[name], entry.written)
@@ -185,6 +191,22 @@ class Scheduler:
             log.info("schedule %s (%s): next slot %s%s", name, schedule.expression, format_time(upcoming), behind)
         else:
             self.next_due.pop(name, None)
+
+    def _before_records(self, schedule: Schedule) -> float | None:
+        """The last slot a spool from before schedules/.<name>.fired fired: the greatest key among
+        the schedule's own jobs, or the ledger's old cache of it, never one past now. A lower
+        bound only (it can hold a firing back, never make one); the next firing writes a record."""
+        name, found = schedule.name, -math.inf
+        try:
+            cached = self.sp.ledger.meta(_OLD_CACHE + name)
+            found = parse_time(cached, "slot").timestamp() if cached else found
+            row = self.sp.ledger.last_keyed(key_prefix(name))
+        except (LedgerError, InvalidJob):
+            row = None
+        slot = slot_of_key(row[0]) if row else None
+        if row and slot is not None and self._is_own(schedule, slot, row[1]):
+            found = max(found, slot)
+        return found if -math.inf < found <= self.wall() else None
 
     def _forget(self, name: str) -> None:
         self.through.pop(name, None)
@@ -228,7 +250,7 @@ class Scheduler:
         finish, whatever its catchup, and once recorded no coordinator fires it again."""
         name = schedule.name
         try:
-            firings.begin(self.sp, name, firings.read_fired(self.sp, name), slot)
+            firings.begin(self.sp, name, slot)
             submitted = fire(self.sp, schedule, slot)
         except (DiskFull, TryLater) as err:
             log.error("schedule %s: slot %s not fired yet: %s", name, format_time(slot), err)
@@ -252,6 +274,7 @@ class Scheduler:
             self.last_job[name] = job
         try:
             firings.record(self.sp, name, slot, job)
+            self.unsynced = True
         except DiskFull as err:  # the job is durable; the next coordinator finishes the record
             log.error("schedule %s: slot %s fired, its record not written yet: %s", name, format_time(slot), err)
         return True

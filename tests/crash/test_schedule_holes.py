@@ -180,7 +180,7 @@ def test_a_clock_stepped_a_day_ahead_then_back_neither_floods_nor_silences(
     offset.write_text("+0\n")
     back = time.time()
     wait_until(lambda: [s for s in slots_of(kit, "tick") if back < s < back + 60], timeout=20,
-               message="a firing on the clock stepped back" + kit.log(coordinator)[-3000:])
+               message="a firing on the clock stepped back")
     kit.wait_logged(coordinator, "fires again from now")
     kit.stop(coordinator)
 
