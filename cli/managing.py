@@ -96,7 +96,11 @@ def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
 @pass_app
 def fsck(app: App, repair: bool) -> None:
     """Check every promise on disk; exit 0 when all hold, 1 otherwise."""
-    report = run_fsck(app.spool(), repair=repair)
+    from spool.scheduling import ignored  # start-up: only fsck and `schedule` read schedules/
+
+    sp = app.spool()
+    report = run_fsck(sp, repair=repair)
+    notes = list(ignored(sp).values())  # breaks no promise: a file that is no schedule
     if app.json_output:
         echo_json(
             {
@@ -106,6 +110,7 @@ def fsck(app: App, repair: bool) -> None:
                 "in_progress": report.in_progress,
                 "garbage": report.garbage,
                 "repaired": report.repaired,
+                "notes": notes,
             }
         )
     else:
@@ -115,6 +120,8 @@ def fsck(app: App, repair: bool) -> None:
             click.echo(f"in progress: {line}")
         for line in report.garbage:
             click.echo(f"garbage: {line}")
+        for line in notes:
+            click.echo(f"note: {line}")
         for line in report.violations:
             click.echo(f"VIOLATION: {line}")
         click.echo(

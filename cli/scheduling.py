@@ -77,7 +77,10 @@ def add(
 @pass_app
 def list_command(app: App) -> None:
     """Each schedule: its expression, next fire time, last slot fired (job, state), or its error."""
-    views = scheduling.views(app.spool(), time.time())
+    sp = app.spool()
+    views = scheduling.views(sp, time.time())
+    for line in scheduling.ignored(sp).values():  # not in the JSON list: its rows are schedules
+        click.echo(f"note: {line}", err=True)
     if app.json_output:
         echo_json(views)
         return

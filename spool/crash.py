@@ -40,11 +40,13 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "requeue-by-hand-after-rename",
         "promote-after-rename",
         "ready-after-rewrite",
+        "fire-after-begin",  # a schedule's record says its slot is being fired (durable), nothing submitted
         # A schedule's firing is an ordinary keyed submit, so it stops at submit's steps:
         "after-key-check",  # slot due, its key not taken, nothing written
         "after-key",  # the slot's key reserved (durable), no job
         "after-commit",  # the slot's job renamed into pending/, the folder not yet fsync'd
-        "after-submit",  # the job durable, no ledger row (the last slot fired is not indexed yet)
+        "after-submit",  # the job durable, no ledger row, the schedule's record still says "being fired"
+        "fire-after-record",  # the schedule's record says its slot fired, with its job (durable)
     ),
     "admin": (
         "bury-after-rename",  # `spool cancel` of a pending or waiting job
@@ -60,6 +62,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "requeue-after-rename",  # POST /v1/jobs/{id}/requeue
         "after-result",  # POST /v1/leases/{id}/complete: the result linked, the job still in leased/
         "complete-after-move",  # ... the job in done/, no ledger row, no answer sent
+        "run-after-record",  # the dashboard's "run now": its job durable and noted as the schedule's last firing
     ),
     "submit": (
         "after-key-check",
@@ -70,6 +73,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "batch-after-keys",  # a round's keys reserved and keys/ fsync'd, no job renamed
         "batch-after-commit",  # after each member's rename (killed after the first), before the folder fsync
         "batch-after-submit",  # every round durable, no ledger row yet
+        "run-after-record",  # `spool schedule run`: its job durable and noted as the schedule's last firing
     ),
 }
 

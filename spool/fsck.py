@@ -38,7 +38,7 @@ from spool.layout import (
     tmp_writer_pid,
     worker_of_lock_name,
 )
-from spool.fsck_keys import check_keys, repair_keys
+from spool.fsck_keys import check_keys, copies_now, repair_keys
 from spool.locks import is_held
 from spool.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.stats import ledger_trouble
@@ -148,6 +148,10 @@ def _check_job(
             )
     if not copies.keep:
         return
+    if copies.stale:  # RACE: maybe mid-move when looked at: look again under the job's lock
+        copies = copies_now(sp, job_id) or copies
+    if not copies.keep:
+        return  # purged meanwhile
     if copies.stale:
         listed = copies.keep + copies.stale
         _flag(sp, report, job_id, f"{job_id}: in {len(listed)} folders ({', '.join(s.value for s in listed)})")

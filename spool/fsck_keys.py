@@ -29,6 +29,7 @@ from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.layout import State, job_lock_name, key_lock_name, key_name
 from spool.locks import Lock, acquire, acquire_existing
+from spool.recovery import Copies, copies_of
 from spool.store import folders_of, has_result
 from spool.submission import reservation, reserve_key
 
@@ -60,6 +61,14 @@ def _held(sp: Handle, name: str, *, create: bool) -> Iterator[bool]:
         return
     with lock:
         yield True
+
+
+def copies_now(sp: Handle, job_id: str) -> Copies | None:
+    """The job's copies looked up by id under its lock (no move of it can be under way then),
+    None while a move holds the lock: a job seen in two folders may only have been mid-move
+    (``publish_job`` links done/ before it unlinks leased/, under the job's lock)."""
+    with _held(sp, job_lock_name(job_id), create=False) as held:
+        return copies_of(sp, job_id) if held else None
 
 
 def _job_exists(sp: Handle, job_id: str) -> bool:

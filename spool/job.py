@@ -24,6 +24,7 @@ from spool.yamlsafe import dump_yaml, load_yaml
 
 SPOOL_FORMAT = 1
 MAX_KEY_CHARS = 512
+SCHEDULE_KEY_PREFIX = "schedule:"  # keys of schedules' firings: no other submit may take one
 MAX_DEPENDENCIES = 1000
 MAX_ERROR_BYTES = 4096
 MAX_TRIES = 1000

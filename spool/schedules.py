@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from spool.errors import InvalidJob, UsageError
 from spool.ids import is_valid_id
-from spool.job import Job
+from spool.job import SCHEDULE_KEY_PREFIX, Job
 from spool.settings import parse_duration
 from spool.timetext import format_time, parse_time
 from spool.yamlsafe import load_yaml
@@ -65,7 +65,7 @@ def _croniter() -> Any:
     return croniter
 
 
-KEY_PREFIX = "schedule:"
+KEY_PREFIX = SCHEDULE_KEY_PREFIX
 _CHECK_ID = "schedule-template"  # a placeholder id: the template is checked as a submit would
 
 
@@ -195,7 +195,11 @@ def parse_schedule(data: bytes, name: str, *, default_max_tries: int, default_ti
     """The schedule in ``schedules/<name>.yaml``'s bytes; InvalidSchedule saying what is wrong."""
     where = f"schedules/{name}"
     if not is_valid_id(name):
-        raise InvalidSchedule(f"{where}: a schedule's name is a job id's grammar ([A-Za-z0-9][A-Za-z0-9_-]*)")
+        shown = name if len(name) <= 64 else f"{name[:64]}..."
+        raise InvalidSchedule(
+            f"schedules/{shown}: a schedule's name is at most 64 characters of [A-Za-z0-9_-], starting with a "
+            f"letter or digit (this one has {len(name)})"
+        )
     try:
         fields = load_yaml(data, max_bytes=MAX_SCHEDULE_BYTES, source=where)
     except InvalidJob as err:

@@ -12,8 +12,10 @@ reserved without a job, which the next firing of the same slot takes over, or th
 the next firing finds by its key. Either way the next coordinator, or ``spool schedule run``
 for a slot keyed to now, finishes or repeats it, and a slot never makes two jobs.
 
-The last slot fired is read back from the ledger (the greatest key of the schedule's jobs),
-which is rebuilt from the job files: the files stay the truth.
+The last slot fired is in the files too, in ``schedules/.<name>.fired``, which the coordinator
+writes around each firing (spool.firings): neither a purge of the job nor a lost ledger can make
+a slot fire again. A file in schedules/ that is not ``<name>.yaml`` (``x.yml``, ``x``) is no
+schedule: ``ignored`` says so, for the coordinator's log, ``spool schedule list`` and fsck.
 """
 
 from __future__ import annotations
@@ -24,18 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spool.errors import InvalidJob, LedgerError, NotFound
+from spool.errors import InvalidJob, NotFound
+from spool.firings import forget, note_run, read_fired
 from spool.fsio import fs
-from spool.layout import SCHEDULES, schedule_file_name, schedule_of_file_name
+from spool.layout import SCHEDULES, is_ignored_name, schedule_file_name, schedule_of_file_name
 from spool.schedules import (
     MAX_SCHEDULE_BYTES,
     InvalidSchedule,
     Schedule,
-    key_prefix,
     parse_schedule,
     schedule_of_fields,
     slot_key,
-    slot_of_key,
 )
 from spool.store import stage, state_of, unstage
 from spool.submission import Submitted, submit
@@ -62,8 +63,7 @@ class Entry:
 @dataclass(frozen=True)
 class LastFired:
     slot: float
-    job_id: str
-    state: str
+    job_id: str | None  # None: the slot's key was held by a job this schedule did not make
 
 
 def entries(sp: Handle, known: Mapping[str, Entry] | None = None) -> dict[str, Entry]:
@@ -80,6 +80,20 @@ def entries(sp: Handle, known: Mapping[str, Entry] | None = None) -> dict[str, E
         signature = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         old = (known or {}).get(name)
         found[name] = old if old is not None and old.signature == signature else _read(sp, name, signature, info)
+    return found
+
+
+def ignored(sp: Handle) -> dict[str, str]:
+    """The files in schedules/ that are no schedule, each with why (dot-files and ``*.tmp`` are
+    the runner's and in-progress writes: left out)."""
+    found: dict[str, str] = {}
+    for file_name in sorted(fs.list_dir(sp.layout.fd(SCHEDULES))):
+        if is_ignored_name(file_name) or schedule_of_file_name(file_name):
+            continue
+        stem = file_name.rsplit(".", 1)[0] if "." in file_name else file_name
+        found[file_name] = f"schedules/{file_name} is ignored: a schedule's file is named <name>.yaml" + (
+            f" (rename it {stem}.yaml)" if stem else ""
+        )
     return found
 
 
@@ -141,6 +155,7 @@ def remove(sp: Handle, name: str) -> None:
     except FileNotFoundError:
         raise NotFound(f"no schedule {name!r} (schedules/{schedule_file_name(name)})") from None
     fs.fsync_dir(folder)
+    forget(sp, name)  # after the file: a crash between leaves a record no schedule reads
 
 
 def _check(sp: Handle, name: str, fields: Mapping[str, Any]) -> Schedule:
@@ -170,27 +185,37 @@ def _write(sp: Handle, name: str, fields: Mapping[str, Any], *, replace: bool) -
 def fire(sp: Handle, schedule: Schedule, slot: float) -> Submitted:
     """Submit ``schedule``'s job for ``slot``: ``created`` is False when the slot had fired."""
     return submit(
-        sp, schedule.spec(slot_key(schedule.name, slot)), where=f"schedules/{schedule.name}", refuse_when_full=False
+        sp,
+        schedule.spec(slot_key(schedule.name, slot)),
+        where=f"schedules/{schedule.name}",
+        refuse_when_full=False,
+        firing=True,
     )
 
 
 def run_now(sp: Handle, schedule: Schedule) -> Submitted:
     """``spool schedule run``: the schedule's job once, keyed to now (a person's submit, so a
     full spool refuses it as it refuses ``spool submit``)."""
-    return submit(sp, schedule.spec(slot_key(schedule.name, sp.clock.wall())), where=f"schedules/{schedule.name}")
+    moment = sp.clock.wall()
+    submitted = submit(
+        sp, schedule.spec(slot_key(schedule.name, moment)), where=f"schedules/{schedule.name}", firing=True
+    )
+    note_run(sp, schedule.name, moment, submitted.id)
+    return submitted
 
 
 def last_fired(sp: Handle, name: str) -> LastFired | None:
-    """The greatest slot of ``name`` a job was submitted for, with that job (from the ledger)."""
-    try:
-        row = sp.ledger.last_keyed(key_prefix(name))
-    except LedgerError as err:
-        log.debug("last slot of %s unknown: %s", name, err)
-        return None
-    if row is None:
-        return None
-    slot = slot_of_key(row[0])
-    return LastFired(slot, row[1], row[2]) if slot is not None else None
+    """The last slot ``name`` fired, with its job (schedules/.<name>.fired)."""
+    fired = read_fired(sp, name)
+    return LastFired(fired.slot, fired.job) if fired.slot is not None else None
+
+
+def resume_from(schedule: Schedule, through: float, now: float) -> float:
+    """``through`` (the last slot handled), unless it is more than a slot ahead of ``now``: the
+    wall clock stepped back past it (or the record came from a clock that was ahead). Waiting for
+    the clock to reach it again would silence the schedule for as long, so it fires again from
+    now; a slot reached a second time finds its job by its key while that job is kept."""
+    return through if through <= schedule.next_slot(now) else schedule.last_slot(now)
 
 
 def views(sp: Handle, now: float) -> list[dict[str, Any]]:
@@ -210,7 +235,7 @@ def view(sp: Handle, entry: Entry, now: float) -> dict[str, Any]:
         "next": None,
     }
     if schedule is not None:
-        after = max(now, fired.slot if fired else now, entry.written)
+        after = max(now, resume_from(schedule, max(fired.slot if fired else now, entry.written), now))
         found.update(
             expression=schedule.expression,
             enabled=schedule.enabled,
@@ -221,8 +246,8 @@ def view(sp: Handle, entry: Entry, now: float) -> dict[str, Any]:
         )
     found["last_slot"] = format_time(fired.slot) if fired else None
     found["last_job"] = fired.job_id if fired else None
-    state = state_of(sp, fired.job_id) if fired else None
-    found["last_state"] = state.value if state else (fired.state if fired else None)
+    state = state_of(sp, fired.job_id) if fired and fired.job_id else None
+    found["last_state"] = state.value if state else ("purged" if fired and fired.job_id else None)
     found["error"] = entry.error
     return found
 
@@ -267,9 +292,11 @@ __all__ = [
     "entries",
     "entry_of",
     "fire",
+    "ignored",
     "last_fired",
     "read_schedule",
     "remove",
+    "resume_from",
     "run_now",
     "schedule_fields",
     "schedule_of_fields",

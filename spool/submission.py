@@ -20,7 +20,7 @@ from spool import crash
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.fsio import fs
 from spool.ids import is_valid_id, new_id
-from spool.job import Job, JobFile, encode_measured, is_ready, yaml_size_floor
+from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready, yaml_size_floor
 from spool.layout import State, key_lock_name, key_name
 from spool.lazylog import lazy_logger
 from spool.locks import Lock, acquire
@@ -40,7 +40,9 @@ class Submitted:
     created: bool  # False: the key was seen before and ``id`` is the existing job's
 
 
-def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit", refuse_when_full: bool = True) -> Submitted:
+def submit(
+    sp: Handle, spec: Mapping[str, Any], *, where: str = "submit", refuse_when_full: bool = True, firing: bool = False
+) -> Submitted:
     """(new) -> PENDING, or WAITING while some ``depends_on`` is not done.
 
     Commit point: rename tmp/X -> pending/<id>.yaml (or waiting/), after which the folder is
@@ -49,8 +51,9 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit", refuse
     removes). Crash after it but before the fsync: the caller was told nothing; the job may or
     may not survive a power cut, and a resubmit with the key finds it if it did.
     ``refuse_when_full=False``: a schedule's firing, which backpressure never refuses.
+    ``firing=True``: a schedule's own submit, the only one that may use a ``schedule:`` key.
     """
-    job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where)
+    job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where, firing=firing)
     job_file = JobFile(job=job, submitted_at=now_text(sp.clock))
     data = encode_within_limit(sp, job_file)
     state = initial_state(sp, job)
@@ -85,15 +88,25 @@ def submit(sp: Handle, spec: Mapping[str, Any], *, where: str = "submit", refuse
     return Submitted(job.id, created=True)
 
 
-def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str) -> Job:
-    """A user's spec as a job under this spool's defaults (max_tries, default_timeout_seconds)."""
-    return Job.from_spec(
+def job_of_spec(sp: Handle, spec: object, *, job_id: str, where: str, firing: bool = False) -> Job:
+    """A user's spec as a job under this spool's defaults (max_tries, default_timeout_seconds).
+
+    Keys starting ``schedule:`` are the schedules' (a slot's key is its at-most-once fence), so
+    every way in but a schedule's own firing (``firing``) refuses them: a CLI or API submit, a
+    batch, a drop (set aside as invalid)."""
+    job = Job.from_spec(
         spec,
         job_id=job_id,
         default_max_tries=sp.settings.max_tries,
         default_timeout=sp.settings.default_timeout_seconds,
         where=where,
     )
+    if not firing and job.key.startswith(SCHEDULE_KEY_PREFIX):
+        raise InvalidJob(
+            f"{where}: field 'key': keys starting {SCHEDULE_KEY_PREFIX!r} are reserved for schedules' firings "
+            f"(use `spool schedule run NAME` to fire one now); choose another key"
+        )
+    return job
 
 
 def encode_within_limit(sp: Handle, job_file: JobFile, runner_parts: dict[str, bytes] | None = None) -> bytes:

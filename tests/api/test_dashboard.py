@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import pytest
 
 from spool import Spool
+from spool.submission import submit
 from support import Procs, run_spool, wait_until
 
 
@@ -164,7 +165,9 @@ def test_filters_and_keyset_pages_show_every_match_once_newest_first(served: Any
             for s in sp.submit_many([sp.spec("echo", {"n": i, "tag": f"zz{i}"}, key=f"alpha-{i}") for i in range(70)])
         ]
         beta = [s.id for s in sp.submit_many([sp.spec("sleep", {"seconds": i}, key=f"beta-{i}") for i in range(30)])]
-        nightly = sp.submit("echo", {"n": -1}, key="schedule:nightly@2026-01-01T00:00:00.000Z")
+        # A firing of schedule nightly (only a schedule's own submit may take a `schedule:` key).
+        spec = sp.spec("echo", {"n": -1}, key="schedule:nightly@2026-01-01T00:00:00.000Z")
+        nightly = submit(sp, spec, firing=True).id
         for job_id in alpha[:3]:
             sp.cancel(job_id)
     browser = Browser(served)

@@ -5,6 +5,7 @@ and the client's retry of the same key, at a restarted server, answers with the 
 from __future__ import annotations
 
 import http.client
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from spool import Spool, crash
 from spool.fsck import fsck
+from support import run_spool
 
 SUBMIT_POINTS = ["serve:after-key-check", "serve:after-key", "serve:after-commit", "serve:after-submit"]
 COMMITTED = ("serve:after-commit", "serve:after-submit")
@@ -48,9 +50,29 @@ def _repaired_and_clean(root: Path) -> None:
 
 def test_every_serve_point_is_crashed_here() -> None:
     listed = [point for point in crash.all_points() if point.startswith("serve:")]
-    others = ["serve:bury-after-rename", "serve:requeue-after-rename"]
+    others = ["serve:bury-after-rename", "serve:requeue-after-rename", "serve:run-after-record"]
     completes = ["serve:after-result", "serve:complete-after-move"]  # tests/api/test_remote_results.py
     assert sorted(listed) == sorted(SUBMIT_POINTS + others + completes)
+
+
+def test_a_dashboard_run_now_killed_after_its_record(serve_spool: Any) -> None:
+    """The dashboard's "run now" dies once its job is durable and noted in the schedule's record
+    (schedules/.hourly.fired): one job, the record names it, fsck clean."""
+    from test_dashboard import Browser
+
+    served = serve_spool(env={"SPOOL_CRASH_AT": "serve:run-after-record"})
+    added = run_spool("schedule", "add", "hourly", "echo", "--every", "1h", spool=served.root)
+    assert added.returncode == 0, added.stderr
+    browser = Browser(served)
+    browser.login(served.token("ops", "admin"))
+    csrf = browser.csrf("/schedules")
+    with pytest.raises((OSError, http.client.HTTPException)):
+        browser.post("/schedules/hourly/run", {"csrf": csrf})
+    assert served.proc.wait(timeout=30) == -signal.SIGKILL
+    (job,) = _jobs(served.root)
+    listed = json.loads(run_spool("schedule", "list", "--json", spool=served.root).stdout)
+    assert [v["last_job"] for v in listed] == [job[: -len(".yaml")]]
+    _repaired_and_clean(served.root)
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)

@@ -101,7 +101,7 @@ class Ack:
     """What a caller was told, and after how many recorded operations it was told."""
 
     at: int
-    kind: str  # submit | claim | complete | fail | ingest
+    kind: str  # submit | claim | complete | fail | ingest | schedule
     info: dict[str, Any]
 
 
@@ -507,6 +507,13 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
                     problems.append(f"acknowledged result of {job_id}: results/ holds {result!r}")
                 if state is not State.DONE:
                     problems.append(f"acknowledged result of {job_id}: the job is {state.value}, not done")
+            elif ack.kind == "schedule":
+                from spool.firings import read_fired
+
+                recorded = read_fired(sp, ack.info["name"]).slot
+                if recorded is None or recorded < ack.info["slot"]:
+                    problems.append(f"acknowledged firing of schedule {ack.info['name']} lost: its record says "
+                                    f"{recorded}, the firing was of slot {ack.info['slot']}")
             elif ack.kind == "fail" and ack.info["state"] == "dead":
                 if state is not State.DEAD or job_file.reason != "failed":
                     problems.append(f"acknowledged move of {job_id} to dead lost: {state.value}, "

@@ -436,6 +436,30 @@ def _firing_scenarios() -> list[Scenario]:
                      check=one_job_for_the_slot)]
 
 
+def fires_nothing_more_without_the_ledger(sp: Spool, ctx: Ctx) -> None:
+    """The firing was recorded in schedules/.hourly.fired: with the ledger gone (rebuilt from the
+    files) the next coordinator fires neither that slot nor an earlier one; then the schedule goes."""
+    sp.set_ledger_aside()
+    Coordinator(sp).run_pass()
+    sp.layout.path("schedules", "hourly.yaml").unlink()
+
+
+def run_now(sp: Spool, ctx: Ctx) -> None:
+    """`spool schedule run hourly`: its job keyed to now, noted as the schedule's last firing."""
+    from spool import scheduling
+
+    scheduling.run_now(sp, scheduling.read_schedule(sp, "hourly"))
+
+
+def one_job_run_now(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    keys = [job_file.job.key for _state, job_file in jobs.values()]
+    assert len(keys) == 1 and keys[0].startswith("schedule:hourly@"), keys
+    assert not keys[0].endswith(":00:00.000Z"), f"the coordinator fired the missed slot after the run: {keys}"
+
+
+_RUN_NOW = [Scenario("noted", run_now, setup=hourly_schedule, retry=fires_again_then_stops, check=one_job_run_now)]
+
+
 VALID_DROP = "task: echo\nargs: {n: 1}\n"
 KEYED_DROP = "task: echo\nkey: dropped-key\nargs: {n: 1}\n"
 INVALID_DROP = "task: echo\nargs: [not, a, mapping]\n"
@@ -559,6 +583,14 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "coordinator:after-key": _firing_scenarios(),
     "coordinator:after-commit": _firing_scenarios(),
     "coordinator:after-submit": _firing_scenarios(),
+    "coordinator:fire-after-begin": _firing_scenarios(),
+    "coordinator:fire-after-record": [
+        *_firing_scenarios(),
+        Scenario("ledger-lost", coordinator_pass, setup=hourly_schedule, retry=fires_nothing_more_without_the_ledger,
+                 check=one_job_for_the_slot),
+    ],
+    "submit:run-after-record": _RUN_NOW,
+    "serve:run-after-record": _RUN_NOW,
 }
 
 # `spool serve` runs the same moves in its own process (role serve): the same scenarios hold there.
@@ -688,6 +720,7 @@ SUBMIT_POINTS = ["submit:after-key-check", "submit:after-key", "submit:after-com
 BATCH_POINTS = ["submit:batch-after-sync", "submit:batch-after-keys", "submit:batch-after-commit",
                 "submit:batch-after-submit"]
 COMMITTED = ("submit:after-commit", "submit:after-submit")  # the job file is in pending/ at these
+RUN_POINTS = ["submit:run-after-record"]  # `spool schedule run`: its job made, then noted as the last firing
 
 
 def _job_names(root: Path) -> list[str]:
@@ -696,9 +729,23 @@ def _job_names(root: Path) -> list[str]:
 
 def test_every_point_of_submit_is_crashed_through_the_command_line() -> None:
     listed = [p for p in crash.all_points() if p.split(":", 1)[0] == "submit"]
-    assert sorted(listed) == sorted(SUBMIT_POINTS + BATCH_POINTS), (
+    assert sorted(listed) == sorted(SUBMIT_POINTS + BATCH_POINTS + RUN_POINTS), (
         "a new point of submit needs a place in SUBMIT_POINTS"
     )
+
+
+def test_cli_schedule_run_killed_after_its_record(fast_spool: Path, spool_cli: Callable[..., Any],
+                                                  procs: Any) -> None:
+    """A real `spool schedule run` SIGKILLed once its job is durable and noted in the schedule's
+    record: no id printed, one job, the record names it, and fsck is clean."""
+    added = spool_cli("schedule", "add", "hourly", "echo", "--every", "1h", "-a", "n=1")
+    assert added.returncode == 0, added.stderr
+    crashed = spool_cli("schedule", "run", "hourly", env=_crash_env("submit:run-after-record"))
+    assert crashed.returncode == -signal.SIGKILL and crashed.stdout == "", crashed.stderr
+    (job,) = _job_names(fast_spool)
+    listed = json.loads(spool_cli("schedule", "list", "--json").stdout)
+    assert [v["last_job"] for v in listed] == [job[: -len(".yaml")]]
+    _assert_fsck_clean(spool_cli)
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)

@@ -22,6 +22,7 @@ from spool import job as jobs
 from spool.ingest import ingest
 from spool.layout import State, job_name
 from spool.runner.coordinator import Coordinator
+from spool.schedules import slot_of_key
 from spool.transitions import Lease, claim, complete, fail
 
 RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'
@@ -128,7 +129,10 @@ def schedule_fires(sp: Any, rec: RecordingFS) -> None:
     coordinator = Coordinator(sp)
     coordinator.run_pass()
     job_id = coordinator.scheduler.last_job["hourly"]
-    rec.ack("submit", id=job_id, key=sp.job(job_id)[1].job.key, task="echo")
+    key = sp.job(job_id)[1].job.key
+    rec.ack("submit", id=job_id, key=key, task="echo")
+    # ... and so is the schedule's record of it: no coordinator fires that slot again, purge or not.
+    rec.ack("schedule", id=job_id, name="hourly", slot=slot_of_key(key))
 
 
 SCENARIOS = [
