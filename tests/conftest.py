@@ -20,6 +20,7 @@ from spool import Spool
 from spool.fsio import fs
 from support import ROOT, Procs, run_spool
 
+
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
@@ -46,8 +47,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount fails. ``support.fill_disk`` fills it."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         reason = f"cannot mount a size-capped tmpfs (needs root): {mounted.stderr.strip() or mounted.returncode}"
         print(reason)

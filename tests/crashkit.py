@@ -35,8 +35,7 @@ from spool.layout import State
 LEASE_SECONDS = 2.0
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_MAX_SECONDS = 1.0
-FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2", "--backoff-base-seconds", "0.2",
-        "--backoff-max-seconds", "1")
+FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2", "--backoff-base-seconds", "0.2", "--backoff-max-seconds", "1")
 TASK_IMPORTS = ("--import", "examples.tasks", "--import", "crash_tasks")
 
 TASK_MODULE = '''
@@ -138,8 +137,13 @@ def supervised(supervisor: int) -> dict[int, str]:
     found = {}
     for pid in children(supervisor):
         command = command_of(pid)
-        role = ("coordinator" if command.endswith(" coordinator")
-                else "worker" if " worker " in command + " " else "starting")
+        role = (
+            "coordinator"
+            if command.endswith(" coordinator")
+            else "worker"
+            if " worker " in command + " "
+            else "starting"
+        )
         found[pid] = role
         if role == "worker":
             found.update({child: "attempt" for child in children(pid)})
@@ -164,7 +168,6 @@ def run_of(path: Path, attempt: int) -> Run | None:
     return next((r for r in runs(path) if r.attempt == attempt), None)
 
 
-
 class Kit:
     """Start spool processes on the test's spool and look at what they did."""
 
@@ -186,8 +189,9 @@ class Kit:
     def coordinator(self, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return self.procs.start(*FAST, *flags, "coordinator", env=env, name="coordinator")
 
-    def worker(self, name: str, *flags: str, extra: tuple[str, ...] = (),
-               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def worker(
+        self, name: str, *flags: str, extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         return self.procs.start(*FAST, *flags, "worker", "--name", name, *TASK_IMPORTS, *extra, env=env, name=name)
 
     def log(self, proc: subprocess.Popen[bytes]) -> str:
@@ -217,6 +221,7 @@ class Kit:
     def wait_state(self, job_id: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the move to ``state`` is finished: the file is there and its transition was
         recorded in the ledger (which comes after the file's rewrite), not just a result linked."""
+
         def settled() -> bool:
             row = self.sp.ledger.row(job_id)
             return bool(row and row["state"] == state and self.state(job_id) == state)
@@ -258,9 +263,17 @@ class Kit:
 
     # -- random SIGKILLs under `spool run` ------------------------------------------------------
 
-    def chaos(self, *, jobs: int, kill_seconds: float, every_seconds: float = 0.3, stop_too: bool = False,
-              seed: int | None = None, naps: tuple[float, ...] = (0.0, 0.01, 0.05),
-              drain_timeout: float = 240.0) -> ChaosReport:
+    def chaos(
+        self,
+        *,
+        jobs: int,
+        kill_seconds: float,
+        every_seconds: float = 0.3,
+        stop_too: bool = False,
+        seed: int | None = None,
+        naps: tuple[float, ...] = (0.0, 0.01, 0.05),
+        drain_timeout: float = 240.0,
+    ) -> ChaosReport:
         """Load ``jobs`` jobs (half through the Python API, half dropped as files for the
         coordinator to ingest under fire), start `spool run --workers 2`, and every
         ``every_seconds`` for ``kill_seconds`` SIGKILL a random supervised process (coordinator,
@@ -270,8 +283,10 @@ class Kit:
         rng = random.Random(report.seed)
         print(f"chaos seed {report.seed} (shown with a failure's captured output)")
         started = time.monotonic()
-        submitted = [self.sp.submit("sleep", {"seconds": rng.choice(naps)}, max_tries=20,
-                                    priority=rng.choice((0, 0, 1))) for _ in range(jobs // 2)]
+        submitted = [
+            self.sp.submit("sleep", {"seconds": rng.choice(naps)}, max_tries=20, priority=rng.choice((0, 0, 1)))
+            for _ in range(jobs // 2)
+        ]
         drops = [f"chaos-{n}.yaml" for n in range(jobs - len(submitted))]
         for name in drops:
             staged = self.spool_dir / "pending" / f".{name}"
@@ -279,8 +294,11 @@ class Kit:
             staged.rename(staged.with_name(name))
         report.submit_seconds = time.monotonic() - started
         supervisor = self.procs.start(*FAST, "run", "--workers", "2", "--import", "examples.tasks", name="run")
-        wait_until(lambda: "coordinator" in supervised(supervisor.pid).values(), timeout=30,
-                   message="the supervisor's children")
+        wait_until(
+            lambda: "coordinator" in supervised(supervisor.pid).values(),
+            timeout=30,
+            message="the supervisor's children",
+        )
         started = time.monotonic()
         stopped: dict[int, float] = {}  # pid -> when to SIGCONT it
         while time.monotonic() - started < kill_seconds:
@@ -303,14 +321,19 @@ class Kit:
         report.chaos_seconds = time.monotonic() - started
         started = time.monotonic()
         done = self.spool_dir / "done"
-        wait_until(lambda: len(list(done.glob("*.yaml"))) >= jobs, timeout=drain_timeout, interval=0.2,
-                   message=f"all {jobs} jobs done (logs in {self.procs.logs})")
+        wait_until(
+            lambda: len(list(done.glob("*.yaml"))) >= jobs,
+            timeout=drain_timeout,
+            interval=0.2,
+            message=f"all {jobs} jobs done (logs in {self.procs.logs})",
+        )
         report.drain_seconds = time.monotonic() - started
         ingested = [path.stem for path in done.glob("*.yaml") if path.stem not in set(submitted)]
         # By key, not dropped_as: an ingest killed between its rename and its rewrite can't know
         # the drop's old name any more, and records "(interrupted ingest)".
-        assert sorted(self.sp.status(job_id)["key"] for job_id in ingested) == sorted(drops), \
+        assert sorted(self.sp.status(job_id)["key"] for job_id in ingested) == sorted(drops), (
             "each drop ingested exactly once"
+        )
         self.assert_all_done(submitted + ingested)
         self.fsck_ok()
         assert self.stop(supervisor, timeout=60) == 0

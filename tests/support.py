@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SPOOL_CMD = [sys.executable, "-m", "spool.cli"]
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
-               message: str = "condition") -> object:
+def wait_until(
+    condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, message: str = "condition"
+) -> object:
     """Return the condition's first truthy value; fail the test if the deadline passes first."""
     deadline = time.monotonic() + timeout
     while True:
@@ -30,11 +31,24 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval:
         time.sleep(interval)
 
 
-def run_spool(*args: str, spool: Path | None = None, env: dict[str, str] | None = None, input: bytes | None = None,
-              timeout: float = 60.0, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_spool(
+    *args: str,
+    spool: Path | None = None,
+    env: dict[str, str] | None = None,
+    input: bytes | None = None,
+    timeout: float = 60.0,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     argv = [*SPOOL_CMD, *(["--spool", str(spool)] if spool else []), *args]
-    return subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          input=input.decode() if input else None, timeout=timeout, cwd=cwd or ROOT)
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        input=input.decode() if input else None,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )
 
 
 def kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -57,8 +71,14 @@ class Procs:
 
     def start(self, *args: str, env: dict[str, str] | None = None, name: str = "proc") -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}-{len(self.started)}.log", "wb")
-        proc = subprocess.Popen([*SPOOL_CMD, "--spool", str(self.spool), *args], stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})}, cwd=ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            [*SPOOL_CMD, "--spool", str(self.spool), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            start_new_session=True,
+        )
         log.close()
         self.started.append(proc)
         return proc

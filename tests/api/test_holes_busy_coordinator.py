@@ -37,9 +37,7 @@ def _fired(root: Path) -> int:
     return sum(1 for name in os.listdir(root / "pending") if not name.startswith("."))
 
 
-def test_a_never_beaten_remote_lease_expires_within_two_terms_while_schedules_fire(
-    served: Any, tmp_path: Path
-) -> None:
+def test_a_never_beaten_remote_lease_expires_within_two_terms_while_schedules_fire(served: Any, tmp_path: Path) -> None:
     _storm(served.root, SCHEDULES)
     work = served.token("remote-a", "work")
     with Spool(served.root, environ={}) as sp:
@@ -55,13 +53,20 @@ def test_a_never_beaten_remote_lease_expires_within_two_terms_while_schedules_fi
         leased_at = time.monotonic()
         leased = served.root / "leased" / f"{job_id}.yaml"
         # Never beaten: the coordinator's clock must end it after one term of watching, two at most.
-        wait_until(lambda: not leased.exists(), timeout=2 * LEASE_SECONDS, interval=0.01,
-                   message=f"the unbeaten lease to expire within two terms ({2 * LEASE_SECONDS}s)")
+        wait_until(
+            lambda: not leased.exists(),
+            timeout=2 * LEASE_SECONDS,
+            interval=0.01,
+            message=f"the unbeaten lease to expire within two terms ({2 * LEASE_SECONDS}s)",
+        )
         took = time.monotonic() - leased_at
         fired_at_expiry = _fired(served.root)
         assert fired_at_expiry < SCHEDULES, f"the storm was over ({fired_at_expiry} fired): not a busy coordinator"
-        wait_until(lambda: _fired(served.root) > fired_at_expiry + 100, timeout=10,
-                   message="the coordinator still firing after the expiry")
+        wait_until(
+            lambda: _fired(served.root) > fired_at_expiry + 100,
+            timeout=10,
+            message="the coordinator still firing after the expiry",
+        )
     finally:
         procs.kill_all()
     output = procs.output()

@@ -116,9 +116,7 @@ def test_a_409_names_the_jobs_state_and_the_attempt_whose_result_it_holds(served
     assert stale.status == 409 and (stale.json["state"], stale.json["attempt"]) == ("done", 1), stale
 
 
-def test_a_result_over_the_servers_cap_fails_the_remote_attempt_in_one_try(
-    serve_spool: Any, tmp_path: Path
-) -> None:
+def test_a_result_over_the_servers_cap_fails_the_remote_attempt_in_one_try(serve_spool: Any, tmp_path: Path) -> None:
     served = serve_spool(config="max_result_bytes: 1000\n")  # the worker's own cap is the default 1 MiB
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -48,6 +48,7 @@ def spool_run() -> Callable[..., Ran]:
 @pytest.fixture
 def spool_in(spool_dir: Path) -> Callable[..., Ran]:
     """``spool --spool SPOOL_DIR ...`` in this process."""
+
     def call(*args: str, input: str | bytes | None = None, env: dict[str, str] | None = None) -> Ran:
         return run_in_process("--spool", str(spool_dir), *args, input=input, env=env)
 

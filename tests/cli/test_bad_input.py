@@ -24,7 +24,8 @@ from spool.transitions import claim
 Run = Callable[..., Any]
 
 ALIAS_BOMB = "task: echo\nargs:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"  {b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+    f"  {b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+)
 
 BAD_FILES: dict[str, tuple[bytes, str]] = {
     # name: (content, words the error must contain)
@@ -34,8 +35,7 @@ BAD_FILES: dict[str, tuple[bytes, str]] = {
     "oversized": (b"task: echo\nargs: {s: '" + b"x" * 70_000 + b"'}\n", "over the limit of 65536"),
     "alias-bomb": (ALIAS_BOMB.encode(), "anchors are not allowed"),
     "deeply-nested": (b"task: echo\nargs: {a: " + b"[" * 200 + b"]" * 200 + b"}\n", "nesting is deeper than 32"),
-    "python-object": (b"task: !!python/object/apply:os.system ['touch /tmp/spool-pwned']\n",
-                      "tags are not allowed"),
+    "python-object": (b"task: !!python/object/apply:os.system ['touch /tmp/spool-pwned']\n", "tags are not allowed"),
     "python-name": (b"!!python/name:os.system\n", "tags are not allowed"),
     "not-a-mapping": (b"- task: echo\n", "expected a mapping"),
     "unknown-field": (b"task: echo\ncolour: red\n", "unknown field 'colour'"),
@@ -66,8 +66,9 @@ def bystander(sp: Spool) -> Iterator[tuple[str, bytes]]:
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
-def test_submit_f_refuses_a_bad_file_in_one_line_and_writes_nothing(spool_in: Run, sp: Spool, tmp_path: Path,
-                                                                    bystander: tuple[str, bytes], kind: str) -> None:
+def test_submit_f_refuses_a_bad_file_in_one_line_and_writes_nothing(
+    spool_in: Run, sp: Spool, tmp_path: Path, bystander: tuple[str, bytes], kind: str
+) -> None:
     content, words = BAD_FILES[kind]
     path = tmp_path / f"{kind}.yaml"
     path.write_bytes(content)
@@ -126,8 +127,9 @@ def ingest_all(sp: Spool) -> dict[str, Any]:
     return records
 
 
-def test_every_bad_drop_lands_in_dead_as_invalid_with_its_error_and_text(sp: Spool,
-                                                                        bystander: tuple[str, bytes]) -> None:
+def test_every_bad_drop_lands_in_dead_as_invalid_with_its_error_and_text(
+    sp: Spool, bystander: tuple[str, bytes]
+) -> None:
     for kind, (content, _words) in BAD_FILES.items():
         (sp.root / "pending" / f"{kind}.yaml").write_bytes(content)
     records = ingest_all(sp)
@@ -147,8 +149,9 @@ def test_every_bad_drop_lands_in_dead_as_invalid_with_its_error_and_text(sp: Spo
     assert ingest_all(sp) == records  # a second pass finds nothing new
 
 
-def test_a_symlink_drop_is_dead_and_its_target_is_never_read_or_touched(sp: Spool, tmp_path: Path,
-                                                                       bystander: tuple[str, bytes]) -> None:
+def test_a_symlink_drop_is_dead_and_its_target_is_never_read_or_touched(
+    sp: Spool, tmp_path: Path, bystander: tuple[str, bytes]
+) -> None:
     target = tmp_path / "secret.yaml"
     target.write_text("task: echo\nargs: {secret: hunter2}\n")
     os.symlink(target, sp.root / "pending" / "link.yaml")
@@ -164,8 +167,9 @@ def test_a_fifo_drop_is_dead_and_nothing_blocks(sp: Spool, bystander: tuple[str,
     assert record.reason == "invalid" and "not a regular file" in (record.error or "")
 
 
-def test_a_drop_with_two_hard_links_is_dead_and_the_other_link_is_untouched(sp: Spool, tmp_path: Path,
-                                                                          bystander: tuple[str, bytes]) -> None:
+def test_a_drop_with_two_hard_links_is_dead_and_the_other_link_is_untouched(
+    sp: Spool, tmp_path: Path, bystander: tuple[str, bytes]
+) -> None:
     outside = tmp_path / "mine.yaml"
     outside.write_text("task: echo\n")
     os.link(outside, sp.root / "pending" / "linked.yaml")
@@ -186,6 +190,7 @@ def test_a_huge_garbage_drop_makes_a_dead_record_that_reads_back(sp: Spool, byst
     record = ingest_all(sp)["noise.yaml"]
     assert record.reason == "invalid"
     from spool.fsck import fsck
+
     report = fsck(sp)
     assert report.ok, report.violations
 
@@ -197,8 +202,21 @@ def test_dot_and_tmp_names_are_never_read(sp: Spool, name: str) -> None:
     assert (sp.root / "pending" / name).read_text() == "task: ["
 
 
-@pytest.mark.parametrize("name", ["a..b.yaml", "-rf.yaml", " .yaml", "yaml", "job", "x" * 250 + ".yaml",
-                                  "new\nline.yaml", "ünï.yaml", "invoice-1.yaml", "anything.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a..b.yaml",
+        "-rf.yaml",
+        " .yaml",
+        "yaml",
+        "job",
+        "x" * 250 + ".yaml",
+        "new\nline.yaml",
+        "ünï.yaml",
+        "invoice-1.yaml",
+        "anything.yaml",
+    ],
+)
 def test_any_other_name_is_a_drop_ingested_under_a_new_id(sp: Spool, name: str) -> None:
     (sp.root / "pending" / name).write_text("task: echo\nargs: {n: 1}\n")
     Coordinator(sp).run_pass()
@@ -216,4 +234,5 @@ def test_a_drop_whose_name_is_not_utf8_is_ingested_and_crashes_nothing(sp: Spool
     pending = [n for n in os.listdir(sp.root / "pending") if not n.startswith(".")]
     assert len(pending) == 1 and pending[0] != name
     from spool.fsck import fsck
+
     assert fsck(sp).ok

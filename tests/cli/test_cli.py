@@ -25,8 +25,20 @@ from support import run_spool
 Ran = Any  # conftest.Ran: code, out, err
 Run = Callable[..., Ran]
 
-STATUS_KEYS = {"id", "key", "task", "state", "reason", "attempt", "tries", "max_tries", "attempts", "lease", "error",
-               "result"}
+STATUS_KEYS = {
+    "id",
+    "key",
+    "task",
+    "state",
+    "reason",
+    "attempt",
+    "tries",
+    "max_tries",
+    "attempts",
+    "lease",
+    "error",
+    "result",
+}
 ATTEMPT_KEYS = {"attempt", "worker", "started", "ended", "outcome", "error"}
 LEASE_KEYS = {"worker", "attempt", "claimed_at"}
 
@@ -63,25 +75,54 @@ def test_submit_prints_only_the_id(spool_in: Run, sp: Spool) -> None:
 
 
 def test_dash_a_splits_at_the_first_equals_and_colon_equals_is_json(spool_in: Run, sp: Spool) -> None:
-    ran = spool_in("submit", "echo", "-a", "url=a=b=c", "-a", "n:=5", "-a", "j:={\"k\": \"v=w\"}", "-a", "s:=\"x=y\"",
-                   "-a", "empty=", "-a", "flag:=true", "-a", "none:=null", "-a", "list:=[1, 2]")
+    ran = spool_in(
+        "submit",
+        "echo",
+        "-a",
+        "url=a=b=c",
+        "-a",
+        "n:=5",
+        "-a",
+        'j:={"k": "v=w"}',
+        "-a",
+        's:="x=y"',
+        "-a",
+        "empty=",
+        "-a",
+        "flag:=true",
+        "-a",
+        "none:=null",
+        "-a",
+        "list:=[1, 2]",
+    )
     assert ran.code == 0, ran
     args = read_job(sp, State.PENDING, ran.out.strip()).job.args
-    assert args == {"url": "a=b=c", "n": 5, "j": {"k": "v=w"}, "s": "x=y", "empty": "", "flag": True, "none": None,
-                    "list": [1, 2]}
+    assert args == {
+        "url": "a=b=c",
+        "n": 5,
+        "j": {"k": "v=w"},
+        "s": "x=y",
+        "empty": "",
+        "flag": True,
+        "none": None,
+        "list": [1, 2],
+    }
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["-a", "x=1", "-a", "x=2"], "-a x: given twice"),
-    (["-a", "x=1", "-a", "x:=2"], "-a x: given twice"),
-    (["-a", "novalue"], "expected NAME=VALUE"),
-    (["-a", "=v"], "the name is empty"),
-    (["-a", "n:=[1,"], "not JSON"),
-    (["--args-json", "[1]"], "expected a JSON object"),
-    (["--args-json", "{"], "not JSON"),
-    (["--priority", "high"], "priority"),
-    (["--bogus"], "No such option"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["-a", "x=1", "-a", "x=2"], "-a x: given twice"),
+        (["-a", "x=1", "-a", "x:=2"], "-a x: given twice"),
+        (["-a", "novalue"], "expected NAME=VALUE"),
+        (["-a", "=v"], "the name is empty"),
+        (["-a", "n:=[1,"], "not JSON"),
+        (["--args-json", "[1]"], "expected a JSON object"),
+        (["--args-json", "{"], "not JSON"),
+        (["--priority", "high"], "priority"),
+        (["--bogus"], "No such option"),
+    ],
+)
 def test_usage_errors_exit_2_and_write_nothing(spool_in: Run, spool_dir: Path, args: list[str], words: str) -> None:
     one_line_error(spool_in("submit", "echo", "--key", "k", *args), 2, words)
     assert job_files(spool_dir) == [] and os.listdir(spool_dir / "keys") == []
@@ -95,8 +136,22 @@ def test_args_json_and_dash_a_together(spool_in: Run, sp: Spool) -> None:
 
 def test_submit_options_land_in_the_job(spool_in: Run, sp: Spool) -> None:
     parent = sp.submit("echo")
-    ran = spool_in("submit", "echo", "--key", "inv-1", "--priority", "7", "--max-tries", "2", "--timeout", "5m",
-                   "--delay", "1h", "--depends-on", parent)
+    ran = spool_in(
+        "submit",
+        "echo",
+        "--key",
+        "inv-1",
+        "--priority",
+        "7",
+        "--max-tries",
+        "2",
+        "--timeout",
+        "5m",
+        "--delay",
+        "1h",
+        "--depends-on",
+        parent,
+    )
     assert ran.code == 0, ran
     job_file = read_job(sp, State.WAITING, ran.out.strip())
     job = job_file.job
@@ -124,7 +179,9 @@ def test_submit_with_the_same_key_prints_the_same_id(spool_in: Run, spool_dir: P
     again = spool_in("submit", "other", "--key", "k", "-a", "x=1")
     assert first.code == again.code == 0 and first.out == again.out
     assert json.loads(spool_in("submit", "echo", "--key", "k", "--json").out) == {
-        "id": first.out.strip(), "created": False}
+        "id": first.out.strip(),
+        "created": False,
+    }
     assert len(job_files(spool_dir)) == 1
 
 
@@ -152,8 +209,15 @@ def test_status_json_has_every_key_of_the_spec(spool_in: Run, sp: Spool) -> None
     claim(sp, "w1", None)
     view = json.loads(spool_in("status", job_id, "--json").out)
     assert STATUS_KEYS <= set(view)
-    assert (view["id"], view["key"], view["task"], view["state"], view["attempt"], view["tries"],
-            view["max_tries"]) == (job_id, "k", "echo", "leased", 1, 1, 3)
+    assert (
+        view["id"],
+        view["key"],
+        view["task"],
+        view["state"],
+        view["attempt"],
+        view["tries"],
+        view["max_tries"],
+    ) == (job_id, "k", "echo", "leased", 1, 1, 3)
     assert set(view["lease"]) == LEASE_KEYS and view["lease"]["worker"] == "w1"
     assert len(view["attempts"]) == 1 and set(view["attempts"][0]) == ATTEMPT_KEYS
     assert view["result"] is None and view["reason"] is None and view["error"] is None
@@ -229,9 +293,21 @@ def test_requeue_a_dead_job_and_refuse_a_pending_one(spool_in: Run, sp: Spool) -
 # -- --json placement, stats, fsck, purge ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["--json", "stats"], ["stats", "--json"], ["--json", "config"], ["config", "--json"],
-                                  ["--json", "fsck"], ["fsck", "--json"], ["--json", "ls"], ["ls", "--json"],
-                                  ["--json", "crash-points"], ["crash-points", "--json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "stats"],
+        ["stats", "--json"],
+        ["--json", "config"],
+        ["config", "--json"],
+        ["--json", "fsck"],
+        ["fsck", "--json"],
+        ["--json", "ls"],
+        ["ls", "--json"],
+        ["--json", "crash-points"],
+        ["crash-points", "--json"],
+    ],
+)
 def test_json_before_or_after_the_subcommand_is_one_document(spool_in: Run, sp: Spool, args: list[str]) -> None:
     sp.submit("echo")
     ran = spool_in(*args)
@@ -268,10 +344,24 @@ def test_purge_removes_old_finished_jobs(spool_in: Run, sp: Spool) -> None:
 
 
 ARGS_FOR = {
-    "submit": ["echo"], "status": ["X1"], "result": ["X1"], "wait": ["X1"], "ls": [], "stats": [], "fsck": [],
-    "requeue": ["X1"], "cancel": ["X1"], "purge": ["--older-than", "1d"], "logs": ["X1"], "config": [],
-    "coordinator": [], "worker": ["--burst"], "run": ["--workers", "0"], "schedule": ["list"],
-    "serve": ["--self-signed", "--port", "0"], "token": ["list"],
+    "submit": ["echo"],
+    "status": ["X1"],
+    "result": ["X1"],
+    "wait": ["X1"],
+    "ls": [],
+    "stats": [],
+    "fsck": [],
+    "requeue": ["X1"],
+    "cancel": ["X1"],
+    "purge": ["--older-than", "1d"],
+    "logs": ["X1"],
+    "config": [],
+    "coordinator": [],
+    "worker": ["--burst"],
+    "run": ["--workers", "0"],
+    "schedule": ["list"],
+    "serve": ["--self-signed", "--port", "0"],
+    "token": ["list"],
 }
 NEEDS_NO_SPOOL = {"init", "crash-points", "demo"}
 RUNS_PROCESSES = {"coordinator", "worker", "run", "serve"}  # checked as real processes: they must never start

@@ -36,14 +36,18 @@ def test_every_spool_command_takes_spool_and_json_after_its_name() -> None:
         assert options["spool_dir"].opts == ["--spool"] and options["json_output"].opts == ["--json"], name
 
 
-@pytest.mark.parametrize("args", [
-    ("--json", "--spool", "{root}", "ls"),
-    ("--spool", "{root}", "ls", "--json"),
-    ("ls", "--spool", "{root}", "--json"),
-    ("--json", "ls", "--spool", "{root}"),
-])
-def test_spool_and_json_work_before_or_after_the_command(tmp_path: Path, spool_run: Callable[..., Any],
-                                                         args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--json", "--spool", "{root}", "ls"),
+        ("--spool", "{root}", "ls", "--json"),
+        ("ls", "--spool", "{root}", "--json"),
+        ("--json", "ls", "--spool", "{root}"),
+    ],
+)
+def test_spool_and_json_work_before_or_after_the_command(
+    tmp_path: Path, spool_run: Callable[..., Any], args: tuple[str, ...]
+) -> None:
     with Spool.init(tmp_path / "sp", environ={}) as sp:
         job_id = sp.submit("echo", {"n": 1})
     ran = spool_run(*(arg.format(root=tmp_path / "sp") for arg in args))
@@ -51,14 +55,22 @@ def test_spool_and_json_work_before_or_after_the_command(tmp_path: Path, spool_r
     assert [view["id"] for view in json.loads(ran.out)] == [job_id]
 
 
-def test_spool_after_the_command_beats_the_group_and_the_environment(tmp_path: Path,
-                                                                      spool_run: Callable[..., Any]) -> None:
+def test_spool_after_the_command_beats_the_group_and_the_environment(
+    tmp_path: Path, spool_run: Callable[..., Any]
+) -> None:
     for name in ("a", "b"):
         Spool.init(tmp_path / name, environ={}).close()
     with Spool(tmp_path / "b", environ={}) as sp:
         job_id = sp.submit("echo", {"n": 1})
-    ran = spool_run("--spool", str(tmp_path / "a"), "ls", "--spool", str(tmp_path / "b"), "--json",
-                    env={"SPOOL_DIR": str(tmp_path / "a")})
+    ran = spool_run(
+        "--spool",
+        str(tmp_path / "a"),
+        "ls",
+        "--spool",
+        str(tmp_path / "b"),
+        "--json",
+        env={"SPOOL_DIR": str(tmp_path / "a")},
+    )
     assert [view["id"] for view in json.loads(ran.out)] == [job_id]
     from_env = spool_run("ls", "--json", env={"SPOOL_DIR": str(tmp_path / "b")})
     assert [view["id"] for view in json.loads(from_env.out)] == [job_id]

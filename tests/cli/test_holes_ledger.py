@@ -38,8 +38,12 @@ def _spool(root: Path, *args: str, timeout: float = 60) -> subprocess.CompletedP
 
 def _jobs(root: Path) -> dict[str, str]:
     """{id: folder} of every job file."""
-    return {name[:-5]: state.value for state in State for name in os.listdir(root / state.value)
-            if name.endswith(".yaml") and not name.startswith(".")}
+    return {
+        name[:-5]: state.value
+        for state in State
+        for name in os.listdir(root / state.value)
+        if name.endswith(".yaml") and not name.startswith(".")
+    }
 
 
 def _keys_of(root: Path) -> dict[str, list[str]]:
@@ -73,7 +77,8 @@ def _umount(path: Path) -> None:
 
 
 def test_a_submit_on_a_full_disk_is_refused_with_75_and_nothing_or_accepted_and_indexed_later(
-        small_disk: Path, tmp_path: Path) -> None:
+    small_disk: Path, tmp_path: Path
+) -> None:
     """The disk is filled, then a little is freed, more each round (none at first): somewhere the
     job file fits and the ledger's WAL does not. Every submit must either exit 75 writing nothing, or exit 0
     with its job kept (and indexed once there is room): never exit 1 with the job written."""
@@ -125,11 +130,27 @@ def test_keyed_submits_racing_a_purge_of_their_keys_never_fail(spool_dir: Path) 
         for key in keys:
             sp.cancel(sp.submit("echo", {"key": key}, key=key))
     env = {**os.environ}
-    started = [subprocess.Popen([*SPOOL_CMD, "--spool", str(spool_dir), "purge", "--older-than", "0s"],
-                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
-    started += [subprocess.Popen([*SPOOL_CMD, "--spool", str(spool_dir), "submit", "echo", "--key", key],
-                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for key in keys]
+    started = [
+        subprocess.Popen(
+            [*SPOOL_CMD, "--spool", str(spool_dir), "purge", "--older-than", "0s"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ]
+    started += [
+        subprocess.Popen(
+            [*SPOOL_CMD, "--spool", str(spool_dir), "submit", "echo", "--key", key],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for key in keys
+    ]
     results = [(proc.args[-1], proc.wait(timeout=120), *proc.communicate()) for proc in started]
     failed = [(key, code, err) for key, code, _out, err in results if code != 0]
     assert not failed, f"{len(failed)} of {len(results)} failed, e.g. {failed[0]}"
@@ -210,7 +231,8 @@ def _stats(root: Path) -> dict[str, object]:
 
 @pytest.mark.parametrize("side_files", [False, True], ids=["ledger-only", "with-wal-and-shm"])
 def test_a_ledger_deleted_under_running_processes_is_recreated_and_refilled(
-        spool_dir: Path, procs: Procs, side_files: bool) -> None:
+    spool_dir: Path, procs: Procs, side_files: bool
+) -> None:
     procs.start(*FAST, "coordinator", name="coordinator")
     procs.start(*FAST, "worker", "--import", "examples.tasks", name="worker")
     before = [_spool(spool_dir, "submit", "echo", "-a", f"n={n}").stdout.strip() for n in range(3)]
@@ -219,11 +241,15 @@ def test_a_ledger_deleted_under_running_processes_is_recreated_and_refilled(
     for suffix in ("", "-wal", "-shm") if side_files else ("",):
         (spool_dir / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
     after = [_spool(spool_dir, "submit", "echo", "-a", f"n={n}").stdout.strip() for n in range(3, 5)]
-    wait_until(lambda: all(_jobs(spool_dir).get(j) == "done" for j in after), timeout=60,
-               message="jobs submitted after the deletion done")
+    wait_until(
+        lambda: all(_jobs(spool_dir).get(j) == "done" for j in after),
+        timeout=60,
+        message="jobs submitted after the deletion done",
+    )
     try:
-        wait_until(lambda: _stats(spool_dir)["counts"] == {"done": 5}, timeout=60,
-                   message="stats to count the files again")
+        wait_until(
+            lambda: _stats(spool_dir)["counts"] == {"done": 5}, timeout=60, message="stats to count the files again"
+        )
     except pytest.fail.Exception:  # seen once on a heavily loaded machine: keep what the processes said
         pytest.fail(f"stats never counted the files again: {_stats(spool_dir)}\n{procs.output()}")
 
@@ -275,7 +301,8 @@ def test_a_corrupt_ledger_leaves_the_file_commands_working_and_fsck_repair_rebui
     assert json.loads(stats.stdout)["counts"] == {"done": 1, "dead": 1, "pending": 1}
     checked = _spool(spool_dir, "fsck")
     assert checked.returncode == 1 and "unreadable" in checked.stdout and "Traceback" not in checked.stderr, (
-        checked.stdout + checked.stderr)
+        checked.stdout + checked.stderr
+    )
 
     repaired = _spool(spool_dir, "fsck", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
@@ -292,8 +319,11 @@ def test_spool_run_recovers_from_a_corrupt_ledger_by_itself(spool_dir: Path, pro
     procs.start(*FAST, "run", "--workers", "1", "--import", "examples.tasks", name="run")
     wait_until(lambda: list(spool_dir.glob("ledger.sqlite3.corrupt-*")), timeout=60, message="the ledger moved aside")
     wait_until(lambda: _spool(spool_dir, "submit", "echo").returncode == 0, timeout=60, message="a submit accepted")
-    wait_until(lambda: _stats(spool_dir)["counts"] == {"done": 2, "dead": 1, "pending": 1}, timeout=60,
-               message="the new job done and every job indexed")
+    wait_until(
+        lambda: _stats(spool_dir)["counts"] == {"done": 2, "dead": 1, "pending": 1},
+        timeout=60,
+        message="the new job done and every job indexed",
+    )
     assert jobs["pending"] in _jobs(spool_dir)
     output = procs.output()
     assert "Traceback" not in output, output

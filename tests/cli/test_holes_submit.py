@@ -33,8 +33,10 @@ BIG = "x" * 100_000  # two of these: a 200 kB job against the 64 KiB default
 
 def written(root: Path) -> dict[str, list[str]]:
     """Everything a submit could have left: job files, staged files, key reservations."""
-    return {folder: sorted(os.listdir(root / folder))
-            for folder in ("pending", "waiting", "leased", "done", "dead", "tmp", "keys")}
+    return {
+        folder: sorted(os.listdir(root / folder))
+        for folder in ("pending", "waiting", "leased", "done", "dead", "tmp", "keys")
+    }
 
 
 def one_clear_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -48,7 +50,8 @@ def one_clear_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.mark.parametrize("way", ["-a", "--args-json", "-f"])
 def test_a_job_over_max_job_bytes_is_refused_by_the_cli_before_anything_is_written(
-        spool_cli: Run, spool_dir: Path, tmp_path: Path, way: str) -> None:
+    spool_cli: Run, spool_dir: Path, tmp_path: Path, way: str
+) -> None:
     before = written(spool_dir)
     if way == "-a":
         proc = spool_cli("submit", "echo", "--key", "big", "-a", f"a={BIG}", "-a", f"b={BIG}")
@@ -57,8 +60,9 @@ def test_a_job_over_max_job_bytes_is_refused_by_the_cli_before_anything_is_writt
     else:
         # Under the limit as a file, over it once the runner writes it (a long key per line).
         path = tmp_path / "job.yaml"
-        path.write_text("task: echo\nkey: big\nargs:\n" + "".join(f"  a{i}: [{', '.join(['1'] * 100)}]\n"
-                                                                  for i in range(40)))
+        path.write_text(
+            "task: echo\nkey: big\nargs:\n" + "".join(f"  a{i}: [{', '.join(['1'] * 100)}]\n" for i in range(40))
+        )
         proc = spool_cli("--max-job-bytes", "20KiB", "submit", "-f", str(path))
     assert proc.returncode == 2 and proc.stdout == "", proc
     line = one_clear_line(proc)
@@ -112,7 +116,8 @@ def fail_long(lines=60):
 
 
 def test_a_job_that_fails_200_times_stays_readable_and_ends_dead_with_its_last_error(
-        spool_dir: Path, procs: Procs, tmp_path: Path) -> None:
+    spool_dir: Path, procs: Procs, tmp_path: Path
+) -> None:
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "holes_tasks.py").write_text(FAILING_TASKS)
@@ -191,13 +196,20 @@ def test_the_api_refuses_depends_on_given_as_one_string(sp: Spool) -> None:
 def test_an_unknown_spool_variable_is_warned_about_with_a_suggestion(spool_cli: Run) -> None:
     proc = spool_cli("config", env={"SPOOL_LEASE_SECOND": "5"})
     assert proc.returncode == 0, proc
-    assert proc.stderr == ("spool: warning: SPOOL_LEASE_SECOND is not a setting; "
-                           "did you mean SPOOL_LEASE_SECONDS?\n"), proc.stderr
+    assert proc.stderr == (
+        "spool: warning: SPOOL_LEASE_SECOND is not a setting; did you mean SPOOL_LEASE_SECONDS?\n"
+    ), proc.stderr
 
 
 def test_names_spool_itself_uses_are_not_warned_about(spool_cli: Run, spool_dir: Path) -> None:
-    env = {"SPOOL_DIR": str(spool_dir), "SPOOL_JOB_ID": "01ABC", "SPOOL_ATTEMPT": "1", "SPOOL_CHAOS_SEED": "7",
-           "SPOOL_CRASH_AT": "worker:after-claim", "SPOOL_LEASE_SECONDS": "10"}
+    env = {
+        "SPOOL_DIR": str(spool_dir),
+        "SPOOL_JOB_ID": "01ABC",
+        "SPOOL_ATTEMPT": "1",
+        "SPOOL_CHAOS_SEED": "7",
+        "SPOOL_CRASH_AT": "worker:after-claim",
+        "SPOOL_LEASE_SECONDS": "10",
+    }
     proc = spool_cli("config", env=env)
     assert proc.returncode == 0 and proc.stderr == "", proc
 
@@ -205,8 +217,10 @@ def test_names_spool_itself_uses_are_not_warned_about(spool_cli: Run, spool_dir:
 def test_an_unknown_crash_point_is_warned_about_once(spool_cli: Run, spool_dir: Path) -> None:
     proc = spool_cli("submit", "echo", env={"SPOOL_CRASH_AT": "submit:after-comit"})
     assert proc.returncode == 0 and proc.stdout.strip(), proc
-    assert proc.stderr == ("spool: warning: SPOOL_CRASH_AT=submit:after-comit is not a crash point; "
-                           "did you mean submit:after-commit? (see `spool crash-points`)\n"), proc.stderr
+    assert proc.stderr == (
+        "spool: warning: SPOOL_CRASH_AT=submit:after-comit is not a crash point; "
+        "did you mean submit:after-commit? (see `spool crash-points`)\n"
+    ), proc.stderr
     nope = spool_cli("submit", "echo", env={"SPOOL_CRASH_AT": "submit:nope"})
     assert nope.returncode == 0 and nope.stderr.count("\n") == 1, nope
     assert "submit:nope is not a crash point; submit has after-key-check" in nope.stderr, nope.stderr
@@ -230,12 +244,15 @@ def test_init_prints_one_json_document_under_json(tmp_path: Path, where: str) ->
     assert init() == {"spool": str(root), "created": False}
 
 
-@pytest.mark.parametrize("argv, code", [
-    (("--json", "status", "01M8RAAAAAAAAAAAAAAAAAAAAA"), 3),
-    (("status", "01M8RAAAAAAAAAAAAAAAAAAAAA", "--json"), 3),
-    (("--json", "ls", "--limit", "-1"), 2),
-    (("submit", "echo", "--json", "--delay", "99999999999d"), 2),
-])
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (("--json", "status", "01M8RAAAAAAAAAAAAAAAAAAAAA"), 3),
+        (("status", "01M8RAAAAAAAAAAAAAAAAAAAAA", "--json"), 3),
+        (("--json", "ls", "--limit", "-1"), 2),
+        (("submit", "echo", "--json", "--delay", "99999999999d"), 2),
+    ],
+)
 def test_errors_under_json_are_one_json_object_on_stderr(spool_cli: Run, argv: tuple[str, ...], code: int) -> None:
     proc = spool_cli(*argv)
     assert proc.returncode == code and proc.stdout == "", proc
@@ -282,9 +299,12 @@ def test_status_shows_priority_not_before_and_depends_on(spool_cli: Run, sp: Spo
 
 def test_no_traceback_anywhere_above(spool_cli: Run) -> None:
     """A last sweep: odd inputs through a real process end in one line, never a traceback."""
-    for argv, env in [(("submit", "echo", "--delay", "1e400"), {}), (("submit", "echo", "--timeout", "inf"), {}),
-                      (("config",), {"SPOOL_MAX_RESULT_BYTES": "99999999999999gib"}),
-                      (("config",), {"SPOOL_LEASE_SECONDS": "9999999999999999d"})]:
+    for argv, env in [
+        (("submit", "echo", "--delay", "1e400"), {}),
+        (("submit", "echo", "--timeout", "inf"), {}),
+        (("config",), {"SPOOL_MAX_RESULT_BYTES": "99999999999999gib"}),
+        (("config",), {"SPOOL_LEASE_SECONDS": "9999999999999999d"}),
+    ]:
         proc = spool_cli(*argv, env=env)
         assert proc.returncode == 2, (argv, proc)
         one_clear_line(proc)

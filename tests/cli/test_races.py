@@ -80,8 +80,10 @@ def fast_spool() -> Iterator[Path]:
 def test_spool_submit_processes_with_one_key_print_one_id(spool_dir: Path) -> None:
     # End to end through `spool submit`; the sixteen-way race itself is the forked test below.
     argv = [*SPOOL_CMD, "--spool", str(spool_dir), "submit", "echo", "--key", "invoice-2026-11-30", "-a", "n=1"]
-    started = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
-                                cwd=ROOT) for _ in range(6)]
+    started = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=ROOT)
+        for _ in range(6)
+    ]
     try:
         outputs = [proc.communicate(timeout=120) for proc in started]
     finally:
@@ -112,8 +114,10 @@ def test_sixteen_processes_released_together_make_one_job_per_key(fast_spool: Pa
     others = [f"key-{n}" for n in range(20)]
     orders = [["the-key", *others[n:], *others[:n]] for n in range(16)]
     barrier = FORK.Barrier(16)
-    processes = [FORK.Process(target=_submit_at_once, args=(str(fast_spool), barrier, str(tmp_path / f"out-{n}"),
-                                                            orders[n])) for n in range(16)]
+    processes = [
+        FORK.Process(target=_submit_at_once, args=(str(fast_spool), barrier, str(tmp_path / f"out-{n}"), orders[n]))
+        for n in range(16)
+    ]
     for proc in processes:
         proc.start()
     join_all(processes)
@@ -160,8 +164,10 @@ def test_eight_processes_claim_each_of_a_thousand_jobs_exactly_once(fast_spool: 
     with Spool(fast_spool, environ={}) as sp:
         ids = fill(sp, 1000)
     barrier = FORK.Barrier(8)
-    processes = [FORK.Process(target=_claim_until_empty, args=(str(fast_spool), barrier, str(tmp_path / f"c{n}")))
-                 for n in range(8)]
+    processes = [
+        FORK.Process(target=_claim_until_empty, args=(str(fast_spool), barrier, str(tmp_path / f"c{n}")))
+        for n in range(8)
+    ]
     for proc in processes:
         proc.start()
     join_all(processes, timeout=300)
@@ -187,9 +193,13 @@ def test_eight_processes_claim_each_of_a_thousand_jobs_exactly_once(fast_spool: 
 
 WORKER_POINTS = {  # point -> the task whose run reaches it
     "worker:claim-after-heartbeat": "echo",
-    "worker:claim-after-rename": "echo", "worker:after-claim": "echo", "worker:complete-after-stage": "echo",
-    "worker:after-result": "echo", "worker:complete-after-move": "echo",
-    "worker:fail-after-rename": "fail_until", "worker:after-fail": "fail_until",
+    "worker:claim-after-rename": "echo",
+    "worker:after-claim": "echo",
+    "worker:complete-after-stage": "echo",
+    "worker:after-result": "echo",
+    "worker:complete-after-move": "echo",
+    "worker:fail-after-rename": "fail_until",
+    "worker:after-fail": "fail_until",
 }
 # Points whose job ends dead, that only a graceful stop reaches, or that need a planted result:
 # the in-process crash matrix (tests/faults/test_crash_matrix.py) covers them.
@@ -245,6 +255,7 @@ def ready_or_done(sp: Spool, job_id: str) -> Callable[[], bool]:
     def check() -> bool:
         row = sp.ledger.row(job_id)
         return sp.state(job_id) is State.DONE or (row is not None and row["state"] == "pending" and row["ready"] == 1)
+
     return check
 
 
@@ -264,8 +275,16 @@ def crash_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario
     started = []
     for point, scenario in scenarios.items():
         env = clean_env(SPOOL_CRASH_AT=point)
-        argv = [*SPOOL_CMD, "--spool", str(scenario.root), *FLAG_ARGV, "worker", "--burst", "--import",
-                "examples.tasks"]
+        argv = [
+            *SPOOL_CMD,
+            "--spool",
+            str(scenario.root),
+            *FLAG_ARGV,
+            "worker",
+            "--burst",
+            "--import",
+            "examples.tasks",
+        ]
         started.append(_start(argv, env, scenario.root.parent / f"{scenario.root.name}-crash.log"))
     for scenario, rc in zip(scenarios.values(), _finish(started)):
         scenario.crash_rc = rc
@@ -282,8 +301,16 @@ def crash_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario
     # 3. the process that finishes the story, at once: a worker
     started = []
     for scenario in scenarios.values():
-        argv = [*SPOOL_CMD, "--spool", str(scenario.root), *FLAG_ARGV, "worker", "--burst", "--import",
-                "examples.tasks"]
+        argv = [
+            *SPOOL_CMD,
+            "--spool",
+            str(scenario.root),
+            *FLAG_ARGV,
+            "worker",
+            "--burst",
+            "--import",
+            "examples.tasks",
+        ]
         started.append(_start(argv, clean_env(), scenario.root.parent / f"{scenario.root.name}-final.log"))
     for scenario, rc in zip(scenarios.values(), _finish(started)):
         scenario.final_rc = rc
@@ -293,7 +320,8 @@ def crash_matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Scenario
 
 @pytest.mark.parametrize("point", list(WORKER_POINTS))
 def test_a_worker_killed_at_each_point_ends_its_job_done_once_after_recovery(
-        crash_matrix: dict[str, Scenario], point: str) -> None:
+    crash_matrix: dict[str, Scenario], point: str
+) -> None:
     scenario = crash_matrix[point]
     job_id = scenario.job_id
     assert job_id is not None

@@ -20,8 +20,15 @@ def test_the_demo_runs_from_a_folder_holding_a_spool_package_that_is_not_ours(tm
     planted.mkdir()
     (planted / "__init__.py").write_text('raise ImportError("the spool/ folder in the cwd was imported")\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOOL_")}
-    done = subprocess.run([sys.executable, "-P", "-m", "spool.cli", "demo", "--timeout", "30"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "spool.cli", "demo", "--timeout", "30"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "words in 5 texts" in done.stdout
     assert "the spool/ folder in the cwd was imported" not in done.stderr

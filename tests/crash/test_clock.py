@@ -34,13 +34,20 @@ def wrong_clock() -> dict[str, str]:
     """The environment that puts a process's wall clock an hour ahead; skips without libfaketime."""
     found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
     if not found:
-        reason = ("libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime); "
-                  "wrong-clock tests skipped")
+        reason = (
+            "libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime); wrong-clock tests skipped"
+        )
         print(f"\nSKIP: {reason}")
         pytest.skip(reason)
     env = {"LD_PRELOAD": found[0], "FAKETIME": "+1h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-    probe = subprocess.run([sys.executable, "-c", "import time; print(time.time(), time.monotonic())"],
-                           env={**os.environ, **env}, capture_output=True, text=True, timeout=30, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time(), time.monotonic())"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     wall, monotonic = (float(x) for x in probe.stdout.split())
     assert abs(wall - time.time() - HOUR) < 60, f"libfaketime did not move the wall clock: {probe}"
     assert abs(monotonic - time.monotonic()) < 60, "libfaketime moved the monotonic clock too"
@@ -113,8 +120,9 @@ def test_a_worker_an_hour_ahead_changes_no_backoff_and_no_pickup_order(kit, wron
     late = _seconds_ahead(started) - HOUR + time.time() - due
     assert -0.05 < late < 1, f"the delayed job started {late:+.2f}s from when it was due"
     ran = [line.split()[0] for line in order.read_text().splitlines()]
-    assert [job_id for job_id in ran if job_id != delayed] == [high, low_first, low_second], \
+    assert [job_id for job_id in ran if job_id != delayed] == [high, low_first, low_second], (
         "priority, then the order jobs became ready"
+    )
     for job_id in (flaky, high, low_first, delayed):
         started = kit.sp.status(job_id)["attempts"][0]["started"]
         assert abs(_seconds_ahead(started) - HOUR) < 120, f"{job_id}'s started {started} is not ~1h ahead"

@@ -50,14 +50,14 @@ def test_the_coordinator_killed_and_restarted_under_load_loses_nothing(kit, tmp_
         kit.wait_state(job_id, "done")
     kit.assert_all_done(plain + retried + dropped)
     assert sorted(kit.sp.status(job_id)["dropped_as"] for job_id in dropped) == sorted(
-        f"drop-{n}.yaml" for n in range(15))
+        f"drop-{n}.yaml" for n in range(15)
+    )
     for job_id in retried:
         status = kit.sp.status(job_id)
         assert [r["outcome"] for r in status["attempts"]] == ["failed", "done"], status
     assert not [n for n in os.listdir(kit.spool_dir / "pending") if not n.startswith(".")]
     print(f"\n100 jobs done across {restarts} coordinator SIGKILLs")
     kit.fsck_ok()
-
 
 
 def test_a_second_coordinator_waits_and_takes_over_when_the_first_dies(kit) -> None:
@@ -76,6 +76,7 @@ def test_a_second_coordinator_waits_and_takes_over_when_the_first_dies(kit) -> N
     assert [r["outcome"] for r in kit.wait_state(after, "done")["attempts"]] == ["failed", "done"]
     assert kit.sp.ledger.meta("coordinator_pid") == str(second.pid)
     kit.fsck_ok()
+
 
 def test_watchdog_wakes_an_idle_worker_and_the_coordinator_long_before_the_poll(kit, tmp_path: Path) -> None:
     slow_poll = ("--poll-seconds", "30")
@@ -99,8 +100,10 @@ def test_watchdog_wakes_an_idle_worker_and_the_coordinator_long_before_the_poll(
     os.rename(drop.with_name("late.yaml.tmp"), drop)
     wait_until(lambda: not drop.exists(), timeout=35, message="the drop to be ingested")
     ingest_seconds = time.monotonic() - dropped_at
-    print(f"\nwith poll 30 s: submit-to-start {pickup_seconds * 1000:.0f} ms (idle worker), "
-          f"drop-to-ingest {ingest_seconds * 1000:.0f} ms (coordinator)")
+    print(
+        f"\nwith poll 30 s: submit-to-start {pickup_seconds * 1000:.0f} ms (idle worker), "
+        f"drop-to-ingest {ingest_seconds * 1000:.0f} ms (coordinator)"
+    )
     assert pickup_seconds < 1.0
     assert ingest_seconds < 1.0
     kit.wait_state(job_id, "done")
@@ -116,6 +119,7 @@ def test_watchdog_wakes_an_idle_worker_and_the_coordinator_long_before_the_poll(
         return None
 
     kit.wait_state(wait_until(ingested, timeout=10, message="the drop's job"), "done")
+
 
 def test_a_dead_dependency_skips_its_child_and_a_requeue_rearms_it(kit) -> None:
     kit.coordinator()

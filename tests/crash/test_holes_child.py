@@ -150,8 +150,11 @@ def test_a_spool_renamed_while_it_runs_keeps_running_jobs_and_writing_their_logs
         submitted = run_spool("submit", "holes.say", "-a", f"text=after-{n}", spool=moved)
         assert submitted.returncode == 0, submitted.stderr
         ids.append(submitted.stdout.strip())
-    wait_until(lambda: all(terminal(moved, job_id) for job_id in ids), timeout=60,
-               message=f"the jobs submitted after the rename to end (logs in {kit.procs.logs})")
+    wait_until(
+        lambda: all(terminal(moved, job_id) for job_id in ids),
+        timeout=60,
+        message=f"the jobs submitted after the rename to end (logs in {kit.procs.logs})",
+    )
     for n, job_id in enumerate(ids):
         assert terminal(moved, job_id) == "done", spool_json("status", job_id, spool=moved)["error"]
         assert (moved / "results" / f"{job_id}.json").exists()
@@ -244,13 +247,21 @@ def test_logs_of_an_attempt_that_does_not_exist_exits_3_and_json_is_one_document
 
 def follow_then_start_worker(kit, tasks_env, job_id: str, timeout: float) -> tuple[int, str, str]:
     """`spool logs ID --follow` on a job no worker has started, then a worker: (exit, stdout, stderr)."""
-    follower = subprocess.Popen([*SPOOL_CMD, "--spool", str(kit.spool_dir), "logs", job_id, "--follow"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    follower = subprocess.Popen(
+        [*SPOOL_CMD, "--spool", str(kit.spool_dir), "logs", job_id, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         # Only once the follower has looked at the job (it holds pending/ open) may it start.
         pending = os.path.realpath(kit.spool_dir / "pending")
-        wait_until(lambda: follower.poll() is not None or pending in open_paths(follower.pid), timeout=60,
-                   message="the follower to look at the job")
+        wait_until(
+            lambda: follower.poll() is not None or pending in open_paths(follower.pid),
+            timeout=60,
+            message="the follower to look at the job",
+        )
         start_worker(kit, tasks_env)
         out, err = follower.communicate(timeout=timeout)
     finally:
@@ -291,15 +302,23 @@ def test_spool_logs_streams_a_huge_log_instead_of_reading_it_whole(kit, tmp_path
     assert claim(kit.sp, "tester", ["echo"]) is not None
     # The peak is VmHWM, this process's own memory's high-water mark. Not ru_maxrss: Linux keeps
     # that across execve, so after subprocess's vfork it reports the pytest process's size.
-    probe = ("import sys\n"
-             "from spool.cli.main import main\n"
-             "try:\n    main(sys.argv[1:])\n"
-             "finally:\n"
-             "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
-             "    print(hwm.split()[1], file=sys.stderr)\n")
+    probe = (
+        "import sys\n"
+        "from spool.cli.main import main\n"
+        "try:\n    main(sys.argv[1:])\n"
+        "finally:\n"
+        "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+        "    print(hwm.split()[1], file=sys.stderr)\n"
+    )
     with open(os.devnull, "wb") as sink:
-        done = subprocess.run([sys.executable, "-c", probe, "--spool", str(kit.spool_dir), "logs", job_id],
-                              stdout=sink, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, "--spool", str(kit.spool_dir), "logs", job_id],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
     assert done.returncode == 0, done.stderr
     peak_kib = int(done.stderr.split()[-1])
     assert peak_kib < 100 * 1024, f"peak RSS {peak_kib} KiB for a 192 MiB log"

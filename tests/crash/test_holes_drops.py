@@ -83,7 +83,8 @@ def fsck_ok(spool_cli: Cli) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_drop_named_like_a_waiting_job_neither_replaces_it_nor_bypasses_its_dependency(
-        fast: Path, spool_cli: Cli, procs: Procs) -> None:
+    fast: Path, spool_cli: Cli, procs: Procs
+) -> None:
     parent = spool_cli("submit", "echo", "-a", "n=parent").stdout.strip()  # no worker: it stays pending
     child = spool_cli("submit", "echo", "-a", "n=child", "--depends-on", parent).stdout.strip()
     assert (fast / "waiting" / f"{child}.yaml").exists()
@@ -104,7 +105,8 @@ def test_a_drop_named_like_a_waiting_job_neither_replaces_it_nor_bypasses_its_de
 
 @pytest.mark.parametrize("end", ["done", "dead"])
 def test_a_drop_named_like_a_finished_job_is_a_new_job_and_the_old_one_stays(
-        fast: Path, spool_cli: Cli, procs: Procs, end: str) -> None:
+    fast: Path, spool_cli: Cli, procs: Procs, end: str
+) -> None:
     job_id = spool_cli("submit", "echo", "-a", "n=old").stdout.strip()
     if end == "done":
         assert spool_cli("worker", "--burst", "--import", "examples.tasks").returncode == 0
@@ -122,7 +124,8 @@ def test_a_drop_named_like_a_finished_job_is_a_new_job_and_the_old_one_stays(
 
 
 def test_a_copy_of_a_dead_job_dropped_in_pending_is_a_new_job_with_its_spec(
-        fast: Path, spool_cli: Cli, procs: Procs) -> None:
+    fast: Path, spool_cli: Cli, procs: Procs
+) -> None:
     job_id = spool_cli("submit", "echo", "-a", "n=7", "--priority", "3", "--max-tries", "2").stdout.strip()
     assert spool_cli("cancel", job_id).returncode == 0
     before = (fast / "dead" / f"{job_id}.yaml").read_bytes()
@@ -153,8 +156,13 @@ def test_a_copy_planted_in_dead_never_takes_the_job_it_copies(fast: Path, spool_
     job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
     shutil.copy(fast / "pending" / f"{job_id}.yaml", fast / "dead" / f"{job_id}.yaml")  # by hand
     procs.start("coordinator", name="coordinator")
-    records = wait_until(lambda: [p.stem for p in (fast / "dead").glob("*.yaml") if p.stem != job_id and
-                                  "reason: invalid" in p.read_text()], timeout=30, message="the planted copy's record")
+    records = wait_until(
+        lambda: [
+            p.stem for p in (fast / "dead").glob("*.yaml") if p.stem != job_id and "reason: invalid" in p.read_text()
+        ],
+        timeout=30,
+        message="the planted copy's record",
+    )
     assert not (fast / "dead" / f"{job_id}.yaml").exists()
     assert (fast / "pending" / f"{job_id}.yaml").exists(), "the acknowledged job was lost"
     (record,) = records
@@ -168,16 +176,18 @@ def test_a_copy_planted_in_dead_never_takes_the_job_it_copies(fast: Path, spool_
 # -- finding 9: a dead job moved back by hand -----------------------------------------------------
 
 
-def test_a_dead_job_moved_back_by_hand_is_requeued_with_fresh_tries(fast: Path, spool_cli: Cli,
-                                                                      procs: Procs) -> None:
+def test_a_dead_job_moved_back_by_hand_is_requeued_with_fresh_tries(fast: Path, spool_cli: Cli, procs: Procs) -> None:
     job_id = spool_cli("submit", "fail_until", "-a", "attempt:=4", "--max-tries", "2").stdout.strip()
     procs.start("coordinator", name="coordinator")
     procs.start("worker", "--import", "examples.tasks", name="worker")
     wait_until(lambda: (fast / "dead" / f"{job_id}.yaml").exists(), timeout=60, message="the job to die")
     assert read(fast, job_id)["tries"] == 2
     os.rename(fast / "dead" / f"{job_id}.yaml", fast / "pending" / f"{job_id}.yaml")  # `mv dead/X.yaml pending/`
-    wait_until(lambda: (fast / "done" / f"{job_id}.yaml").exists() or (fast / "dead" / f"{job_id}.yaml").exists(),
-               timeout=60, message="the requeued job to finish")
+    wait_until(
+        lambda: (fast / "done" / f"{job_id}.yaml").exists() or (fast / "dead" / f"{job_id}.yaml").exists(),
+        timeout=60,
+        message="the requeued job to finish",
+    )
     status = read(fast, job_id)
     assert status["state"] == "done", status  # attempts 3 and 4 are its fresh two tries
     assert status["tries"] == 2 and status["attempt"] == 4
@@ -192,8 +202,9 @@ POINTS = ["worker:complete-after-stage", "worker:after-result", "worker:complete
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_a_dead_workers_staging_files_are_swept_by_the_coordinator(fast: Path, spool_cli: Cli, procs: Procs,
-                                                                   point: str) -> None:
+def test_a_dead_workers_staging_files_are_swept_by_the_coordinator(
+    fast: Path, spool_cli: Cli, procs: Procs, point: str
+) -> None:
     job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
     procs.start("coordinator", name="coordinator")
     # After the coordinator's first pass (its start-up sweep), so only a sweep made because the
@@ -205,8 +216,11 @@ def test_a_dead_workers_staging_files_are_swept_by_the_coordinator(fast: Path, s
             break
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     procs.start("worker", "--import", "examples.tasks", name="worker")
-    wait_until(lambda: (fast / "done" / f"{job_id}.yaml").exists() and not (fast / "leased" / f"{job_id}.yaml")
-               .exists(), timeout=60, message="the job to finish")
+    wait_until(
+        lambda: (fast / "done" / f"{job_id}.yaml").exists() and not (fast / "leased" / f"{job_id}.yaml").exists(),
+        timeout=60,
+        message="the job to finish",
+    )
     procs.stop()  # at once: the coordinator sweeps when the worker's lock frees, and when it stops
     assert sorted(os.listdir(fast / "tmp")) == []
     checked = fsck_ok(spool_cli)
@@ -214,8 +228,9 @@ def test_a_dead_workers_staging_files_are_swept_by_the_coordinator(fast: Path, s
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_fsck_lists_a_dead_writers_tmp_file_as_garbage_and_repair_removes_it(fast: Path, spool_cli: Cli,
-                                                                             point: str) -> None:
+def test_fsck_lists_a_dead_writers_tmp_file_as_garbage_and_repair_removes_it(
+    fast: Path, spool_cli: Cli, point: str
+) -> None:
     spool_cli("submit", "echo", "-a", "n=1")
     crashed = spool_cli("worker", "--burst", "--import", "examples.tasks", env={"SPOOL_CRASH_AT": point})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr

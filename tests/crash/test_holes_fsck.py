@@ -55,8 +55,13 @@ def fsck_loop_beside_drain(spool_dir: Path, procs: Procs, keys: int, seconds: fl
     with Spool(spool_dir, environ={}) as sp:
         sp.submit_many([sp.spec("sleep", {"seconds": 0.01}, key=f"k-{n}") for n in range(keys)])
     procs.start("run", "--workers", "2", "--import", "examples.tasks", name="run")
-    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, str(spool_dir), str(keys), str(seconds)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    producer = subprocess.Popen(
+        [sys.executable, "-c", PRODUCER, str(spool_dir), str(keys), str(seconds)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
     procs.started.append(producer)  # type: ignore[arg-type]
     failures: list[str] = []
     runs = 0
@@ -72,8 +77,11 @@ def fsck_loop_beside_drain(spool_dir: Path, procs: Procs, keys: int, seconds: fl
             failures += [f"{' '.join(args)}: {line}" for line in removed]
     out, _ = producer.communicate(timeout=60)
     assert producer.returncode == 0, out
-    wait_until(lambda: not any(any((spool_dir / s.value).glob("*.yaml")) for s in (State.PENDING, State.LEASED)),
-               timeout=60, message="the drain to finish")
+    wait_until(
+        lambda: not any(any((spool_dir / s.value).glob("*.yaml")) for s in (State.PENDING, State.LEASED)),
+        timeout=60,
+        message="the drain to finish",
+    )
     doubled = {key: ids for key, ids in jobs_per_key(spool_dir).items() if len(ids) != 1}
     assert len(jobs_per_key(spool_dir)) == keys
     assert not doubled, f"{len(doubled)} key(s) with more than one job, e.g. {list(doubled.items())[:3]}; {out}"

@@ -32,8 +32,11 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     def mount(size: str) -> Path:
         point = tmp_path / f"disk-{len(mounted)}"
         point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             reason = f"cannot mount a size-capped tmpfs (needs root): {done.stderr.strip() or done.returncode}"
             print(reason)
@@ -86,8 +89,11 @@ def test_spool_run_on_a_full_disk_waits_and_runs_the_jobs_once_there_is_room(tmp
     fill_disk(disk / "filler")
     procs, run = _run(root, tmp_path)
     try:
-        wait_until(lambda: "coordinator: the spool's disk is full" in procs.output(), timeout=30,
-                   message=f"the coordinator to wait for room:\n{procs.output()[-3000:]}")
+        wait_until(
+            lambda: "coordinator: the spool's disk is full" in procs.output(),
+            timeout=30,
+            message=f"the coordinator to wait for room:\n{procs.output()[-3000:]}",
+        )
         _still_running(run, procs, AT_START_SECONDS)
         (disk / "filler").unlink()
         wait_until(lambda: _done(root) == len(job_ids), timeout=60, message="the jobs done once there is room")
@@ -103,9 +109,7 @@ def test_spool_run_on_a_full_disk_waits_and_runs_the_jobs_once_there_is_room(tmp
     _check_once_each(root, job_ids, trace)
 
 
-def test_a_burst_that_fills_the_disk_mid_run_ends_every_job_done_at_its_first_try(
-    tmpfs: Any, tmp_path: Path
-) -> None:
+def test_a_burst_that_fills_the_disk_mid_run_ends_every_job_done_at_its_first_try(tmpfs: Any, tmp_path: Path) -> None:
     disk = tmpfs("8m")
     root, trace = disk / "spool", tmp_path / "trace"
     Spool.init(root, environ={}).close()
@@ -115,8 +119,11 @@ def test_a_burst_that_fills_the_disk_mid_run_ends_every_job_done_at_its_first_tr
     try:
         wait_until(lambda: _done(root) >= 20, timeout=60, message="the burst under way")
         fill_disk(disk / "filler")
-        wait_until(lambda: "the spool's disk is full" in procs.output(), timeout=30,
-                   message=f"a process to meet the full disk:\n{procs.output()[-3000:]}")
+        wait_until(
+            lambda: "the spool's disk is full" in procs.output(),
+            timeout=30,
+            message=f"a process to meet the full disk:\n{procs.output()[-3000:]}",
+        )
         _still_running(run, procs, MID_RUN_SECONDS)
         assert _done(root) < len(job_ids), "the burst was over before the disk filled"
         (disk / "filler").unlink()

@@ -29,12 +29,18 @@ def invalid_records(root: Path) -> list[dict[str, object]]:
 
 def test_a_planted_result_is_set_aside_and_the_job_runs(spool_dir: Path, spool_cli: Cli, procs: Procs) -> None:
     (spool_dir / "config.yaml").write_text("poll_seconds: 0.2\nbackoff_base_seconds: 0.05\nbackoff_max_seconds: 0.1\n")
-    retried = spool_cli("submit", "fail_until", "--args-json", "{\"attempt\": 2}", "--max-tries", "3").stdout.strip()
+    retried = spool_cli("submit", "fail_until", "--args-json", '{"attempt": 2}', "--max-tries", "3").stdout.strip()
     # The second job fails its first attempt and waits in pending/ for its retry: no worker runs meanwhile.
     worker = procs.start("worker", "--import", "examples.tasks", "--name", "w1", name="worker")
-    wait_until(lambda: "attempt: 1" in (spool_dir / "pending" / f"{retried}.yaml").read_text(errors="replace")
-               if (spool_dir / "pending" / f"{retried}.yaml").exists() else False, timeout=20,
-               message="the failed first attempt")
+    wait_until(
+        lambda: (
+            "attempt: 1" in (spool_dir / "pending" / f"{retried}.yaml").read_text(errors="replace")
+            if (spool_dir / "pending" / f"{retried}.yaml").exists()
+            else False
+        ),
+        timeout=20,
+        message="the failed first attempt",
+    )
     worker.terminate()
     worker.wait(timeout=20)
     fresh = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()

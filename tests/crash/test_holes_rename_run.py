@@ -35,15 +35,35 @@ def test_spool_run_restarts_its_workers_after_the_spool_was_renamed(tmp_path: Pa
     old, new = tmp_path / "old", tmp_path / "new"
     Spool.init(old, environ={}).close()
     log = open(tmp_path / "run.log", "wb")
-    run = subprocess.Popen([sys.executable, "-m", "spool.cli", "--spool", str(old), "--poll-seconds", "0.2",
-                            "--lease-seconds", "2", "run", "--workers", "1", "--import", "examples.tasks"],
-                           stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spool.cli",
+            "--spool",
+            str(old),
+            "--poll-seconds",
+            "0.2",
+            "--lease-seconds",
+            "2",
+            "run",
+            "--workers",
+            "1",
+            "--import",
+            "examples.tasks",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         first = wait_until(lambda: _worker_pids(run.pid), timeout=30, message="a worker to start")
         os.rename(old, new)
         os.kill(first[0], signal.SIGKILL)  # the supervisor restarts it: it must find the spool
-        wait_until(lambda: [p for p in _worker_pids(run.pid) if p != first[0]], timeout=30,
-                   message="the worker restarted")
+        wait_until(
+            lambda: [p for p in _worker_pids(run.pid) if p != first[0]], timeout=30, message="the worker restarted"
+        )
         with Spool(new, environ={}) as sp:
             job_id = sp.submit("echo", {"n": 1})
             wait_until(lambda: sp.state(job_id) is State.DONE, timeout=30, message="the job done after the rename")

@@ -66,8 +66,11 @@ def test_a_worker_whose_heartbeat_cannot_keep_the_published_term_keeps_its_lease
     trace = tmp_path / "trace"
     kit.coordinator()
     # The worker reads the published term at each attempt: the claim must come after it is published.
-    wait_until(lambda: float(kit.sp.ledger.meta("lease_seconds") or 0) == kit.lease_seconds, timeout=30,
-               message="the coordinator to publish its term")
+    wait_until(
+        lambda: float(kit.sp.ledger.meta("lease_seconds") or 0) == kit.lease_seconds,
+        timeout=30,
+        message="the coordinator to publish its term",
+    )
     worker = kit.worker("slow-beats", "--lease-seconds", "30", "--heartbeat-seconds", "10")
     job_id = kit.sp.submit("trace", {"path": str(trace), "seconds": 3 * kit.lease_seconds})
     status = kit.wait_state(job_id, "done", timeout=60)
@@ -119,8 +122,9 @@ def test_a_second_worker_with_a_taken_name_is_refused_at_once(kit) -> None:
     first = kit.worker("twin")
     kit.wait_logged(first, "worker twin started")
     try:
-        second = run_spool(*kit.fast, "worker", "--name", "twin", "--import", "examples.tasks", spool=kit.spool_dir,
-                           timeout=20)
+        second = run_spool(
+            *kit.fast, "worker", "--name", "twin", "--import", "examples.tasks", spool=kit.spool_dir, timeout=20
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the second worker named twin blocked instead of being refused")
     assert second.returncode == 2
@@ -138,11 +142,13 @@ def test_a_worker_name_that_is_not_a_name_is_refused(spool_dir: Path, tmp_path: 
 
 def _hold_lock_stopped(spool_dir: Path, job_id: str) -> subprocess.Popen[str]:
     """A process that takes the job's lock and stops itself (SIGSTOP), as a stopped worker would."""
-    code = ("import fcntl, os, signal, sys\n"
-            f"fd = os.open({str(spool_dir / 'locks' / (job_id + '.lock'))!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-            "print('held', flush=True)\n"
-            "os.kill(os.getpid(), signal.SIGSTOP)\n")
+    code = (
+        "import fcntl, os, signal, sys\n"
+        f"fd = os.open({str(spool_dir / 'locks' / (job_id + '.lock'))!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGSTOP)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     return holder
@@ -164,8 +170,13 @@ def test_cancel_says_what_it_waits_for_and_times_out_with_75(kit, tmp_path: Path
 
         errors = tmp_path / "cancel.err"
         with open(errors, "w") as err:
-            waiting = subprocess.Popen([*SPOOL_CMD, "--spool", str(kit.spool_dir), "cancel", job_id], cwd=ROOT,
-                                       stdout=subprocess.PIPE, stderr=err, text=True)
+            waiting = subprocess.Popen(
+                [*SPOOL_CMD, "--spool", str(kit.spool_dir), "cancel", job_id],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
         wait_until(lambda: "waiting for job" in errors.read_text(), timeout=20, message="cancel to say it waits")
         assert waiting.poll() is None
     finally:
@@ -194,8 +205,11 @@ def test_status_stats_wait_and_the_coordinator_say_no_live_worker_handles_a_task
         assert shown.returncode == 0, shown.stderr
         return json.loads(shown.stdout)
 
-    view = wait_until(lambda: (v := status_of(orphan)).get("handled_by") == [] and v, timeout=20,
-                      message="status to say nobody handles the task")
+    view = wait_until(
+        lambda: (v := status_of(orphan)).get("handled_by") == [] and v,
+        timeout=20,
+        message="status to say nobody handles the task",
+    )
     assert "no live worker handles task 'nobody_knows_this'" in view["warning"]
     assert status_of(shell)["handled_by"] == [] and "--allow-shell" in status_of(shell)["warning"]
     text = run_spool("status", orphan, spool=kit.spool_dir)

@@ -23,8 +23,10 @@ from support import ROOT, Procs, wait_until
 from spool.yamlsafe import load_yaml
 
 NOBODY = 65534
-BOOT = ("import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['spool', *sys.argv[2:]]; "
-        "runpy.run_module('spool.cli', run_name='__main__', alter_sys=True)")
+BOOT = (
+    "import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = ['spool', *sys.argv[2:]]; "
+    "runpy.run_module('spool.cli', run_name='__main__', alter_sys=True)"
+)
 
 
 def _python_for_nobody() -> str | None:
@@ -39,8 +41,18 @@ def _python_for_nobody() -> str | None:
 
 
 def _as_nobody(python: str, *spool_args: str) -> list[str]:
-    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
-            python, "-c", BOOT, sysconfig.get_paths()["purelib"], *spool_args]
+    return [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        "--",
+        python,
+        "-c",
+        BOOT,
+        sysconfig.get_paths()["purelib"],
+        *spool_args,
+    ]
 
 
 @pytest.fixture
@@ -60,8 +72,9 @@ def nobody_spool() -> Iterator[tuple[str, Path]]:
 
 
 def _spool(python: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_as_nobody(python, "--spool", str(root), *args), capture_output=True, text=True,
-                          cwd="/", timeout=60)
+    return subprocess.run(
+        _as_nobody(python, "--spool", str(root), *args), capture_output=True, text=True, cwd="/", timeout=60
+    )
 
 
 def _drop(root: Path, name: str, text: str, mode: int) -> None:
@@ -94,13 +107,21 @@ def test_an_unreadable_drop_is_set_aside_once_and_reported(nobody_spool: tuple[s
     procs = Procs(root, tmp_path)
     log_path = tmp_path / "coordinator.log"
     with open(log_path, "wb") as log:
-        coordinator = subprocess.Popen(_as_nobody(python, "--spool", str(root), "coordinator"), stdout=log,
-                                       stderr=subprocess.STDOUT, cwd="/", start_new_session=True,
-                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        coordinator = subprocess.Popen(
+            _as_nobody(python, "--spool", str(root), "coordinator"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     procs.started.append(coordinator)  # type: ignore[arg-type]
     try:
-        record = wait_until(lambda: _dropped_as(root, "dead", "unreadable.yaml"), timeout=20,
-                            message="the unreadable drop set aside in dead/")
+        record = wait_until(
+            lambda: _dropped_as(root, "dead", "unreadable.yaml"),
+            timeout=20,
+            message="the unreadable drop set aside in dead/",
+        )
         assert isinstance(record, dict) and record["reason"] == "invalid", record
         assert "can't be read (Permission denied)" in str(record["error"]), record
         assert not (root / "pending" / "unreadable.yaml").exists()

@@ -65,8 +65,11 @@ def sigkill(proc: subprocess.Popen[bytes]) -> None:
 
 def fired_after(kit: Kit, name: str, moment: float, count: int = 2, timeout: float = 20.0) -> list[float]:
     """Wait for ``count`` firings of ``name`` with slots after ``moment``: passes have run since."""
-    wait_until(lambda: len([s for s in slots_of(kit, name) if s > moment]) >= count, timeout=timeout,
-               message=f"{count} firings of {name} after {moment}")
+    wait_until(
+        lambda: len([s for s in slots_of(kit, name) if s > moment]) >= count,
+        timeout=timeout,
+        message=f"{count} firings of {name} after {moment}",
+    )
     return slots_of(kit, name)
 
 
@@ -139,8 +142,11 @@ def test_a_job_planted_under_a_slot_key_is_not_taken_for_the_schedules_own(kit: 
     for slot in (soon, 4102444800.0):  # ... and 2100-01-01
         submit(kit.sp, {"task": "touch", "args": {"path": "/dev/null"}, "key": slot_key("tick", slot)}, **legacy)
     coordinator = kit.coordinator()
-    wait_until(lambda: [s for s in slots_of(kit, "tick") if soon < s < soon + 60], timeout=30,
-               message="a firing after the planted slot")
+    wait_until(
+        lambda: [s for s in slots_of(kit, "tick") if soon < s < soon + 60],
+        timeout=30,
+        message="a firing after the planted slot",
+    )
     kit.wait_logged(coordinator, "which this schedule did not make")
     view = listed(kit)["tick"]
     assert not view["next"].startswith("2100") and view["last_job"] is not None
@@ -160,13 +166,18 @@ def steppable_clock(tmp_path: Path) -> tuple[dict[str, str], Path]:
         pytest.skip("libfaketime not found under /usr/lib/*/faketime/ (apt-get install faketime)")
     offset = tmp_path / "faketime.rc"
     offset.write_text("+0\n")
-    env = {"LD_PRELOAD": found[0], "FAKETIME_TIMESTAMP_FILE": str(offset), "FAKETIME_NO_CACHE": "1",
-           "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    env = {
+        "LD_PRELOAD": found[0],
+        "FAKETIME_TIMESTAMP_FILE": str(offset),
+        "FAKETIME_NO_CACHE": "1",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
     return env, offset
 
 
 def test_a_clock_stepped_a_day_ahead_then_back_neither_floods_nor_silences(
-        kit: Kit, steppable_clock: tuple[dict[str, str], Path]) -> None:
+    kit: Kit, steppable_clock: tuple[dict[str, str], Path]
+) -> None:
     env, offset = steppable_clock
     spool_ok(kit, "schedule", "add", "tick", "echo", "--every", "2s", "--catchup", "none")
     coordinator = kit.coordinator(env=env)
@@ -179,8 +190,11 @@ def test_a_clock_stepped_a_day_ahead_then_back_neither_floods_nor_silences(
     kit.wait_logged(coordinator, "wall clock jumped")
     offset.write_text("+0\n")
     back = time.time()
-    wait_until(lambda: [s for s in slots_of(kit, "tick") if back < s < back + 60], timeout=20,
-               message="a firing on the clock stepped back")
+    wait_until(
+        lambda: [s for s in slots_of(kit, "tick") if back < s < back + 60],
+        timeout=20,
+        message="a firing on the clock stepped back",
+    )
     kit.wait_logged(coordinator, "fires again from now")
     kit.stop(coordinator)
 

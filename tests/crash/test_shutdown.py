@@ -15,8 +15,20 @@ from support import wait_until
 
 def _start_run(kit, grace_seconds: float) -> tuple[subprocess.Popen[bytes], dict[int, str]]:
     """`spool run --workers 1`, up and running: returns the supervisor and its processes by role."""
-    supervisor = kit.procs.start(*kit.fast, "--grace-seconds", str(grace_seconds), "run", "--workers", "1",
-                                 "--import", "examples.tasks", "--import", "crash_tasks", name="run")
+    supervisor = kit.procs.start(
+        *kit.fast,
+        "--grace-seconds",
+        str(grace_seconds),
+        "run",
+        "--workers",
+        "1",
+        "--import",
+        "examples.tasks",
+        "--import",
+        "crash_tasks",
+        name="run",
+    )
+
     def up() -> dict[int, str] | None:
         tree = kit.supervised(supervisor.pid)
         return tree if sorted(tree.values()) == ["coordinator", "worker"] else None

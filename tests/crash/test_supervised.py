@@ -26,8 +26,9 @@ def test_the_same_key_through_the_cli_makes_one_job(kit) -> None:
     assert again.stdout.strip() == job_id
 
     argv = [*SPOOL_CMD, "--spool", str(kit.spool_dir), "submit", "echo", "--key", "invoice-8"]
-    racers = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-              for _ in range(4)]
+    racers = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(4)
+    ]
     answers = [racer.communicate(timeout=60) for racer in racers]
     assert all(racer.returncode == 0 for racer in racers), answers
     assert len({out.strip() for out, _err in answers}) == 1, answers
@@ -45,8 +46,11 @@ def test_jobs_that_crash_their_worker_or_their_attempt_die_after_max_tries(kit) 
     status = kit.wait_state(kills_worker, "dead", timeout=60)
     assert status["reason"] == "expired"
     assert status["attempt"] == status["tries"] == status["max_tries"] == 3
-    assert [(r["attempt"], r["outcome"]) for r in status["attempts"]] == [(1, "expired"), (2, "expired"),
-                                                                         (3, "expired")]
+    assert [(r["attempt"], r["outcome"]) for r in status["attempts"]] == [
+        (1, "expired"),
+        (2, "expired"),
+        (3, "expired"),
+    ]
     # Which path expires the lease is a race the promise leaves open: the freed worker lock, or
     # (on a loaded machine, when the lease runs out before the freed lock is noticed) the term.
     assert "died" in status["error"] or "no heartbeat" in status["error"], status["error"]
@@ -60,24 +64,35 @@ def test_jobs_that_crash_their_worker_or_their_attempt_die_after_max_tries(kit) 
     kit.wait_state(fine, "done")
     # The coordinator may expire the third lease (the freed lock) before the supervisor's next look
     # logs that worker's restart: wait for the log, don't read it once.
-    wait_until(lambda: kit.log(supervisor).count("restart worker-") >= 3, timeout=30,
-               message="the supervisor to restart each killed worker")
+    wait_until(
+        lambda: kit.log(supervisor).count("restart worker-") >= 3,
+        timeout=30,
+        message="the supervisor to restart each killed worker",
+    )
     assert kit.stop(supervisor) == 0
     kit.fsck_ok()
-
 
 
 def test_a_crash_point_fires_once_under_spool_run(kit, tmp_path) -> None:
     counter = tmp_path / "ran"
     job_id = kit.sp.submit("touch", {"path": str(counter)})
-    supervisor = kit.procs.start(*kit.fast, "run", "--workers", "1", "--import", "examples.tasks",
-                                 env={"SPOOL_CRASH_AT": "worker:after-claim"}, name="run")
+    supervisor = kit.procs.start(
+        *kit.fast,
+        "run",
+        "--workers",
+        "1",
+        "--import",
+        "examples.tasks",
+        env={"SPOOL_CRASH_AT": "worker:after-claim"},
+        name="run",
+    )
     status = kit.wait_state(job_id, "done")
     assert [r["outcome"] for r in status["attempts"]] == ["expired", "done"], "killed after claim 1, then not again"
     assert counter.read_text().splitlines() == [f"{job_id} 2"], "the handler never ran in attempt 1"
     assert "exit worker-1" in kit.log(supervisor) and "signal SIGKILL" in kit.log(supervisor)
     assert kit.stop(supervisor) == 0
     kit.fsck_ok()
+
 
 def test_a_full_spool_refuses_a_submit_with_exit_75_and_writes_nothing(kit) -> None:
     full = ("--max-pending", "2")
@@ -98,7 +113,9 @@ def test_a_full_spool_refuses_a_submit_with_exit_75_and_writes_nothing(kit) -> N
 
 def test_random_sigkills_under_spool_run_lose_nothing(kit) -> None:
     report = kit.chaos(jobs=300, kill_seconds=8.0, every_seconds=0.3)
-    print(f"\nchaos (seed {report.seed}): 300 jobs, {sum(report.kills.values())} SIGKILLs {report.kills} "
-          f"over {report.chaos_seconds:.1f}s; submit {report.submit_seconds:.1f}s, "
-          f"drained {report.drain_seconds:.1f}s after")
+    print(
+        f"\nchaos (seed {report.seed}): 300 jobs, {sum(report.kills.values())} SIGKILLs {report.kills} "
+        f"over {report.chaos_seconds:.1f}s; submit {report.submit_seconds:.1f}s, "
+        f"drained {report.drain_seconds:.1f}s after"
+    )
     assert sum(report.kills.values()) >= 10, "the chaos hit something"

@@ -36,8 +36,10 @@ def test_a_sigkilled_worker_takes_its_attempt_along_and_the_job_runs_again_at_on
     wait_until(lambda: not kit.alive(first.pid), timeout=10, message="the attempt child to die with its worker")
     status = kit.wait_state(job_id, "done")
 
-    print(f"\nkill-to-rerun: {rerun_seconds:.3f}s from SIGKILL to attempt 2's handler "
-          f"(lease {kit.lease_seconds:g}s, first backoff <= {kit.backoff_base_seconds:g}s, allowed {2 * bound:g}s)")
+    print(
+        f"\nkill-to-rerun: {rerun_seconds:.3f}s from SIGKILL to attempt 2's handler "
+        f"(lease {kit.lease_seconds:g}s, first backoff <= {kit.backoff_base_seconds:g}s, allowed {2 * bound:g}s)"
+    )
     assert rerun_seconds < 2 * bound
     # The freed worker lock expires the lease on the coordinator's next pass: no term waited out.
     assert rerun_seconds < kit.lease_seconds, f"rerun after {rerun_seconds:.2f}s: the lease term was waited out"
@@ -58,8 +60,11 @@ def test_a_worker_killed_after_linking_its_result_leaves_the_job_done_once(kit, 
     # It died between the link and the move: the result is there; the job file is still in leased/
     # unless the healthy coordinator has already finished the move (both are the promise kept).
     assert (kit.spool_dir / "results" / f"{job_id}.json").exists(), "it died after linking the result"
-    wait_until(lambda: (kit.spool_dir / "done" / f"{job_id}.yaml").exists(), timeout=2 * kit.lease_seconds + 10,
-               message="the coordinator to finish the move to done")
+    wait_until(
+        lambda: (kit.spool_dir / "done" / f"{job_id}.yaml").exists(),
+        timeout=2 * kit.lease_seconds + 10,
+        message="the coordinator to finish the move to done",
+    )
 
     status = kit.sp.status(job_id)
     assert status["state"] == "done" and status["attempt"] == 1

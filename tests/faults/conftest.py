@@ -65,8 +65,11 @@ def make_spool(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     flock behave as on ext4.
     """
     shm = Path("/dev/shm")
-    base = Path(tempfile.mkdtemp(prefix="spool-faults-", dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK) \
+    base = (
+        Path(tempfile.mkdtemp(prefix="spool-faults-", dir=shm))
+        if shm.is_dir() and os.access(shm, os.W_OK)
         else tmp_path
+    )
 
     def make(name: str) -> Path:
         root = base / name
@@ -166,8 +169,10 @@ BYSTANDER_WORKER = "w-old"
 
 
 def _add_bystanders(sp: Spool) -> dict[str, str]:
-    ids = {"bystander": sp.submit("sleep", {"seconds": 0}, key="bystander"),
-           "old": sp.submit("echo", {"n": 0}, key="old")}
+    ids = {
+        "bystander": sp.submit("sleep", {"seconds": 0}, key="bystander"),
+        "old": sp.submit("echo", {"n": 0}, key="old"),
+    }
     with acquire(sp.layout.fd("locks"), worker_lock_name(BYSTANDER_WORKER), blocking=True):
         job_file = claim(sp, BYSTANDER_WORKER, ["echo"])
         assert job_file is not None and job_file.id == ids["old"]
@@ -176,10 +181,17 @@ def _add_bystanders(sp: Spool) -> dict[str, str]:
 
 
 def _bystander_files(sp: Spool, ids: dict[str, str]) -> dict[str, bytes]:
-    names = [(State.PENDING, f"{ids['bystander']}.yaml"), ("keys", key_name("bystander")),
-             (State.DONE, f"{ids['old']}.yaml"), ("results", result_name(ids["old"])), ("keys", key_name("old"))]
-    return {f"{getattr(folder, 'value', folder)}/{name}": fs.read_file(sp.layout.fd(folder), name, 1 << 20)
-            for folder, name in names}
+    names = [
+        (State.PENDING, f"{ids['bystander']}.yaml"),
+        ("keys", key_name("bystander")),
+        (State.DONE, f"{ids['old']}.yaml"),
+        ("results", result_name(ids["old"])),
+        ("keys", key_name("old")),
+    ]
+    return {
+        f"{getattr(folder, 'value', folder)}/{name}": fs.read_file(sp.layout.fd(folder), name, 1 << 20)
+        for folder, name in names
+    }
 
 
 @pytest.fixture

@@ -68,8 +68,7 @@ class Op:
 class FaultFS(RealFS):
     """Records every risky call in ``ops``; fails the ``fail_at``-th one of ``kinds`` with ``error``."""
 
-    def __init__(self, fail_at: int | None = None, error: int = errnos.EIO,
-                 kinds: Collection[str] = KINDS) -> None:
+    def __init__(self, fail_at: int | None = None, error: int = errnos.EIO, kinds: Collection[str] = KINDS) -> None:
         super().__init__()
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -91,8 +90,9 @@ class FaultFS(RealFS):
         """fsyncs of the failed call's fd after it failed (a failed fsync must never be retried)."""
         if self.failed is None:
             return []
-        return [op for op in self.ops if op.index > self.failed.index and op.kind == "fsync"
-                and op.fd == self.failed.fd]
+        return [
+            op for op in self.ops if op.index > self.failed.index and op.kind == "fsync" and op.fd == self.failed.fd
+        ]
 
     # -- putting it in place -----------------------------------------------------------------
 
@@ -186,7 +186,6 @@ class FaultFS(RealFS):
             return result
 
         return renameat2
-
 
     def _wrap_syncfs(self, real: Any) -> Callable[[int], int]:
         """A syncfs fault is what the kernel reports for a failed writeback: -1 with the errno."""

@@ -91,8 +91,9 @@ def client_main(argv: list[str]) -> int:
                     recorder.write("ok", n=n, key=key, id=job_id)
             else:
                 argv_cli = [*cli, "submit", task, "--args-json", json.dumps(args), "--max-tries", str(max_tries)]
-                done = subprocess.run(argv_cli + (["--key", key] if key else []), check=False, capture_output=True,
-                                      text=True, timeout=120)
+                done = subprocess.run(
+                    argv_cli + (["--key", key] if key else []), check=False, capture_output=True, text=True, timeout=120
+                )
                 if done.returncode == 0:
                     recorder.write("ok", n=n, key=key, id=done.stdout.strip())
                 else:
@@ -233,8 +234,9 @@ def check(spool_root: Path, history: History) -> Verdict:
             if told_key is None and job.key != job_id:
                 verdict.fail(f"{job_id}: submitted without a key, file has key {job.key!r}")
             if told_key is not None and (job.task, dict(job.args), job.max_tries) not in specs[told_key]:
-                verdict.fail(f"{job_id}: its spec {job.task} {dict(job.args)} was never submitted with key "
-                             f"{told_key!r}")
+                verdict.fail(
+                    f"{job_id}: its spec {job.task} {dict(job.args)} was never submitted with key {told_key!r}"
+                )
 
         # The ledger is an index of the files.
         on_disk = {job_id: state.value for job_id, (state, _f) in files.items()}
@@ -252,10 +254,19 @@ def check(spool_root: Path, history: History) -> Verdict:
         states = Counter(state.value for state, _f in files.values())
         reasons = Counter(f.reason for state, f in files.values() if state is State.DEAD)
         verdict.figures.update(
-            submits=len(history.of("invoke")), acknowledged=len(history.of("ok")), refused=len(history.of("fail")),
-            jobs=len(files), distinct_acked_jobs=len(acked), keys=len(told), done=states.get("done", 0),
-            dead=states.get("dead", 0), dead_reasons=dict(reasons), tmp_leftovers_before_sweep=len(leftovers),
-            swept=len(swept), max_attempt=max((f.attempt for _s, f in files.values()), default=0))
+            submits=len(history.of("invoke")),
+            acknowledged=len(history.of("ok")),
+            refused=len(history.of("fail")),
+            jobs=len(files),
+            distinct_acked_jobs=len(acked),
+            keys=len(told),
+            done=states.get("done", 0),
+            dead=states.get("dead", 0),
+            dead_reasons=dict(reasons),
+            tmp_leftovers_before_sweep=len(leftovers),
+            swept=len(swept),
+            max_attempt=max((f.attempt for _s, f in files.values()), default=0),
+        )
         refusals = Counter(e.get("error", "").split(":")[0] or f"exit {e.get('exit')}" for e in history.of("fail"))
         if refusals:
             verdict.figures["refusals"] = dict(refusals)
@@ -435,10 +446,27 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
     clients = []
     for n, path in enumerate(histories):
         with open(work / f"client-{n}.log", "wb") as log:
-            clients.append(subprocess.Popen(
-                [sys.executable, str(Path(__file__)), "client", str(spool_root), str(path), f"c{n}", str(run.seed),
-                 str(run.keys), str(stop_file), str(run.max_submits)],
-                cwd=ROOT, env={**os.environ, **env}, start_new_session=True, stdout=log, stderr=subprocess.STDOUT))
+            clients.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(Path(__file__)),
+                        "client",
+                        str(spool_root),
+                        str(path),
+                        f"c{n}",
+                        str(run.seed),
+                        str(run.keys),
+                        str(stop_file),
+                        str(run.max_submits),
+                    ],
+                    cwd=ROOT,
+                    env={**os.environ, **env},
+                    start_new_session=True,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     started = time.monotonic()
     timings: dict[str, float] = {}
     try:
@@ -457,16 +485,24 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
         acked = list(history.acknowledged())
         drain_started = time.monotonic()
         with Spool(spool_root) as sp:
+
             def drained() -> bool:
                 return all((sp.state(job_id) or _Missing).terminal for job_id in acked)
 
             stuck: list[str] = []
             try:
-                wait_until(drained, timeout=run.drain_seconds, interval=0.2,
-                           message=f"every acknowledged job to be terminal (seed {run.seed})")
+                wait_until(
+                    drained,
+                    timeout=run.drain_seconds,
+                    interval=0.2,
+                    message=f"every acknowledged job to be terminal (seed {run.seed})",
+                )
             except pytest.fail.Exception:  # reported below as a violation, with the jobs' states
-                stuck = [f"{job_id} {sp.state(job_id)} {sp.ledger.row(job_id)}" for job_id in acked
-                         if not (sp.state(job_id) or _Missing).terminal]
+                stuck = [
+                    f"{job_id} {sp.state(job_id)} {sp.ledger.row(job_id)}"
+                    for job_id in acked
+                    if not (sp.state(job_id) or _Missing).terminal
+                ]
                 nemesis.notice_crashes()
             timings["drain"] = time.monotonic() - drain_started
 
@@ -476,8 +512,9 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
                 from spool.recovery import list_folders
 
                 listing = list_folders(sp)
-                return sp.ledger.states() == {job_id: max(folders, key=ADVANCEMENT.__getitem__).value
-                                              for job_id, folders in listing.jobs.items()}
+                return sp.ledger.states() == {
+                    job_id: max(folders, key=ADVANCEMENT.__getitem__).value for job_id, folders in listing.jobs.items()
+                }
 
             try:
                 wait_until(converged, timeout=20, interval=0.25)
@@ -497,7 +534,7 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
         for log in sorted(procs.logs.glob("*.log")):
             text = log.read_text(errors="replace")
             if "Traceback" in text:
-                verdict.fail(f"{log.name}: a traceback: {text[text.index('Traceback'):][:1500]}")
+                verdict.fail(f"{log.name}: a traceback: {text[text.index('Traceback') :][:1500]}")
         if exits != Counter({0: run.clients}):
             verdict.fail(f"clients exited {dict(exits)}")
         left = orphans(tag.split("=", 1)[1])

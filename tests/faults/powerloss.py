@@ -322,14 +322,17 @@ class History:
             self.effects_of.append(mine)
 
     def durable(self, effect: NameEffect, cut: int) -> bool:
-        return any((op.kind == "fsync_dir" and op.dir == effect.dir) or op.kind == "syncfs"
-                   for op in self.ops[effect.op + 1:cut])
+        return any(
+            (op.kind == "fsync_dir" and op.dir == effect.dir) or op.kind == "syncfs"
+            for op in self.ops[effect.op + 1 : cut]
+        )
 
     def data_durable(self, inode: int, cut: int) -> bool:
         """The file's content was fsync'd after its creation (by name, or by a syncfs) before ``cut``."""
         created = self.data[inode][0]
-        return (any(created < at < cut for at in self.data_synced.get(inode, ()))
-                or any(op.kind == "syncfs" for op in self.ops[created + 1:cut]))
+        return any(created < at < cut for at in self.data_synced.get(inode, ())) or any(
+            op.kind == "syncfs" for op in self.ops[created + 1 : cut]
+        )
 
     def units(self, cut: int) -> list[Unit]:
         """The pieces a power cut after ``cut`` operations may lose."""
@@ -490,14 +493,18 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
             state, job_file = found
             if ack.kind in ("submit", "ingest"):
                 if job_file.job.key != ack.info["key"] or job_file.job.task != ack.info["task"]:
-                    problems.append(f"acknowledged {ack.kind} of {job_id}: key/task now "
-                                    f"{job_file.job.key!r}/{job_file.job.task!r}, was {ack.info['key']!r}/"
-                                    f"{ack.info['task']!r}")
+                    problems.append(
+                        f"acknowledged {ack.kind} of {job_id}: key/task now "
+                        f"{job_file.job.key!r}/{job_file.job.task!r}, was {ack.info['key']!r}/"
+                        f"{ack.info['task']!r}"
+                    )
             elif ack.kind == "claim":
                 if job_file.attempt < ack.info["attempt"] or job_file.tries < ack.info["tries"]:
-                    problems.append(f"counted try of {job_id} lost: attempt {job_file.attempt}, tries "
-                                    f"{job_file.tries}; the claim had counted attempt {ack.info['attempt']}, "
-                                    f"tries {ack.info['tries']}")
+                    problems.append(
+                        f"counted try of {job_id} lost: attempt {job_file.attempt}, tries "
+                        f"{job_file.tries}; the claim had counted attempt {ack.info['attempt']}, "
+                        f"tries {ack.info['tries']}"
+                    )
             elif ack.kind == "complete":
                 try:
                     result = (root / "results" / result_name(job_id)).read_bytes()
@@ -512,12 +519,15 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
 
                 recorded = read_fired(sp, ack.info["name"]).slot
                 if recorded is None or recorded < ack.info["slot"]:
-                    problems.append(f"acknowledged firing of schedule {ack.info['name']} lost: its record says "
-                                    f"{recorded}, the firing was of slot {ack.info['slot']}")
+                    problems.append(
+                        f"acknowledged firing of schedule {ack.info['name']} lost: its record says "
+                        f"{recorded}, the firing was of slot {ack.info['slot']}"
+                    )
             elif ack.kind == "fail" and ack.info["state"] == "dead":
                 if state is not State.DEAD or job_file.reason != "failed":
-                    problems.append(f"acknowledged move of {job_id} to dead lost: {state.value}, "
-                                    f"reason {job_file.reason!r}")
+                    problems.append(
+                        f"acknowledged move of {job_id} to dead lost: {state.value}, reason {job_file.reason!r}"
+                    )
     except Exception as err:  # recovery itself must survive every crash state
         frames = traceback.extract_tb(err.__traceback__)
         spool_frames = [f for f in frames if "/spool/" in f.filename or "/runner/" in f.filename] or frames
@@ -560,13 +570,16 @@ class ModelRun:
     violations: list[Violation] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{self.scenario}: {len(self.ops)} ops, {self.generated} crash states built, {self.checked} distinct "
-                f"checked ({self.with_losses} with unsynced losses), {len(self.violations)} violating, "
-                f"{self.seconds:.1f}s")
+        return (
+            f"{self.scenario}: {len(self.ops)} ops, {self.generated} crash states built, {self.checked} distinct "
+            f"checked ({self.with_losses} with unsynced losses), {len(self.violations)} violating, "
+            f"{self.seconds:.1f}s"
+        )
 
 
-def record(scenario: Scenario, workdir: Path, fs_class: type[RecordingFS] = RecordingFS
-           ) -> tuple[Snapshot, RecordingFS]:
+def record(
+    scenario: Scenario, workdir: Path, fs_class: type[RecordingFS] = RecordingFS
+) -> tuple[Snapshot, RecordingFS]:
     """Run the scenario once on a fresh spool, recording; return the spool before it, and the log."""
     from spool import Spool
 
@@ -585,9 +598,16 @@ def record(scenario: Scenario, workdir: Path, fs_class: type[RecordingFS] = Reco
     return snapshot, recorder
 
 
-def run_model(scenario: Scenario, workdir: Path, *, fs_class: type[RecordingFS] = RecordingFS,
-              max_drops: int = MAX_DROPS, strict_renames: bool = False, stop_after: int | None = None,
-              keep_failed: bool = False) -> ModelRun:
+def run_model(
+    scenario: Scenario,
+    workdir: Path,
+    *,
+    fs_class: type[RecordingFS] = RecordingFS,
+    max_drops: int = MAX_DROPS,
+    strict_renames: bool = False,
+    stop_after: int | None = None,
+    keep_failed: bool = False,
+) -> ModelRun:
     """Record the scenario, then replay, recover and check every distinct crash state it allows.
 
     ``stop_after``: stop once that many violating states were found (a bite test needs one).

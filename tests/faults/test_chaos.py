@@ -24,9 +24,7 @@ from support import Procs
 SEED = seed_from_env()
 
 
-@pytest.mark.parametrize(
-    "nemesis_seconds", [12.0, pytest.param(40.0, marks=pytest.mark.slow)], ids=["short", "40s"]
-)
+@pytest.mark.parametrize("nemesis_seconds", [12.0, pytest.param(40.0, marks=pytest.mark.slow)], ids=["short", "40s"])
 def test_chaos_history_holds(spool_dir: Path, tmp_path: Path, procs: Procs, nemesis_seconds: float) -> None:
     run = ChaosRun(seed=SEED, clients=4, workers=3, nemesis_seconds=nemesis_seconds, keys=300, max_submits=250)
     verdict, nemesis = run_chaos(spool_dir, tmp_path, procs, run)
@@ -43,12 +41,23 @@ def test_an_attempt_child_whose_worker_is_gone_ends_without_a_traceback() -> Non
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
     os.close(reply_r)  # the worker is gone: nobody will read the reply
-    config = dict(Child(import_modules=[], allow_shell=False, max_result_bytes=1024, sys_path=[])._config,
-                  parent_pid=os.getpid(), pythonpath=None, request_fd=request_r, reply_fd=reply_w)
+    config = dict(
+        Child(import_modules=[], allow_shell=False, max_result_bytes=1024, sys_path=[])._config,
+        parent_pid=os.getpid(),
+        pythonpath=None,
+        request_fd=request_r,
+        reply_fd=reply_w,
+    )
     try:
-        done = subprocess.run([sys.executable, "-m", "spool.runner.child", json.dumps(config)], check=False,
-                              pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "spool.runner.child", json.dumps(config)],
+            check=False,
+            pass_fds=(request_r, reply_w),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         for fd in (request_r, request_w, reply_w):
             os.close(fd)

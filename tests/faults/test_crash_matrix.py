@@ -139,8 +139,9 @@ def submit_keyless(sp: Spool, ctx: Ctx) -> None:
     sp.submit("echo", {"n": 1})
 
 
-def as_worker(then: Callable[[Spool, Lease], None] | None = None, *, liveness_lock: bool = True
-              ) -> Callable[[Spool, Ctx], None]:
+def as_worker(
+    then: Callable[[Spool, Lease], None] | None = None, *, liveness_lock: bool = True
+) -> Callable[[Spool, Ctx], None]:
     """Claim like ``spool worker`` (holding its liveness lock), then ``then``."""
 
     def act(sp: Spool, ctx: Ctx) -> None:
@@ -199,8 +200,9 @@ def resubmit_told(created: bool) -> Callable[[Spool, Ctx], None]:
 def _ours(sp: Spool, ctx: Ctx) -> list[str]:
     """Job files of the scenario's own jobs (not the bystanders), in any folder."""
     bystanders = {job_name(ctx["bystander"]), job_name(ctx["old"])}
-    return sorted(n for state in State for n in fs.list_dir(sp.layout.fd(state))
-                  if not n.startswith(".") and n not in bystanders)
+    return sorted(
+        n for state in State for n in fs.list_dir(sp.layout.fd(state)) if not n.startswith(".") and n not in bystanders
+    )
 
 
 def repaired(committed: bool) -> Callable[[Spool, Ctx], None]:
@@ -221,8 +223,9 @@ def resubmit_after_repair(sp: Spool, ctx: Ctx) -> None:
     assert sp.submit("echo", {"n": 1}, key="k") == job_id
     if ctx["survivors"]:
         assert ctx["survivors"] == [job_name(job_id)]
-    pending = [n for n in fs.list_dir(sp.layout.fd(State.PENDING))
-               if not n.startswith(".") and n != job_name(ctx["bystander"])]
+    pending = [
+        n for n in fs.list_dir(sp.layout.fd(State.PENDING)) if not n.startswith(".") and n != job_name(ctx["bystander"])
+    ]
     assert pending == [job_name(job_id)]
     _assert_clean(sp)
 
@@ -315,18 +318,45 @@ def _batch_scenarios(stage: int) -> list[Scenario]:
     mixed_renamed = (0, 1, 3)[stage]  # of three members, one of them unkeyed
     told = tuple(n >= keyed_renamed for n in range(2))
     return [
-        Scenario("keyed", submit_batch, retry=resubmit_batch_told(*told), expect=("done", "done"),
-                 check=one_job_per_batch_key),
-        Scenario("repaired", submit_batch, after_crash=batch_repaired(keyed_renamed),
-                 retry=resubmit_batch_after_repair, expect=("done", "done"), check=one_job_per_batch_key),
-        Scenario("waiting", submit_batch, setup=dependency, retry=resubmit_batch_told(*told),
-                 expect=("done", "done", "done"), check=one_job_per_batch_key),
+        Scenario(
+            "keyed",
+            submit_batch,
+            retry=resubmit_batch_told(*told),
+            expect=("done", "done"),
+            check=one_job_per_batch_key,
+        ),
+        Scenario(
+            "repaired",
+            submit_batch,
+            after_crash=batch_repaired(keyed_renamed),
+            retry=resubmit_batch_after_repair,
+            expect=("done", "done"),
+            check=one_job_per_batch_key,
+        ),
+        Scenario(
+            "waiting",
+            submit_batch,
+            setup=dependency,
+            retry=resubmit_batch_told(*told),
+            expect=("done", "done", "done"),
+            check=one_job_per_batch_key,
+        ),
         # Never told, and not resubmitted: exactly the members renamed before the kill are jobs
         # (the repair removes the reservations whose members never were).
-        Scenario("unkeyed-first", submit_batch_with_unkeyed(0), after_crash=batch_repaired(mixed_renamed),
-                 expect=("done",) * mixed_renamed, check=at_most_one_job_per_batch_key),
-        Scenario("unkeyed-last", submit_batch_with_unkeyed(2), after_crash=batch_repaired(mixed_renamed),
-                 expect=("done",) * mixed_renamed, check=at_most_one_job_per_batch_key),
+        Scenario(
+            "unkeyed-first",
+            submit_batch_with_unkeyed(0),
+            after_crash=batch_repaired(mixed_renamed),
+            expect=("done",) * mixed_renamed,
+            check=at_most_one_job_per_batch_key,
+        ),
+        Scenario(
+            "unkeyed-last",
+            submit_batch_with_unkeyed(2),
+            after_crash=batch_repaired(mixed_renamed),
+            expect=("done",) * mixed_renamed,
+            check=at_most_one_job_per_batch_key,
+        ),
     ]
 
 
@@ -432,8 +462,11 @@ def one_job_for_the_slot(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
 
 
 def _firing_scenarios() -> list[Scenario]:
-    return [Scenario("fired", coordinator_pass, setup=hourly_schedule, retry=fires_again_then_stops,
-                     check=one_job_for_the_slot)]
+    return [
+        Scenario(
+            "fired", coordinator_pass, setup=hourly_schedule, retry=fires_again_then_stops, check=one_job_for_the_slot
+        )
+    ]
 
 
 def fires_nothing_more_without_the_ledger(sp: Spool, ctx: Ctx) -> None:
@@ -467,27 +500,53 @@ INVALID_DROP = "task: echo\nargs: [not, a, mapping]\n"
 SCENARIOS: dict[str, list[Scenario]] = {
     "submit:after-key-check": [
         Scenario("keyed", submit_keyed, retry=resubmit_told(created=True), check=one_job_per_key),
-        Scenario("repaired", submit_keyed, after_crash=repaired(committed=False), retry=resubmit_after_repair,
-                 check=one_job_per_key),
+        Scenario(
+            "repaired",
+            submit_keyed,
+            after_crash=repaired(committed=False),
+            retry=resubmit_after_repair,
+            check=one_job_per_key,
+        ),
         Scenario("keyless", submit_keyless, expect=()),  # never committed, never told: no job
     ],
     "submit:after-key": [
         Scenario("keyed", submit_keyed, retry=resubmit_told(created=True), check=one_job_per_key),
-        Scenario("repaired", submit_keyed, after_crash=repaired(committed=False), retry=resubmit_after_repair,
-                 check=one_job_per_key),
+        Scenario(
+            "repaired",
+            submit_keyed,
+            after_crash=repaired(committed=False),
+            retry=resubmit_after_repair,
+            check=one_job_per_key,
+        ),
     ],
     "submit:after-commit": [
         Scenario("keyed", submit_keyed, retry=resubmit_told(created=False), check=one_job_per_key),
-        Scenario("repaired", submit_keyed, after_crash=repaired(committed=True), retry=resubmit_after_repair,
-                 check=one_job_per_key),
+        Scenario(
+            "repaired",
+            submit_keyed,
+            after_crash=repaired(committed=True),
+            retry=resubmit_after_repair,
+            check=one_job_per_key,
+        ),
         Scenario("keyless", submit_keyless),
-        Scenario("waiting", submit_keyed, setup=dependency, retry=resubmit_keyed, expect=("done", "done"),
-                 check=one_job_per_key),
+        Scenario(
+            "waiting",
+            submit_keyed,
+            setup=dependency,
+            retry=resubmit_keyed,
+            expect=("done", "done"),
+            check=one_job_per_key,
+        ),
     ],
     "submit:after-submit": [
         Scenario("keyed", submit_keyed, retry=resubmit_told(created=False), check=one_job_per_key),
-        Scenario("repaired", submit_keyed, after_crash=repaired(committed=True), retry=resubmit_after_repair,
-                 check=one_job_per_key),
+        Scenario(
+            "repaired",
+            submit_keyed,
+            after_crash=repaired(committed=True),
+            retry=resubmit_after_repair,
+            check=one_job_per_key,
+        ),
         Scenario("keyless", submit_keyless),
     ],
     "submit:batch-after-sync": _batch_scenarios(0),  # staged and synced, no key linked
@@ -531,8 +590,7 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "coordinator:after-expire": [
         Scenario("retried", coordinator_pass, setup=abandoned_lease()),
         Scenario("last-try", coordinator_pass, setup=abandoned_lease(max_tries=1), expect=("dead:expired",)),
-        Scenario("cancel-requested", coordinator_pass, setup=abandoned_lease(cancel=True),
-                 expect=("dead:cancelled",)),
+        Scenario("cancel-requested", coordinator_pass, setup=abandoned_lease(cancel=True), expect=("dead:cancelled",)),
     ],
     "coordinator:ingest-after-rename": [
         Scenario("valid", coordinator_pass, setup=drop(VALID_DROP), check=dropped_as("drop.yaml")),
@@ -543,12 +601,18 @@ SCENARIOS: dict[str, list[Scenario]] = {
         Scenario("failed", as_worker(fails), setup=echo_job(max_tries=1), expect=("dead:failed",)),
     ],
     "worker:result-aside-after-rename": [
-        Scenario("planted", as_worker(), setup=planted_result(), expect=("dead:invalid", "done"),
-                 check=planted_set_aside),
+        Scenario(
+            "planted", as_worker(), setup=planted_result(), expect=("dead:invalid", "done"), check=planted_set_aside
+        ),
     ],
     "coordinator:result-aside-after-rename": [
-        Scenario("planted", coordinator_pass, setup=planted_result(forget_row=True), expect=("dead:invalid", "done"),
-                 check=planted_set_aside),
+        Scenario(
+            "planted",
+            coordinator_pass,
+            setup=planted_result(forget_row=True),
+            expect=("dead:invalid", "done"),
+            check=planted_set_aside,
+        ),
     ],
     "worker:release-after-rename": [
         Scenario("released", as_worker(releases), setup=echo_job()),
@@ -586,8 +650,13 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "coordinator:fire-after-begin": _firing_scenarios(),
     "coordinator:fire-after-record": [
         *_firing_scenarios(),
-        Scenario("ledger-lost", coordinator_pass, setup=hourly_schedule, retry=fires_nothing_more_without_the_ledger,
-                 check=one_job_for_the_slot),
+        Scenario(
+            "ledger-lost",
+            coordinator_pass,
+            setup=hourly_schedule,
+            retry=fires_nothing_more_without_the_ledger,
+            check=one_job_for_the_slot,
+        ),
     ],
     "submit:run-after-record": _RUN_NOW,
     "serve:run-after-record": _RUN_NOW,
@@ -620,10 +689,15 @@ def test_every_scenario_names_a_real_point() -> None:
 
 
 @pytest.mark.parametrize(("point", "scenario"), list(_matrix()))
-def test_crash_point(point: str, scenario: Scenario | None, make_spool: Callable[[str], Path],
-                     recover: Callable[..., None], check_end_state: Callable[[Spool], dict[str, Any]],
-                     add_bystanders: Callable[[Spool], dict[str, str]],
-                     bystander_files: Callable[[Spool, Ctx], dict[str, bytes]]) -> None:
+def test_crash_point(
+    point: str,
+    scenario: Scenario | None,
+    make_spool: Callable[[str], Path],
+    recover: Callable[..., None],
+    check_end_state: Callable[[Spool], dict[str, Any]],
+    add_bystanders: Callable[[Spool], dict[str, str]],
+    bystander_files: Callable[[Spool, Ctx], dict[str, bytes]],
+) -> None:
     if scenario is None:
         pytest.fail(f"crash point {point} has no scenario: add one to SCENARIOS in {__file__}")
     root = make_spool("spool")
@@ -644,8 +718,9 @@ def test_crash_point(point: str, scenario: Scenario | None, make_spool: Callable
         assert bystander_files(sp, ctx) == before, "a bystander's files changed"
         assert jobs[ctx["bystander"]][0] is State.PENDING
         ours = {job_id: entry for job_id, entry in jobs.items() if job_id not in (ctx["bystander"], ctx["old"])}
-        outcomes = sorted(state.value if state is State.DONE else f"dead:{job_file.reason}"
-                          for state, job_file in ours.values())
+        outcomes = sorted(
+            state.value if state is State.DONE else f"dead:{job_file.reason}" for state, job_file in ours.values()
+        )
         assert tuple(outcomes) == scenario.expect, f"{point}/{scenario.name}: {ours}"
         if scenario.check is not None:
             scenario.check(sp, ctx, ours)
@@ -717,8 +792,12 @@ def _assert_fsck_clean(spool_cli: Callable[..., Any]) -> None:
 
 SUBMIT_POINTS = ["submit:after-key-check", "submit:after-key", "submit:after-commit", "submit:after-submit"]
 # No command submits a batch (submit_many is the Python API's): its points are crashed above only.
-BATCH_POINTS = ["submit:batch-after-sync", "submit:batch-after-keys", "submit:batch-after-commit",
-                "submit:batch-after-submit"]
+BATCH_POINTS = [
+    "submit:batch-after-sync",
+    "submit:batch-after-keys",
+    "submit:batch-after-commit",
+    "submit:batch-after-submit",
+]
 COMMITTED = ("submit:after-commit", "submit:after-submit")  # the job file is in pending/ at these
 RUN_POINTS = ["submit:run-after-record"]  # `spool schedule run`: its job made, then noted as the last firing
 
@@ -734,8 +813,7 @@ def test_every_point_of_submit_is_crashed_through_the_command_line() -> None:
     )
 
 
-def test_cli_schedule_run_killed_after_its_record(fast_spool: Path, spool_cli: Callable[..., Any],
-                                                  procs: Any) -> None:
+def test_cli_schedule_run_killed_after_its_record(fast_spool: Path, spool_cli: Callable[..., Any], procs: Any) -> None:
     """A real `spool schedule run` SIGKILLed once its job is durable and noted in the schedule's
     record: no id printed, one job, the record names it, and fsck is clean."""
     added = spool_cli("schedule", "add", "hourly", "echo", "--every", "1h", "-a", "n=1")
@@ -749,8 +827,9 @@ def test_cli_schedule_run_killed_after_its_record(fast_spool: Path, spool_cli: C
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)
-def test_cli_submit_killed_at_each_point_then_resubmitted(point: str, fast_spool: Path,
-                                                          spool_cli: Callable[..., Any], procs: Any) -> None:
+def test_cli_submit_killed_at_each_point_then_resubmitted(
+    point: str, fast_spool: Path, spool_cli: Callable[..., Any], procs: Any
+) -> None:
     """A real `spool submit` SIGKILLed at ``point``: no id printed, zero or one job, fsck --repair
     clean; the resubmit of the key prints the one job's id, which then runs once."""
     submit = ("submit", "echo", "--key", "cli-k", "-a", "n=1")
@@ -807,12 +886,14 @@ def test_cli_coordinator_killed_after_expire(fast_spool: Path, spool_cli: Callab
     _assert_fsck_clean(spool_cli)
 
 
-def test_cli_supervisor_restarts_a_worker_killed_mid_complete(fast_spool: Path, spool_cli: Callable[..., Any],
-                                                             procs: Any) -> None:
+def test_cli_supervisor_restarts_a_worker_killed_mid_complete(
+    fast_spool: Path, spool_cli: Callable[..., Any], procs: Any
+) -> None:
     """``spool run`` passes SPOOL_CRASH_AT to its first children only: a restart recovers."""
     job_id = spool_cli("submit", "echo", "-a", "n=1").stdout.strip()
-    procs.start("run", "--workers", "1", "--import", "examples.tasks", env=_crash_env("worker:complete-after-stage"),
-                name="run")
+    procs.start(
+        "run", "--workers", "1", "--import", "examples.tasks", env=_crash_env("worker:complete-after-stage"), name="run"
+    )
     wait_until(lambda: _finished(fast_spool, job_id), timeout=60, message=f"{job_id} to finish")
     # The crashed worker's staged result stays in tmp/ until the coordinator's next sweep.
     wait_until(lambda: not any((fast_spool / "tmp").iterdir()), timeout=30, message="the tmp/ sweep")

@@ -117,7 +117,7 @@ def ingest_and_check(bench: Bench, name: str, data: bytes) -> tuple[State, JobFi
     listing = list_folders(sp)
     new = {job_id: folders for job_id, folders in listing.jobs.items() if job_id not in before_jobs}
     assert len(new) == 1, f"one drop made {len(new)} jobs: {new}"
-    (job_id, folders), = new.items()
+    ((job_id, folders),) = new.items()
     assert len(folders) == 1
     state = folders[0]
     job_file = read_job(sp, state, job_id)
@@ -128,12 +128,19 @@ def ingest_and_check(bench: Bench, name: str, data: bytes) -> tuple[State, JobFi
     else:
         # Valid: the job is what the parser makes of the same bytes.
         loaded = load_yaml(data, max_bytes=sp.settings.max_job_bytes, source=name)
-        spec = Job.from_spec(cast(Any, loaded), job_id=job_id,
-                             default_max_tries=sp.settings.max_tries,
-                             default_timeout=sp.settings.default_timeout_seconds, where=name)
+        spec = Job.from_spec(
+            cast(Any, loaded),
+            job_id=job_id,
+            default_max_tries=sp.settings.max_tries,
+            default_timeout=sp.settings.default_timeout_seconds,
+            where=name,
+        )
         assert job_file.job == spec
-        assert state is (State.WAITING if set(spec.depends_on) - {b for b, s in bench.sentinels.items()
-                                                                   if s is State.DONE} else State.PENDING)
+        assert state is (
+            State.WAITING
+            if set(spec.depends_on) - {b for b, s in bench.sentinels.items() if s is State.DONE}
+            else State.PENDING
+        )
     assert bench.snapshot() == before, "a drop touched another job"
     report = fsck(sp)
     assert not report.violations, report.violations
@@ -148,19 +155,95 @@ def ingest_and_check(bench: Bench, name: str, data: bytes) -> tuple[State, JobFi
 
 # -- what hypothesis writes ------------------------------------------------------------------------
 
-TRAPS = ["yes", "no", "on", "off", "y", "n", "True", "0123", "0o17", "0x1F", "1_000", "1e3", "12:30:00", ".inf",
-         "-.inf", ".nan", "~", "null", "", "2026-01-01", "2026-11-30T12:00:00Z", "'quoted'", '"a\\0b"', '"\\x00"',
-         "!!python/object/apply:os.system ['true']", "!!str x", "!!binary aGk=", "!custom v", "&a [1]", "*a",
-         "[1, 2]", "{a: 1}", "{a: 1, a: 2}", "echo", "shell", "../../etc/passwd", "/etc/passwd", "-1", "1.5", "3",
-         "0", "1001", "|\n  block", ">\n  folded", "? complex", "[[[[[[[[[[", "'unterminated", "\t", "%YAML 1.1",
-         MISSING_ID]
-FIELDS = ["task", "key", "args", "priority", "max_tries", "timeout", "not_before", "depends_on", "spool_format", "id",
-          "attempt", "lease", "reason", "original", "unknown_field", "Task", "task ", "<<"]
-GOOD = {"task": "echo", "args": "{n: 1}", "priority": "0", "max_tries": "2", "timeout": "30",
-        "not_before": "2020-01-01T00:00:00Z", "depends_on": "[]", "spool_format": "1", "key": "fuzz-key"}
+TRAPS = [
+    "yes",
+    "no",
+    "on",
+    "off",
+    "y",
+    "n",
+    "True",
+    "0123",
+    "0o17",
+    "0x1F",
+    "1_000",
+    "1e3",
+    "12:30:00",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "~",
+    "null",
+    "",
+    "2026-01-01",
+    "2026-11-30T12:00:00Z",
+    "'quoted'",
+    '"a\\0b"',
+    '"\\x00"',
+    "!!python/object/apply:os.system ['true']",
+    "!!str x",
+    "!!binary aGk=",
+    "!custom v",
+    "&a [1]",
+    "*a",
+    "[1, 2]",
+    "{a: 1}",
+    "{a: 1, a: 2}",
+    "echo",
+    "shell",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "-1",
+    "1.5",
+    "3",
+    "0",
+    "1001",
+    "|\n  block",
+    ">\n  folded",
+    "? complex",
+    "[[[[[[[[[[",
+    "'unterminated",
+    "\t",
+    "%YAML 1.1",
+    MISSING_ID,
+]
+FIELDS = [
+    "task",
+    "key",
+    "args",
+    "priority",
+    "max_tries",
+    "timeout",
+    "not_before",
+    "depends_on",
+    "spool_format",
+    "id",
+    "attempt",
+    "lease",
+    "reason",
+    "original",
+    "unknown_field",
+    "Task",
+    "task ",
+    "<<",
+]
+GOOD = {
+    "task": "echo",
+    "args": "{n: 1}",
+    "priority": "0",
+    "max_tries": "2",
+    "timeout": "30",
+    "not_before": "2020-01-01T00:00:00Z",
+    "depends_on": "[]",
+    "spool_format": "1",
+    "key": "fuzz-key",
+}
 
-scalar_text = st.one_of(st.sampled_from(TRAPS), st.text(max_size=20).map(lambda t: t.replace("\n", " ")),
-                        st.integers(-10**20, 10**20).map(str))
+scalar_text = st.one_of(
+    st.sampled_from(TRAPS),
+    st.text(max_size=20).map(lambda t: t.replace("\n", " ")),
+    st.integers(-(10**20), 10**20).map(str),
+)
 
 
 @st.composite
@@ -173,9 +256,32 @@ def job_text(draw: st.DrawFn) -> str:
         name = draw(st.sampled_from(FIELDS))
         value = GOOD.get(name, "x") if draw(st.integers(0, 3)) == 0 else draw(scalar_text)
         if name == "depends_on" and draw(st.booleans()):
-            value = "[" + ", ".join(draw(st.lists(st.sampled_from(
-                ["../x", "../../etc/passwd", "a/b", ".hidden", "a\\0b", "'a\\x00b'", MISSING_ID, "''", "-x",
-                 "A" * 65]), min_size=1, max_size=3))) + "]"
+            value = (
+                "["
+                + ", ".join(
+                    draw(
+                        st.lists(
+                            st.sampled_from(
+                                [
+                                    "../x",
+                                    "../../etc/passwd",
+                                    "a/b",
+                                    ".hidden",
+                                    "a\\0b",
+                                    "'a\\x00b'",
+                                    MISSING_ID,
+                                    "''",
+                                    "-x",
+                                    "A" * 65,
+                                ]
+                            ),
+                            min_size=1,
+                            max_size=3,
+                        )
+                    )
+                )
+                + "]"
+            )
         if name == "id":
             value = draw(st.sampled_from(['"../../etc/passwd"', '"a\\0b"', '"a\\x00b"', new_id(), "../x", "'x/../y'"]))
         lines.append(f"{name}: {value}")
@@ -198,36 +304,48 @@ drop_bytes = st.one_of(
     st.binary(max_size=400),
     job_text().map(str.encode),
     st.tuples(job_text(), st.sampled_from(ENCODINGS), st.sampled_from(["", "café ü", "日本"])).map(
-        lambda t: (t[0] + f"\n# {t[2]}\n" if t[2] else t[0]).encode(t[1], errors="replace")),
+        lambda t: (t[0] + f"\n# {t[2]}\n" if t[2] else t[0]).encode(t[1], errors="replace")
+    ),
     st.tuples(st.integers(1, 3000), st.sampled_from(["flow-list", "flow-map", "block", "open"])).map(
-        lambda t: nested(*t)),
+        lambda t: nested(*t)
+    ),
     st.integers(65536 - 40, 65536 + 40).map(lambda n: b"task: echo\nargs: {s: '" + b"x" * (n - 26) + b"'}\n"),
-    st.sampled_from([
-        b"task: echo\ntask: sleep\n",  # duplicate keys
-        b"task: echo\nargs: {a: 1, a: 2}\n",
-        b"task: echo\nargs: &a {x: 1}\nkey: *a\n",  # anchors and aliases
-        b"a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n",  # an alias bomb's seed
-        b"!!python/object/apply:os.system ['true']\n",
-        b"task: !!python/name:os.system echo\n",
-        b"task: echo\nargs: !!map {a: 1}\n",
-        b"task: echo\nargs: {a: !custom 1}\n",
-        b"task: echo\n---\ntask: echo\n",  # two documents
-        b"%YAML 1.1\n---\ntask: echo\n",
-        b"task: echo\nid: ../../etc/passwd\n",
-        b'task: echo\nid: "01ARZ3NDEKTSV4RRFFQ69G5F\\0V"\n',
-        b"task: echo\nkey: a\x00b\n",
-        b"task: echo\ndepends_on: [../../tmp/x]\n",
-        b"task: echo\ndepends_on: ../x\n",
-        b"task: echo\nargs: {when: 2026-01-01, octal: 0123, flag: on}\n",
-        b"\xef\xbb\xbftask: echo\n",
-        b"\xff\xfet\x00a\x00s\x00k\x00:\x00 \x00e\x00c\x00h\x00o\x00\n\x00",
-    ]),
+    st.sampled_from(
+        [
+            b"task: echo\ntask: sleep\n",  # duplicate keys
+            b"task: echo\nargs: {a: 1, a: 2}\n",
+            b"task: echo\nargs: &a {x: 1}\nkey: *a\n",  # anchors and aliases
+            b"a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n",  # an alias bomb's seed
+            b"!!python/object/apply:os.system ['true']\n",
+            b"task: !!python/name:os.system echo\n",
+            b"task: echo\nargs: !!map {a: 1}\n",
+            b"task: echo\nargs: {a: !custom 1}\n",
+            b"task: echo\n---\ntask: echo\n",  # two documents
+            b"%YAML 1.1\n---\ntask: echo\n",
+            b"task: echo\nid: ../../etc/passwd\n",
+            b'task: echo\nid: "01ARZ3NDEKTSV4RRFFQ69G5F\\0V"\n',
+            b"task: echo\nkey: a\x00b\n",
+            b"task: echo\ndepends_on: [../../tmp/x]\n",
+            b"task: echo\ndepends_on: ../x\n",
+            b"task: echo\nargs: {when: 2026-01-01, octal: 0123, flag: on}\n",
+            b"\xef\xbb\xbftask: echo\n",
+            b"\xff\xfet\x00a\x00s\x00k\x00:\x00 \x00e\x00c\x00h\x00o\x00\n\x00",
+        ]
+    ),
 )
 
-drop_names = st.text(alphabet=st.characters(exclude_characters="/\x00", exclude_categories=["Cs"]),
-                     min_size=1, max_size=40).map(lambda t: t + ".yaml").filter(
-    lambda n: not n.startswith(".") and not n.endswith(".tmp") and len(n.encode()) < 250
-    and not (len(n) == 31 and all(c in _ALPHABET for c in n[:26])))
+drop_names = (
+    st.text(alphabet=st.characters(exclude_characters="/\x00", exclude_categories=["Cs"]), min_size=1, max_size=40)
+    .map(lambda t: t + ".yaml")
+    .filter(
+        lambda n: (
+            not n.startswith(".")
+            and not n.endswith(".tmp")
+            and len(n.encode()) < 250
+            and not (len(n) == 31 and all(c in _ALPHABET for c in n[:26]))
+        )
+    )
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -313,9 +431,18 @@ def test_special_files_dropped_beside_a_running_coordinator(spool_dir: Path, tmp
     (pending / "not-yaml.json").write_bytes(b'{"task": "echo"}')
     (pending / "unreadable.yaml").write_bytes(b"task: echo\n")
     os.chmod(pending / "unreadable.yaml", 0)
-    invalid = {"to-passwd.yaml", "to-another-job.yaml", "to-another-job-via-parent.yaml", "dangling.yaml",
-               "to-a-folder.yaml", "a-fifo.yaml", "a-socket.yaml", "a-folder.yaml", "hard-link-to-another-job.yaml",
-               "hard-link-outside.yaml"}
+    invalid = {
+        "to-passwd.yaml",
+        "to-another-job.yaml",
+        "to-another-job-via-parent.yaml",
+        "dangling.yaml",
+        "to-a-folder.yaml",
+        "a-fifo.yaml",
+        "a-socket.yaml",
+        "a-folder.yaml",
+        "hard-link-to-another-job.yaml",
+        "hard-link-outside.yaml",
+    }
     valid = {"new\nline.yaml", "ünïcødé.yaml", "no-suffix", "not-yaml.json", "unreadable.yaml"}  # root reads 0000
 
     try:
@@ -351,8 +478,9 @@ def test_special_files_dropped_beside_a_running_coordinator(spool_dir: Path, tmp
         assert "root:" not in (job_file.original or ""), f"{name}: /etc/passwd was read through a link"
     for name in valid:
         assert outcomes[name][0] == [State.PENDING], name
-    assert {p.name: p.read_bytes() for p in [pending / f"{victim}.yaml", spool_dir / "keys" / key_name("victim")]} \
-        == before
+    assert {
+        p.name: p.read_bytes() for p in [pending / f"{victim}.yaml", spool_dir / "keys" / key_name("victim")]
+    } == before
     assert Path("/etc/passwd").read_bytes() == passwd
     assert outside.read_bytes() == b"task: echo\n" and os.stat(outside).st_nlink == 1
     assert "Traceback" not in procs.output()
@@ -376,8 +504,20 @@ def _submit_file(spool_dir: Path, path: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1, f"not one line: {done.stderr!r}"
 
 
-@pytest.mark.parametrize("what", ["random bytes", "utf-16", "very deep nesting", "over the size limit", "alias bomb",
-                                  "python tag", "NUL in id", "depends_on traversal", "depends_on missing"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "random bytes",
+        "utf-16",
+        "very deep nesting",
+        "over the size limit",
+        "alias bomb",
+        "python tag",
+        "NUL in id",
+        "depends_on traversal",
+        "depends_on missing",
+    ],
+)
 def test_submit_f_refuses_hostile_files_with_one_line(spool_dir: Path, tmp_path: Path, what: str) -> None:
     sp = Spool(spool_dir, environ={})
     victim = sp.submit("echo", {}, key="victim")
@@ -399,8 +539,9 @@ def test_submit_f_through_a_symlink_to_passwd_is_a_clear_error(spool_dir: Path, 
     assert "Traceback" not in done.stderr
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=drop_bytes)
 def test_submit_f_fuzzed(spool_dir: Path, tmp_path: Path, data: bytes) -> None:
     path = tmp_path / f"job-{hashlib.sha256(data).hexdigest()[:12]}.yaml"

@@ -107,12 +107,23 @@ def _resubmit_batch(sp: Spool, ctx: Ctx) -> None:
 TRANSITIONS = [
     Transition("submit", lambda sp, ctx: None, _submit, _resubmit, frozenset({"done"})),
     Transition("submit_many", lambda sp, ctx: None, _submit_batch, _resubmit_batch, frozenset({"done"})),
-    Transition("claim", _target(3), _as_worker(lambda sp, ctx: claim(sp, WORKER, ["echo"])), _no_retry,
-               frozenset({"done"})),
-    Transition("complete", _claimed(3), _as_worker(lambda sp, ctx: complete(sp, ctx["lease"], b'{"by": "w-io"}')),
-               _no_retry, frozenset({"done"})),
-    Transition("fail", _claimed(1), _as_worker(lambda sp, ctx: fail(sp, ctx["lease"], "RuntimeError: boom")),
-               _no_retry, frozenset({"dead:failed", "dead:expired"})),
+    Transition(
+        "claim", _target(3), _as_worker(lambda sp, ctx: claim(sp, WORKER, ["echo"])), _no_retry, frozenset({"done"})
+    ),
+    Transition(
+        "complete",
+        _claimed(3),
+        _as_worker(lambda sp, ctx: complete(sp, ctx["lease"], b'{"by": "w-io"}')),
+        _no_retry,
+        frozenset({"done"}),
+    ),
+    Transition(
+        "fail",
+        _claimed(1),
+        _as_worker(lambda sp, ctx: fail(sp, ctx["lease"], "RuntimeError: boom")),
+        _no_retry,
+        frozenset({"dead:failed", "dead:expired"}),
+    ),
 ]
 
 
@@ -120,8 +131,11 @@ Prepare = Callable[[str, Transition], tuple[Spool, Ctx, dict[str, bytes]]]
 
 
 @pytest.fixture
-def prepare(make_spool: Callable[[str], Path], add_bystanders: Callable[[Spool], dict[str, str]],
-            bystander_files: Callable[[Spool, Ctx], dict[str, bytes]]) -> Prepare:
+def prepare(
+    make_spool: Callable[[str], Path],
+    add_bystanders: Callable[[Spool], dict[str, str]],
+    bystander_files: Callable[[Spool, Ctx], dict[str, bytes]],
+) -> Prepare:
     """A fresh spool named ``name`` with the bystanders and the transition's setup done; returns
     the open Spool, the context and the bystanders' files."""
 
@@ -170,8 +184,9 @@ def _check_nothing_torn(sp: Spool) -> None:
             job_id = name.removesuffix(".yaml")
             read_job(sp, state, job_id)  # InvalidJob for a torn or half-written file
             if job_id in seen:
-                assert (seen[job_id], state.value) in (("leased", "done"), ("leased", "dead")), \
+                assert (seen[job_id], state.value) in (("leased", "done"), ("leased", "dead")), (
                     f"{job_id} in {seen[job_id]} and {state.value}"
+                )
             seen[job_id] = state.value
     for name in fs.list_dir(sp.layout.fd("results")):
         json.loads(fs.read_file(sp.layout.fd("results"), name, 1 << 20))
@@ -184,10 +199,14 @@ def _check_nothing_torn(sp: Spool) -> None:
 
 @pytest.mark.parametrize("error_name", sorted(ERRORS))
 @pytest.mark.parametrize("transition", TRANSITIONS, ids=[t.name for t in TRANSITIONS])
-def test_each_risky_call_fails_cleanly(transition: Transition, error_name: str, prepare: Prepare,
-                                      recover: Callable[..., None],
-                                      check_end_state: Callable[[Spool], dict[str, Any]],
-                                      bystander_files: Callable[[Spool, Ctx], dict[str, bytes]]) -> None:
+def test_each_risky_call_fails_cleanly(
+    transition: Transition,
+    error_name: str,
+    prepare: Prepare,
+    recover: Callable[..., None],
+    check_end_state: Callable[[Spool], dict[str, Any]],
+    bystander_files: Callable[[Spool, Ctx], dict[str, bytes]],
+) -> None:
     error = ERRORS[error_name]
     calls = len(_risky_calls(prepare, transition))
     for k in range(1, calls + 1):
@@ -232,22 +251,32 @@ def test_fault_injection_reaches_every_kind(prepare: Prepare) -> None:
 def _injected_spool(root: Path, *args: str, spec: str) -> subprocess.CompletedProcess[str]:
     """``spool ARGS`` in a process whose FAULTFS_FAIL=spec call fails (see inject_faults.py)."""
     code = "import tests.faults.inject_faults; from spool.cli.main import main; main()"
-    return subprocess.run([sys.executable, "-c", code, "--spool", str(root), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, env={**os.environ, "FAULTFS_FAIL": spec})
+    return subprocess.run(
+        [sys.executable, "-c", code, "--spool", str(root), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "FAULTFS_FAIL": spec},
+    )
 
 
-@pytest.mark.parametrize(("spec", "exit_code", "words", "committed"), [
-    ("write:1:ENOSPC", 75, "no space left", False),
-    ("rename:1:ENOSPC", 75, "no space left", False),
-    ("write:1:EIO", 1, "Input/output error", False),
-    ("fsync:1:EIO", 1, "Input/output error", False),
-    # The folder's fsync after the commit: the job file is in pending/ but not known durable, so
-    # the caller is told the submit failed (as after a crash there, a key makes a retry safe). A
-    # failed fsync is final whatever its errno: DurabilityError, exit 1.
-    ("fsync:2:ENOSPC", 1, "fsync", True),
-])
-def test_cli_submit_says_why_it_failed(spec: str, exit_code: int, words: str, committed: bool,
-                                       fast_spool: Path) -> None:
+@pytest.mark.parametrize(
+    ("spec", "exit_code", "words", "committed"),
+    [
+        ("write:1:ENOSPC", 75, "no space left", False),
+        ("rename:1:ENOSPC", 75, "no space left", False),
+        ("write:1:EIO", 1, "Input/output error", False),
+        ("fsync:1:EIO", 1, "Input/output error", False),
+        # The folder's fsync after the commit: the job file is in pending/ but not known durable, so
+        # the caller is told the submit failed (as after a crash there, a key makes a retry safe). A
+        # failed fsync is final whatever its errno: DurabilityError, exit 1.
+        ("fsync:2:ENOSPC", 1, "fsync", True),
+    ],
+)
+def test_cli_submit_says_why_it_failed(
+    spec: str, exit_code: int, words: str, committed: bool, fast_spool: Path
+) -> None:
     done = _injected_spool(fast_spool, "submit", "echo", "-a", "n=1", spec=spec)
     assert done.returncode == exit_code, done.stderr
     assert done.stdout == "", "an id was printed for a submit that failed"
@@ -261,8 +290,9 @@ def test_cli_submit_says_why_it_failed(spec: str, exit_code: int, words: str, co
 
 
 def _spool(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SPOOL_CMD, "--spool", str(root), *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60)
+    return subprocess.run(
+        [*SPOOL_CMD, "--spool", str(root), *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
 
 @pytest.mark.parametrize("ledger_open", [False, True], ids=["alone", "beside-a-coordinator"])
@@ -285,7 +315,8 @@ def test_real_full_disk_refuses_submit_with_75_and_stays_clean(small_disk: Path,
     assert full.stderr.count("\n") == 1 and "no space" in full.stderr.lower(), full.stderr
     assert "Traceback" not in full.stderr
     assert [p.name for p in (root / "pending").iterdir() if not p.name.startswith(".")] == [
-        f"{first.stdout.strip()}.yaml"]
+        f"{first.stdout.strip()}.yaml"
+    ]
     assert not any((root / "keys").iterdir()), "a key was reserved for a refused submit"
     assert not any((root / "tmp").iterdir()), "a staging file was left behind"
 
@@ -328,15 +359,28 @@ def _one_error_line(output: str, role: str, pid: int) -> None:
     assert f"{role}[{pid}] ERROR" in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(("nth_fsync", "outcomes"), [(1, ["lost", "done"]), (3, ["expired", "done"])],
-                         ids=["claim-fsync", "result-fsync"])
-def test_worker_exits_1_when_an_fsync_fails(nth_fsync: int, outcomes: list[str], fast_spool: Path, procs: Any,
-                                            check_end_state: Callable[[Spool], dict[str, Any]]) -> None:
+@pytest.mark.parametrize(
+    ("nth_fsync", "outcomes"), [(1, ["lost", "done"]), (3, ["expired", "done"])], ids=["claim-fsync", "result-fsync"]
+)
+def test_worker_exits_1_when_an_fsync_fails(
+    nth_fsync: int,
+    outcomes: list[str],
+    fast_spool: Path,
+    procs: Any,
+    check_end_state: Callable[[Spool], dict[str, Any]],
+) -> None:
     """fsync 1 is the claim's counted try, fsync 3 the staged result (see the recording test)."""
     with Spool(fast_spool, environ={}) as sp:
         job_id = sp.submit("echo", {"n": 1})
-    worker = procs.start("worker", "--import", "tests.faults.inject_faults", "--import", "examples.tasks",
-                         env=_injected(f"fsync:{nth_fsync}:EIO"), name="faulty-worker")
+    worker = procs.start(
+        "worker",
+        "--import",
+        "tests.faults.inject_faults",
+        "--import",
+        "examples.tasks",
+        env=_injected(f"fsync:{nth_fsync}:EIO"),
+        name="faulty-worker",
+    )
     assert worker.wait(timeout=60) == 1
     _one_error_line(procs.output(), "worker", worker.pid)
 
@@ -347,15 +391,26 @@ def test_worker_exits_1_when_an_fsync_fails(nth_fsync: int, outcomes: list[str],
         assert [record.outcome for record in job_file.attempts] == outcomes
 
 
-def test_coordinator_exits_1_when_an_fsync_fails(fast_spool: Path, procs: Any,
-                                                 check_end_state: Callable[[Spool], dict[str, Any]]) -> None:
+def test_coordinator_exits_1_when_an_fsync_fails(
+    fast_spool: Path, procs: Any, check_end_state: Callable[[Spool], dict[str, Any]]
+) -> None:
     (fast_spool / "pending" / "drop.yaml").write_text("task: echo\nargs: {n: 1}\n")
     log = open(procs.logs / "faulty-coordinator.log", "wb")
     coordinator = subprocess.Popen(
-        [sys.executable, "-c", "import tests.faults.inject_faults; from spool.cli.main import main; main()",
-         "--spool", str(fast_spool), "coordinator"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-        env={**os.environ, **_injected("fsync:1:EIO")})
+        [
+            sys.executable,
+            "-c",
+            "import tests.faults.inject_faults; from spool.cli.main import main; main()",
+            "--spool",
+            str(fast_spool),
+            "coordinator",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+        env={**os.environ, **_injected("fsync:1:EIO")},
+    )
     log.close()
     procs.started.append(coordinator)  # killed at teardown with the others
     assert coordinator.wait(timeout=60) == 1

@@ -151,8 +151,12 @@ class Model:
         job.ready = not waiting
         job.tries, job.reason, job.skipped_because = 0, None, None
         for child in self.jobs.values():
-            if job_id in child.deps and child.state is State.DEAD and child.reason == "skipped" \
-                    and child.skipped_because == job_id:
+            if (
+                job_id in child.deps
+                and child.state is State.DEAD
+                and child.reason == "skipped"
+                and child.skipped_because == job_id
+            ):
                 self.requeued(child.id)
 
     def advance(self, job_id: str) -> State | None:
@@ -223,8 +227,11 @@ class SpoolMachine(RuleBasedStateMachine):
             self._add(self.sp.submit("echo", {}, max_tries=max_tries), None, max_tries, ())
 
     @precondition(lambda self: len(self.model.jobs) < MAX_JOBS)
-    @rule(key=st.one_of(st.none(), st.sampled_from(KEYS)), max_tries=st.integers(1, 3),
-          deps=st.lists(st.integers(0, 100), max_size=2))
+    @rule(
+        key=st.one_of(st.none(), st.sampled_from(KEYS)),
+        max_tries=st.integers(1, 3),
+        deps=st.lists(st.integers(0, 100), max_size=2),
+    )
     def submit(self, key: str | None, max_tries: int, deps: list[int]) -> None:
         ids = list(self.model.jobs)
         dep_ids = tuple(dict.fromkeys(_pick(ids, d) for d in deps)) if ids else ()
@@ -235,14 +242,20 @@ class SpoolMachine(RuleBasedStateMachine):
         self._add(job_id, key, max_tries, dep_ids)
 
     @precondition(lambda self: len(self.model.jobs) < MAX_JOBS)
-    @rule(members=st.lists(st.tuples(st.one_of(st.none(), st.sampled_from(KEYS)), st.integers(1, 3)),
-                           min_size=1, max_size=3), deps=st.lists(st.integers(0, 100), max_size=2))
+    @rule(
+        members=st.lists(
+            st.tuples(st.one_of(st.none(), st.sampled_from(KEYS)), st.integers(1, 3)), min_size=1, max_size=3
+        ),
+        deps=st.lists(st.integers(0, 100), max_size=2),
+    )
     def submit_batch(self, members: list[tuple[str | None, int]], deps: list[int]) -> None:
         """submit_many: in input order, a key seen before (or repeated in the batch) answers with its one job."""
         ids = list(self.model.jobs)
         dep_ids = tuple(dict.fromkeys(_pick(ids, d) for d in deps)) if ids else ()
-        specs = [self.sp.spec("echo", {"n": len(ids) + n}, key=key, max_tries=max_tries, depends_on=dep_ids)
-                 for n, (key, max_tries) in enumerate(members)]
+        specs = [
+            self.sp.spec("echo", {"n": len(ids) + n}, key=key, max_tries=max_tries, depends_on=dep_ids)
+            for n, (key, max_tries) in enumerate(members)
+        ]
         answers = self.sp.submit_many(specs)
         assert len(answers) == len(members)
         for (key, max_tries), answer in zip(members, answers):
@@ -255,8 +268,9 @@ class SpoolMachine(RuleBasedStateMachine):
     def _add(self, job_id: str, key: str | None, max_tries: int, dep_ids: tuple[str, ...]) -> None:
         assert job_id not in self.model.jobs
         waiting = any(self.model.jobs[dep].state is not State.DONE for dep in dep_ids)
-        self.model.jobs[job_id] = MJob(job_id, key, max_tries, dep_ids, State.WAITING if waiting else State.PENDING,
-                                       ready=not waiting)
+        self.model.jobs[job_id] = MJob(
+            job_id, key, max_tries, dep_ids, State.WAITING if waiting else State.PENDING, ready=not waiting
+        )
         if key is not None:
             self.model.keys[key] = job_id
 
@@ -309,8 +323,9 @@ class SpoolMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 100))
     def second_claimer_loses(self, index: int) -> None:
         """A claimer whose (stale) ledger row pointed at a job someone else already took or that is not ready."""
-        job_id = _pick(sorted(j.id for j in self.model.jobs.values() if j.state is not State.PENDING or not j.ready),
-                       index)
+        job_id = _pick(
+            sorted(j.id for j in self.model.jobs.values() if j.state is not State.PENDING or not j.ready), index
+        )
         lock = acquire(self.sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
         assert lock is not None
         with lock:
@@ -424,14 +439,18 @@ class SpoolMachine(RuleBasedStateMachine):
     # -- a transition split at a crash point -------------------------------------------------
 
     @precondition(lambda self: len(self.model.jobs) < MAX_JOBS)
-    @rule(step=st.sampled_from(["after-key-check", "after-key", "after-commit", "after-submit"]),
-          max_tries=st.integers(1, 3))
+    @rule(
+        step=st.sampled_from(["after-key-check", "after-key", "after-commit", "after-submit"]),
+        max_tries=st.integers(1, 3),
+    )
     def crash_submit(self, step: str, max_tries: int) -> None:
         self._crash_submit(f"submit:{step}", step, max_tries)
 
     @precondition(lambda self: len(self.model.jobs) < MAX_JOBS - 1)
-    @rule(step=st.sampled_from(["batch-after-keys", "batch-after-commit", "batch-after-submit"]),
-          max_tries=st.integers(1, 3))
+    @rule(
+        step=st.sampled_from(["batch-after-keys", "batch-after-commit", "batch-after-submit"]),
+        max_tries=st.integers(1, 3),
+    )
     def crash_batch(self, step: str, max_tries: int) -> None:
         """submit_many of two new keys (and a repeat), killed before, between or after its renames."""
         keys = [f"crash-{len(self.model.jobs)}-{step}-{n}" for n in range(2)]
@@ -462,8 +481,20 @@ class SpoolMachine(RuleBasedStateMachine):
             self._recover(job_id)
 
     @precondition(lambda self: self.model.leases)
-    @rule(step=st.sampled_from(["complete-after-stage", "after-result", "complete-after-move", "fail-after-rename",
-                                "bury-after-rename", "after-fail", "release-after-rename"]), index=st.integers(0, 100))
+    @rule(
+        step=st.sampled_from(
+            [
+                "complete-after-stage",
+                "after-result",
+                "complete-after-move",
+                "fail-after-rename",
+                "bury-after-rename",
+                "after-fail",
+                "release-after-rename",
+            ]
+        ),
+        index=st.integers(0, 100),
+    )
     def crash_lease_move(self, step: str, index: int) -> None:
         self._crash_lease_move(f"worker:{step}", step, self._lease(index))
 
@@ -607,8 +638,9 @@ class SpoolMachine(RuleBasedStateMachine):
         for job in model.jobs.values():
             assert listing.jobs[job.id] == [job.state], f"{job.id}: in {listing.jobs[job.id]}, model {job.state}"
             job_file = read_job(sp, job.state, job.id)
-            assert (job_file.tries, job_file.attempt) == (job.tries, job.attempt), \
+            assert (job_file.tries, job_file.attempt) == (job.tries, job.attempt), (
                 f"{job.id}: tries/attempt {job_file.tries}/{job_file.attempt}, model {job.tries}/{job.attempt}"
+            )
             assert job_file.tries <= job_file.job.max_tries
             assert job_file.attempt >= self.seen_attempts.get(job.id, 0), "attempt went backwards"
             self.seen_attempts[job.id] = job_file.attempt
@@ -644,8 +676,9 @@ class _raises:
         return issubclass(kind, self.kind)
 
 
-SpoolMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None,
-                                          suppress_health_check=[HealthCheck.too_slow])
+SpoolMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 TestSpoolModel = SpoolMachine.TestCase
 
 
@@ -668,38 +701,69 @@ SUBMIT: tuple[str, dict[str, object]] = ("submit", {"key": None, "max_tries": 3,
 
 
 def test_two_claimers_race_for_one_job(machine: SpoolMachine) -> None:
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}), ("second_claimer_loses", {"index": 0}),
-           ("claim", {"worker": "w2", "count": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("second_claimer_loses", {"index": 0}),
+        ("claim", {"worker": "w2", "count": 1}),
+    )
     assert [lease.worker for lease in machine.model.leases] == ["w1"]
 
 
 def test_an_expiry_of_an_older_attempt_is_refused(machine: SpoolMachine) -> None:
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}), ("expire", {"index": 0, "older": 0}),
-           ("make_ready", {"index": 0}), ("claim", {"worker": "w2", "count": 1}),
-           ("expire", {"index": 0, "older": 1}), ("complete", {"index": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("expire", {"index": 0, "older": 0}),
+        ("make_ready", {"index": 0}),
+        ("claim", {"worker": "w2", "count": 1}),
+        ("expire", {"index": 0, "older": 1}),
+        ("complete", {"index": 1}),
+    )
     assert machine.model.jobs[machine.model.leases[-1].job_id].state is State.DONE
 
 
 def test_a_completion_racing_a_cancel_request_wins(machine: SpoolMachine) -> None:
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}), ("cancel", {"index": 0}),
-           ("complete", {"index": 1}), ("cancel", {"index": 0}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("cancel", {"index": 0}),
+        ("complete", {"index": 1}),
+        ("cancel", {"index": 0}),
+    )
     assert [job.state for job in machine.model.jobs.values()] == [State.DONE]
 
 
 def test_a_late_completion_after_cancel_leased_is_refused(machine: SpoolMachine) -> None:
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}), ("cancel", {"index": 0}),
-           ("cancel_leased", {"index": 1}), ("complete", {"index": 0}), ("requeue", {"index": 0}),
-           ("claim", {"worker": "w2", "count": 1}), ("complete", {"index": 0}), ("complete", {"index": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("cancel", {"index": 0}),
+        ("cancel_leased", {"index": 1}),
+        ("complete", {"index": 0}),
+        ("requeue", {"index": 0}),
+        ("claim", {"worker": "w2", "count": 1}),
+        ("complete", {"index": 0}),
+        ("complete", {"index": 1}),
+    )
     assert [(job.state, job.attempt) for job in machine.model.jobs.values()] == [(State.DONE, 2)]
 
 
 @pytest.mark.parametrize("move", ["complete", "fail", "release", "cancel_leased"])
 def test_a_slow_workers_late_move_is_refused(machine: SpoolMachine, move: str) -> None:
     """Seed checklist: a slow worker finishes after its lease expired while a second worker holds the job."""
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}),
-           ("lease_expires_and_another_worker_takes_it", {"index": 1}),
-           (move, {"index": 0, **({"reject": False} if move == "fail" else {})}),
-           ("complete", {"index": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("lease_expires_and_another_worker_takes_it", {"index": 1}),
+        (move, {"index": 0, **({"reject": False} if move == "fail" else {})}),
+        ("complete", {"index": 1}),
+    )
     first, second = machine.model.leases
     assert (first.attempt, second.attempt) == (1, 2)
     assert machine.model.jobs[first.job_id].state is State.DONE
@@ -708,54 +772,116 @@ def test_a_slow_workers_late_move_is_refused(machine: SpoolMachine, move: str) -
 
 @pytest.mark.parametrize("step", ["batch-after-keys", "batch-after-commit", "batch-after-submit"])
 def test_a_batch_split_at_its_crash_point_then_run(machine: SpoolMachine, step: str) -> None:
-    _steps(machine, SUBMIT, ("submit_batch", {"members": [("key-0", 1), (None, 2), ("key-0", 3)], "deps": [0]}),
-           ("crash_batch", {"step": step, "max_tries": 1}), ("claim", {"worker": "w1", "count": 3}),
-           ("complete", {"index": 0}), ("complete", {"index": 1}), ("complete", {"index": 2}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("submit_batch", {"members": [("key-0", 1), (None, 2), ("key-0", 3)], "deps": [0]}),
+        ("crash_batch", {"step": step, "max_tries": 1}),
+        ("claim", {"worker": "w1", "count": 3}),
+        ("complete", {"index": 0}),
+        ("complete", {"index": 1}),
+        ("complete", {"index": 2}),
+    )
     assert len(machine.model.jobs) == 5 and len(machine.model.keys) == 3
 
 
 @pytest.mark.parametrize("step", ["claim-after-rename", "after-claim"])
 def test_a_claim_split_at_its_crash_point(machine: SpoolMachine, step: str) -> None:
-    _steps(machine, SUBMIT, ("crash_claim", {"step": step}), ("expire", {"index": 0, "older": 0}),
-           ("make_ready", {"index": 0}), ("claim", {"worker": "w1", "count": 1}), ("complete", {"index": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("crash_claim", {"step": step}),
+        ("expire", {"index": 0, "older": 0}),
+        ("make_ready", {"index": 0}),
+        ("claim", {"worker": "w1", "count": 1}),
+        ("complete", {"index": 1}),
+    )
 
 
 def test_a_claim_killed_after_its_first_heartbeat(machine: SpoolMachine) -> None:
-    _steps(machine, SUBMIT, ("crash_claim_after_heartbeat", {}), ("claim", {"worker": "w1", "count": 1}),
-           ("complete", {"index": 0}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("crash_claim_after_heartbeat", {}),
+        ("claim", {"worker": "w1", "count": 1}),
+        ("complete", {"index": 0}),
+    )
 
 
-@pytest.mark.parametrize("step", ["complete-after-stage", "after-result", "complete-after-move", "fail-after-rename",
-                                  "bury-after-rename", "after-fail", "release-after-rename"])
+@pytest.mark.parametrize(
+    "step",
+    [
+        "complete-after-stage",
+        "after-result",
+        "complete-after-move",
+        "fail-after-rename",
+        "bury-after-rename",
+        "after-fail",
+        "release-after-rename",
+    ],
+)
 def test_a_worker_move_split_at_its_crash_point(machine: SpoolMachine, step: str) -> None:
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}), ("crash_lease_move", {"step": step, "index": 1}),
-           ("crash_lease_move", {"step": step, "index": 0}), ("make_ready", {"index": 0}),
-           ("claim", {"worker": "w2", "count": 1}), ("complete", {"index": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("crash_lease_move", {"step": step, "index": 1}),
+        ("crash_lease_move", {"step": step, "index": 0}),
+        ("make_ready", {"index": 0}),
+        ("claim", {"worker": "w2", "count": 1}),
+        ("complete", {"index": 1}),
+    )
 
 
 @pytest.mark.parametrize("step", ["expire-after-rename", "after-expire"])
 @pytest.mark.parametrize("max_tries", [1, 3])
 def test_an_expiry_split_at_its_crash_point(machine: SpoolMachine, step: str, max_tries: int) -> None:
-    _steps(machine, ("submit", {"key": None, "max_tries": max_tries, "deps": []}),
-           ("claim", {"worker": "w1", "count": 1}), ("crash_expire", {"step": step, "index": 0}),
-           ("make_ready", {"index": 0}), ("claim", {"worker": "w2", "count": 1}), ("complete", {"index": 1}))
+    _steps(
+        machine,
+        ("submit", {"key": None, "max_tries": max_tries, "deps": []}),
+        ("claim", {"worker": "w1", "count": 1}),
+        ("crash_expire", {"step": step, "index": 0}),
+        ("make_ready", {"index": 0}),
+        ("claim", {"worker": "w2", "count": 1}),
+        ("complete", {"index": 1}),
+    )
 
 
 def test_every_modelled_crash_point_is_a_real_one() -> None:
-    modelled = {"worker:claim-after-rename", "worker:after-claim", "worker:complete-after-stage", "worker:after-result",
-                "worker:complete-after-move", "worker:fail-after-rename", "worker:after-fail",
-                "worker:bury-after-rename", "worker:release-after-rename",
-                "coordinator:expire-after-rename", "coordinator:after-expire", "submit:after-key-check",
-                "submit:after-key", "submit:after-commit", "submit:after-submit", "submit:batch-after-keys",
-                "submit:batch-after-commit", "submit:batch-after-submit"}
+    modelled = {
+        "worker:claim-after-rename",
+        "worker:after-claim",
+        "worker:complete-after-stage",
+        "worker:after-result",
+        "worker:complete-after-move",
+        "worker:fail-after-rename",
+        "worker:after-fail",
+        "worker:bury-after-rename",
+        "worker:release-after-rename",
+        "coordinator:expire-after-rename",
+        "coordinator:after-expire",
+        "submit:after-key-check",
+        "submit:after-key",
+        "submit:after-commit",
+        "submit:after-submit",
+        "submit:batch-after-keys",
+        "submit:batch-after-commit",
+        "submit:batch-after-submit",
+    }
     assert modelled <= set(crash.all_points())
 
 
 def test_a_cancel_request_dies_with_its_lease_after_a_crash(machine: SpoolMachine) -> None:
     """Found by the model: fail crashed after its rename left the attempt's cancel request in
     leased/, and the job's next attempt was cancelled by it at its first heartbeat."""
-    _steps(machine, SUBMIT, ("claim", {"worker": "w1", "count": 1}), ("cancel", {"index": 0}),
-           ("crash_lease_move", {"step": "fail-after-rename", "index": 0}), ("claim", {"worker": "w2", "count": 1}))
+    _steps(
+        machine,
+        SUBMIT,
+        ("claim", {"worker": "w1", "count": 1}),
+        ("cancel", {"index": 0}),
+        ("crash_lease_move", {"step": "fail-after-rename", "index": 0}),
+        ("claim", {"worker": "w2", "count": 1}),
+    )
     assert lease_status(machine.sp, machine.model.leases[-1]) == "held"
 
 
@@ -784,6 +910,11 @@ def test_an_expiry_after_a_move_out_of_leased_crashed_half_way(machine: SpoolMac
 def test_a_release_interrupted_on_a_last_try_gives_the_try_back(machine: SpoolMachine) -> None:
     """Found by the model (issue 7): a release killed after its rename on a job's last try left
     it claimable with no tries left, and the next claim ran it at tries 2/1."""
-    _steps(machine, ("some_jobs", {"tries": [1]}), ("crash_claim", {"step": "after-claim"}),
-           ("crash_lease_move", {"index": 0, "step": "release-after-rename"}), ("advance_waiting", {"index": 0}),
-           ("worker_runs_one", {"succeed": False, "worker": "w1"}))
+    _steps(
+        machine,
+        ("some_jobs", {"tries": [1]}),
+        ("crash_claim", {"step": "after-claim"}),
+        ("crash_lease_move", {"index": 0, "step": "release-after-rename"}),
+        ("advance_waiting", {"index": 0}),
+        ("worker_runs_one", {"succeed": False, "worker": "w1"}),
+    )

@@ -90,8 +90,11 @@ def drop_ingest(sp: Any, rec: RecordingFS) -> None:
 
 def batch_of_three(sp: Any, rec: RecordingFS) -> None:
     """submit_many of a keyed, an unkeyed and a keyed job: all three acknowledged on return."""
-    specs = [sp.spec("echo", {"text": "a"}, key="batch-a"), sp.spec("echo", {"text": "b"}),
-             sp.spec("echo", {"text": "c"}, key="batch-c")]
+    specs = [
+        sp.spec("echo", {"text": "a"}, key="batch-a"),
+        sp.spec("echo", {"text": "b"}),
+        sp.spec("echo", {"text": "c"}, key="batch-c"),
+    ]
     for spec, submitted in zip(specs, sp.submit_many(specs)):
         assert submitted.created
         rec.ack("submit", id=submitted.id, key=spec.get("key", submitted.id), task="echo")
@@ -174,16 +177,21 @@ class SkipsPendingFsync(RecordingFS):
 
 
 def test_model_finds_the_job_lost_without_the_pending_fsync(tmp_path: Path) -> None:
-    run = run_model(Scenario("unkeyed submit, no fsync of pending/", unkeyed_submit), tmp_path,
-                    fs_class=SkipsPendingFsync, stop_after=1)
+    run = run_model(
+        Scenario("unkeyed submit, no fsync of pending/", unkeyed_submit),
+        tmp_path,
+        fs_class=SkipsPendingFsync,
+        stop_after=1,
+    )
     print(run.summary())
     assert run.violations, "the model passed a submit that never fsyncs pending/"
     assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
 
 
 def test_model_finds_the_batch_lost_without_its_pending_fsync(tmp_path: Path) -> None:
-    run = run_model(Scenario("batch of 3, no fsync of pending/", batch_of_three), tmp_path,
-                    fs_class=SkipsPendingFsync, stop_after=1)
+    run = run_model(
+        Scenario("batch of 3, no fsync of pending/", batch_of_three), tmp_path, fs_class=SkipsPendingFsync, stop_after=1
+    )
     print(run.summary())
     assert run.violations, "the model passed a batch that never fsyncs pending/"
     assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
@@ -209,8 +217,12 @@ class FsyncsPendingBetweenMembers(RecordingFS):
 
 
 def test_model_finds_a_later_member_lost_when_pending_is_fsynced_between_members(tmp_path: Path) -> None:
-    run = run_model(Scenario("batch of 3, pending/ fsync'd after its first member", batch_of_three), tmp_path,
-                    fs_class=FsyncsPendingBetweenMembers, stop_after=1)
+    run = run_model(
+        Scenario("batch of 3, pending/ fsync'd after its first member", batch_of_three),
+        tmp_path,
+        fs_class=FsyncsPendingBetweenMembers,
+        stop_after=1,
+    )
     print(run.summary())
     assert run.violations, "the model passed a batch whose later members' names were never fsync'd"
     lost = [p for p in run.violations[0].problems if "acknowledged submit" in p and "lost" in p]
@@ -226,8 +238,9 @@ class NoSyncfs(RecordingFS):
 
 
 def test_every_power_cut_keeps_the_promises_of_a_batch_without_syncfs(tmp_path: Path) -> None:
-    run = run_model(Scenario("batch of 3, an fsync of each file", batch_of_three, jobs_bound=(0, 3)), tmp_path,
-                    fs_class=NoSyncfs)
+    run = run_model(
+        Scenario("batch of 3, an fsync of each file", batch_of_three, jobs_bound=(0, 3)), tmp_path, fs_class=NoSyncfs
+    )
     print(run.summary())
     assert any(op.kind == "fsync_file" for op in run.ops) and not any(op.kind == "syncfs" for op in run.ops)
     assert run.with_losses > 0 and not run.violations, run.violations[:3]
@@ -242,8 +255,9 @@ class SyncfsDoesNothing(RecordingFS):
 
 
 def test_model_finds_the_batch_torn_without_its_sync(tmp_path: Path) -> None:
-    run = run_model(Scenario("batch of 3, no sync of its files", batch_of_three), tmp_path,
-                    fs_class=SyncfsDoesNothing, stop_after=1)
+    run = run_model(
+        Scenario("batch of 3, no sync of its files", batch_of_three), tmp_path, fs_class=SyncfsDoesNothing, stop_after=1
+    )
     print(run.summary())
     assert run.violations, "the model passed a batch whose files' content was never made durable"
     # The torn job file is set aside by recovery: the acknowledged job is in no folder.
@@ -266,8 +280,11 @@ def test_model_syncfs_makes_everything_before_it_durable_and_nothing_after() -> 
     history = History(empty, ops)
 
     def at(cut: int) -> list[dict[str, bytes]]:
-        return [{f"{d}/{n}": content for (d, n), (_i, content) in history.files(state).items()}
-                for state in history.states() if state.cut == cut]
+        return [
+            {f"{d}/{n}": content for (d, n), (_i, content) in history.files(state).items()}
+            for state in history.states()
+            if state.cut == cut
+        ]
 
     # Before the sync, a staged file may come back empty or torn, or not at all.
     assert {files.get("tmp/a") for files in at(2)} == {b"AAAA", b"", b"AA", None}
@@ -285,8 +302,9 @@ def test_model_syncfs_makes_everything_before_it_durable_and_nothing_after() -> 
     assert {files.get("tmp/c") for files in after} == {b"CCCC", b"", b"CC", None}
 
 
-def test_model_finds_the_job_torn_when_submit_stages_without_fsync(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_finds_the_job_torn_when_submit_stages_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import spool.submission
 
     def create_job_unsynced(sp: Any, state: State, job_file: Any, data: bytes | None = None) -> None:
@@ -301,8 +319,9 @@ def test_model_finds_the_job_torn_when_submit_stages_without_fsync(tmp_path: Pat
     assert any(job_id in p for p in run.violations[0].problems), run.violations[0]
 
 
-def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Bug 1 this model found: a job file rewritten in place without fsync'ing its new content
     (fail back to pending, the move to done, expiry, release) could come back empty after a
     power cut, and recovery then buried the job as invalid: key, task and counted try gone.
@@ -324,8 +343,7 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(tmp_path: Path,
     assert any("acknowledged submit" in p for p in run.violations[0].problems), run.violations[0]
 
 
-def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bug 2: the move to done/ was not fsync'd, so the next claim's fsync of leased/ could make
     the job's removal from leased/ durable and its entry in done/ not: the job file vanished,
     and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
@@ -364,9 +382,11 @@ def test_model_loses_exactly_what_was_not_made_durable() -> None:
     def after_all(history: History, *, b_created: bool = False) -> list[dict[str, bytes]]:
         """The states after the last op (only those that kept tmp/b's creation, if asked)."""
         made_b = set(history.effects_of[3])
-        return [{f"{d}/{n}": content for (d, n), (_i, content) in history.files(state).items()}
-                for state in history.states() if state.cut == len(ops) and not (
-                    b_created and any(unit.effects & made_b for unit in state.lost))]
+        return [
+            {f"{d}/{n}": content for (d, n), (_i, content) in history.files(state).items()}
+            for state in history.states()
+            if state.cut == len(ops) and not (b_created and any(unit.effects & made_b for unit in state.lost))
+        ]
 
     states = after_all(History(empty, ops))
     # pending/a.yaml's name was fsync'd: always there; its data was not: whole, empty or torn.

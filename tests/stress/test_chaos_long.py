@@ -21,8 +21,9 @@ SEED = history.seed_from_env()
 @pytest.mark.stress
 @pytest.mark.timeout(1800)
 def test_a_long_chaos_run_keeps_every_promise(spool_dir: Path, tmp_path: Path, procs: Procs) -> None:
-    run = history.ChaosRun(seed=SEED, clients=4, workers=3, nemesis_seconds=300.0, keys=1500, max_submits=4000,
-                           drain_seconds=300.0)
+    run = history.ChaosRun(
+        seed=SEED, clients=4, workers=3, nemesis_seconds=300.0, keys=1500, max_submits=4000, drain_seconds=300.0
+    )
     verdict, nemesis = history.run_chaos(spool_dir, tmp_path, procs, run)
     print(history.report(verdict, nemesis, SEED))
     assert verdict.figures["acknowledged"] > 0

@@ -45,8 +45,17 @@ def test_an_attempt_whose_log_fails_still_ends_with_its_outcome(sp: Spool) -> No
     log = _log(sp)
     try:
         with FaultFS(fail_at=1, error=errno.EIO, kinds={"write"}).installed():
-            child.begin(AttemptRequest(job_id="job", attempt=1, task="t.print", args={"marker": "m"},
-                                       timeout_seconds=30.0, tries_left=1, log=log))
+            child.begin(
+                AttemptRequest(
+                    job_id="job",
+                    attempt=1,
+                    task="t.print",
+                    args={"marker": "m"},
+                    timeout_seconds=30.0,
+                    tries_left=1,
+                    log=log,
+                )
+            )
             outcome = None
             while outcome is None:
                 outcome = child.poll(1.0)

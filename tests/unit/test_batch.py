@@ -52,8 +52,13 @@ def test_ids_come_back_in_input_order_and_are_claimed_in_it(sp: Spool) -> None:
 
 
 def test_a_key_repeated_in_the_batch_makes_one_job_and_answers_with_its_id(sp: Spool) -> None:
-    specs = [{"task": "echo", "key": "a"}, {"task": "echo"}, {"task": "other", "key": "a", "args": {"x": 1}},
-             {"task": "echo", "key": "b"}, {"task": "echo", "key": "a"}]
+    specs = [
+        {"task": "echo", "key": "a"},
+        {"task": "echo"},
+        {"task": "other", "key": "a", "args": {"x": 1}},
+        {"task": "echo", "key": "b"},
+        {"task": "echo", "key": "a"},
+    ]
     submitted = sp.submit_many(specs)
     first = submitted[0].id
     assert submitted[2] == submitted[4] == Submitted(first, created=False)

@@ -22,8 +22,14 @@ from support import ROOT
 
 def _run_benchmark(tmp_path: Path, script: str, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     try:
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--dir", str(tmp_path), *args],
-                              cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / script), "--dir", str(tmp_path), *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     finally:
         _kill_leftovers(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -57,8 +63,23 @@ def test_claim_cost_prints_a_row_per_size(tmp_path: Path) -> None:
 
 def test_throughput_drains_every_job_and_prints_the_table(tmp_path: Path) -> None:
     strace_jobs = "5" if shutil.which("strace") else "0"
-    done = _run_benchmark(tmp_path, "throughput.py", "--jobs", "20", "--workers", "2", "--cli-submits", "1",
-                          "--pickups", "3", "--fsync-jobs", "2", "--strace-jobs", strace_jobs, "--json")
+    done = _run_benchmark(
+        tmp_path,
+        "throughput.py",
+        "--jobs",
+        "20",
+        "--workers",
+        "2",
+        "--cli-submits",
+        "1",
+        "--pickups",
+        "3",
+        "--fsync-jobs",
+        "2",
+        "--strace-jobs",
+        strace_jobs,
+        "--json",
+    )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["drain"]["done"] == 20 and report["drain"]["dead"] == 0, done.stdout
     assert report["drain"]["rate"] > 0
@@ -68,21 +89,56 @@ def test_throughput_drains_every_job_and_prints_the_table(tmp_path: Path) -> Non
     if strace_jobs != "0":
         assert report["fsync_strace"]["submit"].get("fsync", 0) > 0, report["fsync_strace"]
         assert report["fsync_strace"]["run_per_job"] > 0
-    for label in ("submit, Python API", "drain, first claim -> last done", "idle pickup, ack -> handler start",
-                  "fsyncs per job (seam)"):
+    for label in (
+        "submit, Python API",
+        "drain, first claim -> last done",
+        "idle pickup, ack -> handler start",
+        "fsyncs per job (seam)",
+    ):
         assert label in done.stdout
     assert list(tmp_path.iterdir()) == []
 
 
-_BENCH_TINY = ("--jobs", "20", "--submit-jobs", "10", "--many-jobs", "20", "--cli-submits", "1", "--pickups", "3",
-               "--claims", "3", "--depth", "60", "--recoveries", "1", "--json")
-_BENCH_ROWS = ("submit, Python API one by one", "submit_many of 20", "`spool submit` process", "`python -c pass`",
-               "end-to-end drain of 20, 2 workers", "producer's submit rate meanwhile", "idle pickup p50 ms",
-               "idle pickup p99 ms", "CPU ms per job, by process", "claim p50 / p99 ms at 30 pending",
-               "claim p50 / p99 ms at 60 pending", "reconcile() ms at", "drain with 60 finished kept",
-               "ratio to the drain on an empty spool", "fsck of the kept spool", "coordinator RSS MB at 60",
-               "worker RSS MB at 60", "fsyncs per job at the fsio seam",
-               "SIGKILLed worker's job: next attempt after, s (1)")
+_BENCH_TINY = (
+    "--jobs",
+    "20",
+    "--submit-jobs",
+    "10",
+    "--many-jobs",
+    "20",
+    "--cli-submits",
+    "1",
+    "--pickups",
+    "3",
+    "--claims",
+    "3",
+    "--depth",
+    "60",
+    "--recoveries",
+    "1",
+    "--json",
+)
+_BENCH_ROWS = (
+    "submit, Python API one by one",
+    "submit_many of 20",
+    "`spool submit` process",
+    "`python -c pass`",
+    "end-to-end drain of 20, 2 workers",
+    "producer's submit rate meanwhile",
+    "idle pickup p50 ms",
+    "idle pickup p99 ms",
+    "CPU ms per job, by process",
+    "claim p50 / p99 ms at 30 pending",
+    "claim p50 / p99 ms at 60 pending",
+    "reconcile() ms at",
+    "drain with 60 finished kept",
+    "ratio to the drain on an empty spool",
+    "fsck of the kept spool",
+    "coordinator RSS MB at 60",
+    "worker RSS MB at 60",
+    "fsyncs per job at the fsio seam",
+    "SIGKILLed worker's job: next attempt after, s (1)",
+)
 
 
 def _bench_report(done: subprocess.CompletedProcess[str]) -> dict:

@@ -192,9 +192,7 @@ def test_segfault_leaves_a_python_stack_in_the_log(run: Runner) -> None:
     assert "Segmentation fault" in run.log() and "child_tasks.py" in run.log()
 
 
-def test_timeout_kills_the_child_and_the_next_attempt_runs_on_a_fresh_one(
-    run: Runner, tmp_path: Path
-) -> None:
+def test_timeout_kills_the_child_and_the_next_attempt_runs_on_a_fresh_one(run: Runner, tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     run.child.begin(run.request("t.sleep", timeout=0.5, seconds=60, pidfile=str(pidfile)))
     assert run.child.poll(0) is None
@@ -208,17 +206,13 @@ def test_timeout_kills_the_child_and_the_next_attempt_runs_on_a_fresh_one(
     assert after.ok and pid_of(after) != old
 
 
-def test_a_slow_import_costs_the_start_not_the_attempt(
-    make_child: Callable[..., Child], tmp_path: Path
-) -> None:
+def test_a_slow_import_costs_the_start_not_the_attempt(make_child: Callable[..., Child], tmp_path: Path) -> None:
     (tmp_path / "slow_tasks.py").write_text("import time\ntime.sleep(1.0)\n")
     child = make_child(import_modules=["child_tasks", "slow_tasks"], sys_path=[HERE, tmp_path])
     assert Runner(child, tmp_path).run("t.echo", timeout=0.5).ok
 
 
-def test_a_hanging_import_hits_the_start_timeout(
-    make_child: Callable[..., Child], tmp_path: Path
-) -> None:
+def test_a_hanging_import_hits_the_start_timeout(make_child: Callable[..., Child], tmp_path: Path) -> None:
     (tmp_path / "hung_tasks.py").write_text("import time\ntime.sleep(600)\n")
     child = make_child(import_modules=["hung_tasks"], sys_path=[tmp_path], start_timeout_seconds=1)
     outcome = Runner(child, tmp_path).run("t.echo")
@@ -264,9 +258,7 @@ def test_kill_takes_a_shell_jobs_process_too(run: Runner, tmp_path: Path) -> Non
     wait_until(lambda: gone(sleeper))
 
 
-def test_shell_is_refused_without_allow_shell(
-    make_child: Callable[..., Child], tmp_path: Path
-) -> None:
+def test_shell_is_refused_without_allow_shell(make_child: Callable[..., Child], tmp_path: Path) -> None:
     outcome = Runner(make_child(allow_shell=False), tmp_path).run("shell", argv=["true"])
     assert outcome.error == "shell jobs need a worker started with --allow-shell"
 
@@ -420,15 +412,11 @@ def test_killing_the_parent_kills_the_child(tmp_path: Path, shell: bool) -> None
         task, args = "shell", {"argv": ["sh", "-c", script]}
     else:
         task, args = "t.sleep", {"seconds": 1000, "pidfile": str(workfile)}
-    code = PARENT.format(
-        here=str(HERE), task=task, args=args, log=str(tmp_path / "a.log"), childfile=str(childfile)
-    )
+    code = PARENT.format(here=str(HERE), task=task, args=args, log=str(tmp_path / "a.log"), childfile=str(childfile))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env)
     try:
-        wait_until(
-            lambda: (read_pid(childfile) and read_pid(workfile)) or parent.poll() is not None
-        )
+        wait_until(lambda: (read_pid(childfile) and read_pid(workfile)) or parent.poll() is not None)
         assert parent.poll() is None, "the parent process died early"
         child, work = read_pid(childfile), read_pid(workfile)
         assert child is not None and work is not None and not gone(child) and not gone(work)

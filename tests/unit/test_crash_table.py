@@ -24,8 +24,12 @@ def _sources() -> list[Path]:
 
 def _is_crash_point(call: ast.Call) -> bool:
     func = call.func
-    return (isinstance(func, ast.Attribute) and func.attr == "point" and isinstance(func.value, ast.Name)
-            and func.value.id == "crash")
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "point"
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "crash"
+    )
 
 
 def _literal(node: ast.expr) -> str | None:
@@ -46,8 +50,7 @@ def scan() -> tuple[dict[str, list[str]], list[str]]:
                 step = _literal(node.args[0]) if len(node.args) == 1 and not node.keywords else None
                 if step is not None:
                     used.setdefault(step, []).append(where)
-                elif not (len(node.args) == 1 and isinstance(node.args[0], ast.Name)
-                          and node.args[0].id == PASSED_ON):
+                elif not (len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id == PASSED_ON):
                     unreadable.append(where)
             for keyword in node.keywords:
                 if keyword.arg == PASSED_ON:
@@ -78,8 +81,9 @@ def test_every_step_reached_is_in_the_table() -> None:
 
 def test_every_step_in_the_table_is_reached() -> None:
     used, _ = scan()
-    stale = sorted({f"{role}:{step}" for role, steps in crash.CRASH_POINTS.items() for step in steps
-                    if step not in used})
+    stale = sorted(
+        {f"{role}:{step}" for role, steps in crash.CRASH_POINTS.items() for step in steps if step not in used}
+    )
     assert not stale, f"spool.crash.CRASH_POINTS lists steps no code reaches: {stale}"
 
 

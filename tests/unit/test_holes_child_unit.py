@@ -21,7 +21,7 @@ from spool.registry import Current
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.settings import load_settings
 
-TASKS = '''
+TASKS = """
 import os
 import time
 
@@ -60,7 +60,7 @@ def fds():
 def print_then_hang(text):
     print(text, flush=True)
     time.sleep(600)
-'''
+"""
 
 
 @pytest.fixture
@@ -140,8 +140,9 @@ def test_a_log_is_opened_only_as_a_regular_file(tmp_path: Path, folder: int) -> 
 @pytest.fixture
 def child(tmp_path: Path) -> Iterator[Child]:
     (tmp_path / "holes_unit_tasks.py").write_text(TASKS, encoding="utf-8")
-    made = Child(import_modules=["holes_unit_tasks"], allow_shell=True, max_result_bytes=1 << 20,
-                 sys_path=[str(tmp_path)])
+    made = Child(
+        import_modules=["holes_unit_tasks"], allow_shell=True, max_result_bytes=1 << 20, sys_path=[str(tmp_path)]
+    )
     yield made
     made.kill()
 
@@ -185,9 +186,7 @@ def test_garbage_that_reaches_the_reply_channel_fails_the_attempt_and_replaces_t
     assert first.ok and again.ok and child.pid != pid
 
 
-def test_garbage_before_the_hello_fails_the_attempt(
-    child: Child, folder: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_garbage_before_the_hello_fails_the_attempt(child: Child, folder: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOLES_GARBLE_AT_IMPORT", "1")
     outcome = run(child, AttemptLog(folder, folder, "a.log", 1000), "u.fds")
     assert not outcome.ok and "hello was garbled" in (outcome.error or ""), outcome
@@ -204,8 +203,7 @@ def test_what_a_task_module_prints_at_import_goes_to_the_workers_stderr_not_the_
 
 
 def test_a_killed_attempts_output_reaches_its_log(child: Child, tmp_path: Path, folder: int) -> None:
-    outcome = run(child, AttemptLog(folder, folder, "a.log", 1000), "u.print_then_hang", timeout=2.0,
-                  text="last words")
+    outcome = run(child, AttemptLog(folder, folder, "a.log", 1000), "u.print_then_hang", timeout=2.0, text="last words")
     assert outcome.error == "timed out after 2s"
     assert (tmp_path / "a.log").read_text() == "last words\n"
 
@@ -214,8 +212,9 @@ def test_a_shell_job_that_leaves_a_process_behind_still_ends_with_its_output(
     child: Child, tmp_path: Path, folder: int
 ) -> None:
     started = time.monotonic()
-    outcome = run(child, AttemptLog(folder, folder, "a.log", 1000), "shell",
-                  argv=["sh", "-c", "sleep 300 & echo started it"])
+    outcome = run(
+        child, AttemptLog(folder, folder, "a.log", 1000), "shell", argv=["sh", "-c", "sleep 300 & echo started it"]
+    )
     assert outcome.value == {"exit": 0, "output": "started it\n"}
     assert time.monotonic() - started < 60
     assert (tmp_path / "a.log").read_text() == "started it\n"

@@ -109,8 +109,9 @@ def test_a_ledger_deleted_beside_another_process_is_recreated_whole(spool_dir: P
     runs: the new ledger must not adopt the old -wal/-shm, and when the old process closes (the
     old inode's last connection, which SQLite would let delete ``-wal``/``-shm`` by name: the new
     ledger's names now) the new ledger stays whole."""
-    old = subprocess.Popen([sys.executable, "-c", HOLD, str(spool_dir)], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
+    old = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(spool_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert old.stdout is not None and old.stdout.readline().strip() == "ready"
         os.unlink(spool_dir / "ledger.sqlite3")  # -wal and -shm stay, in use by the other process
@@ -118,9 +119,18 @@ def test_a_ledger_deleted_beside_another_process_is_recreated_whole(spool_dir: P
             job_id = new.submit("echo")  # its row is in the new ledger's WAL
             old.communicate("close\n", timeout=60)
             assert old.returncode == 0
-            check = subprocess.run([sys.executable, "-c", "import sys; from spool import Spool; "
-                                    "print(sorted(Spool(sys.argv[1], environ={}).ledger.states()))", str(spool_dir)],
-                                   capture_output=True, text=True, timeout=60)
+            check = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; from spool import Spool; "
+                    "print(sorted(Spool(sys.argv[1], environ={}).ledger.states()))",
+                    str(spool_dir),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert check.returncode == 0, check.stderr
             assert check.stdout.strip() == str([job_id])
             assert new.submit("echo") and len(new.ledger.states()) == 2
@@ -129,8 +139,9 @@ def test_a_ledger_deleted_beside_another_process_is_recreated_whole(spool_dir: P
         old.wait()
 
 
-def test_a_submit_whose_ledger_fails_after_the_commit_is_accepted(sp: Spool, monkeypatch: pytest.MonkeyPatch,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_submit_whose_ledger_fails_after_the_commit_is_accepted(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """The full-disk, purge-race and group-shared failures in one: the ledger refuses the row."""
     from spool.errors import LedgerError
 

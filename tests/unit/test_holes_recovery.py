@@ -44,8 +44,9 @@ def all_jobs(sp: Spool) -> dict[str, tuple[State, dict]]:
 
 
 def dropped(sp: Spool, name: str) -> list[tuple[str, State, dict]]:
-    return [(job_id, state, fields) for job_id, (state, fields) in all_jobs(sp).items()
-            if fields.get("dropped_as") == name]
+    return [
+        (job_id, state, fields) for job_id, (state, fields) in all_jobs(sp).items() if fields.get("dropped_as") == name
+    ]
 
 
 # -- finding 2 ----------------------------------------------------------------------------------

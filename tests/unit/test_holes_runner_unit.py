@@ -25,11 +25,14 @@ from spool.transitions import Lease, claim, heartbeat
 # -- finding 7 --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("environ", "flags", "where"), [
-    ({"SPOOL_HEARTBEAT_SECONDS": "30"}, {}, "env SPOOL_HEARTBEAT_SECONDS"),
-    ({}, {"heartbeat_seconds": "31"}, "flag --heartbeat-seconds"),
-    ({"SPOOL_LEASE_SECONDS": "4"}, {"heartbeat_seconds": "3"}, "flag --heartbeat-seconds"),
-])
+@pytest.mark.parametrize(
+    ("environ", "flags", "where"),
+    [
+        ({"SPOOL_HEARTBEAT_SECONDS": "30"}, {}, "env SPOOL_HEARTBEAT_SECONDS"),
+        ({}, {"heartbeat_seconds": "31"}, "flag --heartbeat-seconds"),
+        ({"SPOOL_LEASE_SECONDS": "4"}, {"heartbeat_seconds": "3"}, "flag --heartbeat-seconds"),
+    ],
+)
 def test_a_heartbeat_over_half_the_lease_is_refused_naming_its_source(environ, flags, where) -> None:
     with pytest.raises(UsageError) as refused:
         load_settings(None, environ, flags)
@@ -111,8 +114,12 @@ def test_the_timed_lock_wait_says_why_once_and_gives_up(sp: Spool) -> None:
     held = acquire(locks_fd, job_lock_name("J1"), blocking=True)
     told: list[float] = []
     started = time.monotonic()
-    assert acquire_within(locks_fd, job_lock_name("J1"), 1.5, on_wait=lambda: told.append(time.monotonic()),
-                          notice_after_seconds=0.3) is None
+    assert (
+        acquire_within(
+            locks_fd, job_lock_name("J1"), 1.5, on_wait=lambda: told.append(time.monotonic()), notice_after_seconds=0.3
+        )
+        is None
+    )
     assert time.monotonic() - started >= 1.5
     assert len(told) == 1 and told[0] - started >= 0.3
     threading.Timer(0.3, held.release).start()  # type: ignore[union-attr]

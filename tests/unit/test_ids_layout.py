@@ -10,8 +10,18 @@ import pytest
 
 from spool import ids
 from spool.errors import NotASpool, SpoolError
-from spool.layout import (FOLDERS, MARKER, Layout, State, cancel_name, heartbeat_name, is_ignored_name, job_name,
-                          key_name, tmp_name)
+from spool.layout import (
+    FOLDERS,
+    MARKER,
+    Layout,
+    State,
+    cancel_name,
+    heartbeat_name,
+    is_ignored_name,
+    job_name,
+    key_name,
+    tmp_name,
+)
 from spool.rootdir import init_spool, refuse_unsafe_root
 from spool.spool import Spool
 
@@ -45,8 +55,9 @@ def test_forked_children_do_not_repeat_the_parents_next_id() -> None:
     assert len(set(made)) == 4 and all(ids.is_valid_id(i) for i in made), made
 
 
-@pytest.mark.parametrize("text", ["", ".", "..", "../x", "a/b", "-a", "_a", "a.b", "a\x00", "a b", "é", "a" * 65, 5,
-                                  None, "a\n"])
+@pytest.mark.parametrize(
+    "text", ["", ".", "..", "../x", "a/b", "-a", "_a", "a.b", "a\x00", "a b", "é", "a" * 65, 5, None, "a\n"]
+)
 def test_is_valid_id_refuses_anything_that_could_leave_its_folder(text: object) -> None:
     assert not ids.is_valid_id(text)
 

@@ -175,8 +175,7 @@ def test_an_import_inside_a_function_says_why() -> None:
         here, above = lines[edge.line - 1], lines[edge.line - 2] if edge.line > 1 else ""
         if "start-up" not in here and "start-up" not in above:
             unexplained.append(_where(edge))
-    assert not unexplained, ("function-local imports without a `# start-up: ...` reason:\n"
-                             + "\n".join(unexplained))
+    assert not unexplained, "function-local imports without a `# start-up: ...` reason:\n" + "\n".join(unexplained)
 
 
 MAX_LINES = 400
@@ -184,16 +183,28 @@ MAX_LINES = 400
 
 def test_no_module_is_over_400_lines() -> None:
     """A module is one idea a reader holds at once; past this many lines it is two, and wants splitting."""
-    long = [f"{path.relative_to(ROOT)}: {count} lines" for path in MODULES.values()
-            if (count := len(path.read_text().splitlines())) > MAX_LINES]
+    long = [
+        f"{path.relative_to(ROOT)}: {count} lines"
+        for path in MODULES.values()
+        if (count := len(path.read_text().splitlines())) > MAX_LINES
+    ]
     assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
 
 
 # Reading a clock or drawing a random number decides things; spool/ does both only through a Clock.
 # Unique names (ids, tmp names) may take bytes from os.urandom or secrets: that decides nothing.
-CLOCK_CALLS = {("time", "time"), ("time", "time_ns"), ("time", "monotonic"), ("time", "monotonic_ns"),
-               ("time", "sleep"), ("time", "perf_counter"), ("datetime", "now"), ("datetime", "utcnow"),
-               ("datetime", "today"), ("date", "today")}
+CLOCK_CALLS = {
+    ("time", "time"),
+    ("time", "time_ns"),
+    ("time", "monotonic"),
+    ("time", "monotonic_ns"),
+    ("time", "sleep"),
+    ("time", "perf_counter"),
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+    ("datetime", "today"),
+    ("date", "today"),
+}
 
 
 def test_spool_reads_time_and_chance_only_through_its_clock() -> None:
@@ -208,8 +219,11 @@ def test_spool_reads_time_and_chance_only_through_its_clock() -> None:
                 found.append(f"{where} imports random")
             elif isinstance(node, ast.ImportFrom) and node.module in ("random", "time"):
                 found.append(f"{where} imports from {node.module}")
-            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                  and (node.value.id, node.attr) in CLOCK_CALLS):
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and (node.value.id, node.attr) in CLOCK_CALLS
+            ):
                 found.append(f"{where} reads {node.value.id}.{node.attr}")
     assert not found, "clock or randomness outside spool.clock:\n" + "\n".join(found)
 
@@ -219,7 +233,10 @@ OUTSIDE_POINTER = re.compile(r"RELIABILITY\.md|SPEC\.md|\bSPEC\b(?![_A-Za-z])")
 
 def test_no_comment_points_at_a_file_outside_the_repository() -> None:
     """SPEC.md and RELIABILITY.md are not in this repository: say the thing, or point into docs/."""
-    outside = [f"{path.relative_to(ROOT)}:{number}" for path in MODULES.values()
-               for number, line in enumerate(path.read_text().splitlines(), 1)
-               if OUTSIDE_POINTER.search(line)]
+    outside = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in MODULES.values()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if OUTSIDE_POINTER.search(line)
+    ]
     assert not outside, "pointers to files that are not here:\n" + "\n".join(outside)

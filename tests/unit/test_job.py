@@ -43,50 +43,63 @@ def test_settings_defaults_are_frozen_into_the_job() -> None:
 
 
 def test_a_full_spec_is_kept() -> None:
-    job = spec_job({"spool_format": 1, "key": "invoice-1", "task": "shell", "args": {"argv": ["ls", "-l"]},
-                    "priority": -5, "max_tries": 10, "timeout": 1.5, "not_before": "2026-11-30T13:00:00+01:00",
-                    "depends_on": ["A1", "B2", "A1"]})
+    job = spec_job(
+        {
+            "spool_format": 1,
+            "key": "invoice-1",
+            "task": "shell",
+            "args": {"argv": ["ls", "-l"]},
+            "priority": -5,
+            "max_tries": 10,
+            "timeout": 1.5,
+            "not_before": "2026-11-30T13:00:00+01:00",
+            "depends_on": ["A1", "B2", "A1"],
+        }
+    )
     assert job.key == "invoice-1" and job.task == "shell" and job.args == {"argv": ["ls", "-l"]}
     assert (job.priority, job.max_tries, job.timeout) == (-5, 10, 1.5)
     assert job.not_before == "2026-11-30T12:00:00.000Z"  # normalised to UTC
     assert job.depends_on == ("A1", "B2")  # duplicates dropped, order kept
 
 
-@pytest.mark.parametrize(("spec", "words"), [
-    ([1, 2], "expected a mapping of job fields, got a list"),
-    ("task: x", "expected a mapping of job fields, got text"),
-    ({"task": "x", "id": "A"}, "ids are assigned by spool"),
-    ({"task": "x", "colour": "red"}, "unknown field 'colour'"),
-    ({"task": "x", "spool_format": 2}, "field 'spool_format': expected 1, got 2"),
-    ({"task": "x", "spool_format": True}, "field 'spool_format'"),
-    ({}, "field 'task'"),
-    ({"task": "../etc"}, "field 'task'"),
-    ({"task": 5}, "field 'task'"),
-    ({"task": "x", "key": ""}, "field 'key'"),
-    ({"task": "x", "key": 5}, "field 'key'"),
-    ({"task": "x", "key": "a\x00b"}, "field 'key'"),
-    ({"task": "x", "key": "k" * 513}, "field 'key'"),
-    ({"task": "x", "args": [1]}, "field 'args'"),
-    ({"task": "x", "args": {1: 2}}, "field 'args'"),
-    ({"task": "x", "args": {"a": math.nan}}, "not a finite number"),
-    ({"task": "x", "args": {"a": {1: "b"}}}, "mapping keys must be strings"),
-    ({"task": "x", "args": {"a": object()}}, "is not plain data"),
-    ({"task": "x", "priority": "high"}, "field 'priority'"),
-    ({"task": "x", "priority": True}, "field 'priority'"),
-    ({"task": "x", "priority": 10**10}, "field 'priority'"),
-    ({"task": "x", "max_tries": 0}, "field 'max_tries'"),
-    ({"task": "x", "max_tries": 1001}, "field 'max_tries'"),
-    ({"task": "x", "max_tries": 2.0}, "field 'max_tries'"),
-    ({"task": "x", "timeout": 0}, "field 'timeout'"),
-    ({"task": "x", "timeout": -1}, "field 'timeout'"),
-    ({"task": "x", "timeout": math.inf}, "field 'timeout'"),
-    ({"task": "x", "timeout": "5m"}, "field 'timeout'"),
-    ({"task": "x", "not_before": "tomorrow"}, "field 'not_before'"),
-    ({"task": "x", "not_before": "2026-11-30T12:00:00"}, "field 'not_before'"),  # no zone
-    ({"task": "x", "depends_on": "A1"}, "field 'depends_on'"),
-    ({"task": "x", "depends_on": ["../x"]}, "is not a job id"),
-    ({"task": "x", "depends_on": ["A"] * 1001}, "field 'depends_on'"),
-])
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ([1, 2], "expected a mapping of job fields, got a list"),
+        ("task: x", "expected a mapping of job fields, got text"),
+        ({"task": "x", "id": "A"}, "ids are assigned by spool"),
+        ({"task": "x", "colour": "red"}, "unknown field 'colour'"),
+        ({"task": "x", "spool_format": 2}, "field 'spool_format': expected 1, got 2"),
+        ({"task": "x", "spool_format": True}, "field 'spool_format'"),
+        ({}, "field 'task'"),
+        ({"task": "../etc"}, "field 'task'"),
+        ({"task": 5}, "field 'task'"),
+        ({"task": "x", "key": ""}, "field 'key'"),
+        ({"task": "x", "key": 5}, "field 'key'"),
+        ({"task": "x", "key": "a\x00b"}, "field 'key'"),
+        ({"task": "x", "key": "k" * 513}, "field 'key'"),
+        ({"task": "x", "args": [1]}, "field 'args'"),
+        ({"task": "x", "args": {1: 2}}, "field 'args'"),
+        ({"task": "x", "args": {"a": math.nan}}, "not a finite number"),
+        ({"task": "x", "args": {"a": {1: "b"}}}, "mapping keys must be strings"),
+        ({"task": "x", "args": {"a": object()}}, "is not plain data"),
+        ({"task": "x", "priority": "high"}, "field 'priority'"),
+        ({"task": "x", "priority": True}, "field 'priority'"),
+        ({"task": "x", "priority": 10**10}, "field 'priority'"),
+        ({"task": "x", "max_tries": 0}, "field 'max_tries'"),
+        ({"task": "x", "max_tries": 1001}, "field 'max_tries'"),
+        ({"task": "x", "max_tries": 2.0}, "field 'max_tries'"),
+        ({"task": "x", "timeout": 0}, "field 'timeout'"),
+        ({"task": "x", "timeout": -1}, "field 'timeout'"),
+        ({"task": "x", "timeout": math.inf}, "field 'timeout'"),
+        ({"task": "x", "timeout": "5m"}, "field 'timeout'"),
+        ({"task": "x", "not_before": "tomorrow"}, "field 'not_before'"),
+        ({"task": "x", "not_before": "2026-11-30T12:00:00"}, "field 'not_before'"),  # no zone
+        ({"task": "x", "depends_on": "A1"}, "field 'depends_on'"),
+        ({"task": "x", "depends_on": ["../x"]}, "is not a job id"),
+        ({"task": "x", "depends_on": ["A"] * 1001}, "field 'depends_on'"),
+    ],
+)
 def test_a_bad_spec_is_one_line_naming_the_field(spec: object, words: str) -> None:
     assert words in refused(spec)
 
@@ -99,22 +112,46 @@ def test_deeply_nested_args_are_refused() -> None:
 
 
 def full_file() -> JobFile:
-    job = spec_job({"key": "on", "task": "echo", "args": {"n": "0123", "yes": "yes", "date": "2026-01-01",
-                                                          "text": "line 1\nline 2\n", "null": None, "f": 1.5},
-                    "not_before": "2026-11-30T12:00:00Z", "depends_on": ["A1"]})
-    return JobFile(job=job, submitted_at="2026-11-30T11:00:00.000Z", dropped_as="mine.yaml", attempt=2, tries=1,
-                   lease=Lease(ID, "w1", 2, claimed_at="2026-11-30T11:00:01.000Z"),
-                   backoff_seconds=1.25, reason=None, error="Traceback\n  boom\n",
-                   attempts=(Attempt(attempt=1, worker="w0", started="a", ended="b", outcome="failed", error="x"),
-                             Attempt(attempt=2, worker="w1", started="c", ended=None, outcome=None, error=None)))
+    job = spec_job(
+        {
+            "key": "on",
+            "task": "echo",
+            "args": {
+                "n": "0123",
+                "yes": "yes",
+                "date": "2026-01-01",
+                "text": "line 1\nline 2\n",
+                "null": None,
+                "f": 1.5,
+            },
+            "not_before": "2026-11-30T12:00:00Z",
+            "depends_on": ["A1"],
+        }
+    )
+    return JobFile(
+        job=job,
+        submitted_at="2026-11-30T11:00:00.000Z",
+        dropped_as="mine.yaml",
+        attempt=2,
+        tries=1,
+        lease=Lease(ID, "w1", 2, claimed_at="2026-11-30T11:00:01.000Z"),
+        backoff_seconds=1.25,
+        reason=None,
+        error="Traceback\n  boom\n",
+        attempts=(
+            Attempt(attempt=1, worker="w0", started="a", ended="b", outcome="failed", error="x"),
+            Attempt(attempt=2, worker="w1", started="c", ended=None, outcome=None, error=None),
+        ),
+    )
 
 
 def test_a_job_file_reads_back_exactly_as_written() -> None:
     original = full_file()
     data = encode(original)
     assert decode(data, source="leased/x.yaml", expected_id=ID, max_bytes=65536) == original
-    dead = original.replace(lease=None, backoff_seconds=None, reason="skipped", skipped_because="A1",
-                            original="task: [unclosed")
+    dead = original.replace(
+        lease=None, backoff_seconds=None, reason="skipped", skipped_because="A1", original="task: [unclosed"
+    )
     assert decode(encode(dead), source="dead/x.yaml", expected_id=ID, max_bytes=65536) == dead
 
 
@@ -131,19 +168,22 @@ def test_decode_refuses_a_file_of_another_job() -> None:
         decode(data, source="pending/OTHER.yaml", expected_id="OTHER", max_bytes=65536)
 
 
-@pytest.mark.parametrize(("change", "words"), [
-    (lambda m: m.update(colour="red"), "unknown field 'colour'"),
-    (lambda m: m.pop("submitted_at"), "field 'submitted_at'"),
-    (lambda m: m.update(attempt=-1), "'attempt'/'tries'"),
-    (lambda m: m.update(tries="1"), "'attempt'/'tries'"),
-    (lambda m: m.update(lease={"worker": "w"}), "field 'lease'"),
-    (lambda m: m.update(attempts={"a": 1}), "field 'attempts'"),
-    (lambda m: m.update(attempts=[{"attempt": 1, "worker": "w"}]), "field 'attempts'"),
-    (lambda m: m.update(backoff_seconds=-1), "field 'backoff_seconds'"),
-    (lambda m: m.update(reason="bored"), "field 'reason'"),
-    (lambda m: m.update(error=5), "field 'error'"),
-    (lambda m: m.update(id="../x"), "field 'id'"),
-])
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda m: m.update(colour="red"), "unknown field 'colour'"),
+        (lambda m: m.pop("submitted_at"), "field 'submitted_at'"),
+        (lambda m: m.update(attempt=-1), "'attempt'/'tries'"),
+        (lambda m: m.update(tries="1"), "'attempt'/'tries'"),
+        (lambda m: m.update(lease={"worker": "w"}), "field 'lease'"),
+        (lambda m: m.update(attempts={"a": 1}), "field 'attempts'"),
+        (lambda m: m.update(attempts=[{"attempt": 1, "worker": "w"}]), "field 'attempts'"),
+        (lambda m: m.update(backoff_seconds=-1), "field 'backoff_seconds'"),
+        (lambda m: m.update(reason="bored"), "field 'reason'"),
+        (lambda m: m.update(error=5), "field 'error'"),
+        (lambda m: m.update(id="../x"), "field 'id'"),
+    ],
+)
 def test_decode_names_what_is_wrong_in_a_runner_file(change, words: str) -> None:  # type: ignore[no-untyped-def]
     mapping = full_file().to_mapping()
     change(mapping)
@@ -153,8 +193,9 @@ def test_decode_names_what_is_wrong_in_a_runner_file(change, words: str) -> None
     assert str(info.value).startswith("pending/x.yaml: ") and words in str(info.value)
 
 
-@pytest.mark.parametrize("data", [b"", b"spool_format: 1\nid: [", b"\xff\xfe", b"- a\n- b\n",
-                                  b"!!python/object:os.system {}"])
+@pytest.mark.parametrize(
+    "data", [b"", b"spool_format: 1\nid: [", b"\xff\xfe", b"- a\n- b\n", b"!!python/object:os.system {}"]
+)
 def test_decode_turns_any_garbage_into_invalid_job(data: bytes) -> None:
     with pytest.raises(InvalidJob):
         decode(data, source="pending/x.yaml", expected_id=ID, max_bytes=65536)

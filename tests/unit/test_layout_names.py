@@ -47,8 +47,14 @@ def test_heartbeat_name_and_content_round_trip() -> None:
 
 def test_dot_files_are_the_runners_and_never_jobs() -> None:
     set_aside = layout.set_aside_name(layout.cancel_name(JOB), "ab")
-    for name in (layout.heartbeat_name(JOB, 1), layout.cancel_name(JOB), layout.drop_note_name(JOB),
-                 layout.invalid_folder_name(JOB), layout.WAKE_NAME, set_aside):
+    for name in (
+        layout.heartbeat_name(JOB, 1),
+        layout.cancel_name(JOB),
+        layout.drop_note_name(JOB),
+        layout.invalid_folder_name(JOB),
+        layout.WAKE_NAME,
+        set_aside,
+    ):
         assert layout.is_dot_name(name) and layout.is_ignored_name(name), name
     assert not layout.is_ignored_name(layout.job_name(JOB))
     assert layout.is_ignored_name("invoice.yaml.tmp")  # a user's write in progress
@@ -57,8 +63,12 @@ def test_dot_files_are_the_runners_and_never_jobs() -> None:
 def test_lease_files_of_a_job() -> None:
     mine = [layout.heartbeat_name(JOB, 1), layout.heartbeat_name(JOB, 2), layout.cancel_name(JOB)]
     assert all(layout.is_lease_file_of(name, JOB) for name in mine)
-    others = [layout.heartbeat_name(JOB + "X", 1), layout.cancel_name("OTHER"), layout.job_name(JOB),
-              layout.set_aside_name(layout.heartbeat_name(JOB, 1), "0a1b2c3d")]
+    others = [
+        layout.heartbeat_name(JOB + "X", 1),
+        layout.cancel_name("OTHER"),
+        layout.job_name(JOB),
+        layout.set_aside_name(layout.heartbeat_name(JOB, 1), "0a1b2c3d"),
+    ]
     assert not any(layout.is_lease_file_of(name, JOB) for name in others)
 
 
@@ -86,8 +96,13 @@ def test_log_names_of_a_job() -> None:
 def test_lock_names() -> None:
     assert layout.worker_of_lock_name(layout.worker_lock_name("w-1.a")) == "w-1.a"
     key_hash = layout.key_name("invoice-7")
-    names = {layout.job_lock_name(JOB), layout.key_lock_name(key_hash), layout.worker_lock_name("w"),
-             layout.coordinator_lock_name(), layout.ledger_lock_name()}
+    names = {
+        layout.job_lock_name(JOB),
+        layout.key_lock_name(key_hash),
+        layout.worker_lock_name("w"),
+        layout.coordinator_lock_name(),
+        layout.ledger_lock_name(),
+    }
     assert len(names) == 5 and all(name.endswith(".lock") for name in names)
     assert [layout.worker_of_lock_name(name) for name in sorted(names)].count(None) == 4
     assert len(key_hash) == 64 and key_hash == layout.key_name("invoice-7")
@@ -104,8 +119,24 @@ def test_ledger_names() -> None:
 
 # A literal without whitespace that contains one of these, starts with a prefix or is a whole
 # name is a piece of a spool file name: only layout.py may hold it.
-INFIXES = (".yaml", ".json", ".lock", ".hb", ".log", ".tmp", ".cancel", ".drop", ".wake", ".planted-", "-purge-",
-           ".invalid-folder", ".corrupt-", "ledger.sqlite3", "-wal", "-shm")
+INFIXES = (
+    ".yaml",
+    ".json",
+    ".lock",
+    ".hb",
+    ".log",
+    ".tmp",
+    ".cancel",
+    ".drop",
+    ".wake",
+    ".planted-",
+    "-purge-",
+    ".invalid-folder",
+    ".corrupt-",
+    "ledger.sqlite3",
+    "-wal",
+    "-shm",
+)
 PREFIXES = ("worker-", "key-", "coordinator.")
 WHOLE = (".spool", "config.yaml", "coordinator.lock")
 
@@ -158,12 +189,14 @@ def _modules() -> list[Path]:
 def test_the_scan_sees_every_module_and_catches_a_hand_built_name(tmp_path: Path) -> None:
     assert len(_modules()) > 30
     sample = tmp_path / "sample.py"
-    sample.write_text('"""Docstrings may say <id>.yaml."""\n'
-                      'def f(job_id, name):\n'
-                      '    """Or .<id>.cancel."""\n'
-                      '    log("moved %s to done/ (<id>.yaml)", job_id)\n'
-                      '    print(f"look in {name}/done/*.yaml")\n'
-                      '    return f".{job_id}.cancel", name.endswith(".hb"), "worker-" + name, f"{job_id}.{1}.log"\n')
+    sample.write_text(
+        '"""Docstrings may say <id>.yaml."""\n'
+        "def f(job_id, name):\n"
+        '    """Or .<id>.cancel."""\n'
+        '    log("moved %s to done/ (<id>.yaml)", job_id)\n'
+        '    print(f"look in {name}/done/*.yaml")\n'
+        '    return f".{job_id}.cancel", name.endswith(".hb"), "worker-" + name, f"{job_id}.{1}.log"\n'
+    )
     assert sorted(text for _line, text in _name_literals(sample)) == ["..cancel", "..log", ".hb", "worker-"]
 
 

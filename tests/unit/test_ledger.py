@@ -82,8 +82,14 @@ def test_history_records_each_transition(sp: Spool) -> None:
     claim(sp, "w2", None)
     complete(sp, Lease(job_id, "w2", 2), b"1")
     events = [(event, attempt, worker) for _at, event, attempt, worker, _d in sp.ledger.history(job_id)]
-    assert events == [("submit", 0, None), ("claim", 1, "w1"), ("fail", 1, "w1"), ("ready", 1, None),
-                      ("claim", 2, "w2"), ("complete", 2, "w2")]
+    assert events == [
+        ("submit", 0, None),
+        ("claim", 1, "w1"),
+        ("fail", 1, "w1"),
+        ("ready", 1, None),
+        ("claim", 2, "w2"),
+        ("complete", 2, "w2"),
+    ]
     assert sp.ledger.history(job_id)[2][4] == "ValueError: boom"
 
 
@@ -98,6 +104,7 @@ def test_reconcile_makes_the_ledger_agree_with_the_folders(sp: Spool) -> None:
 
 def build_every_state(sp: Spool) -> dict[str, tuple[str, str | None]]:
     """One job in each state the spool can hold, each with its own key: {key: (state, reason)}."""
+
     def submit(key: str, **kwargs: object) -> str:
         return sp.submit("echo", {"key": key}, key=key, **kwargs)  # type: ignore[arg-type]
 
@@ -128,11 +135,20 @@ def build_every_state(sp: Spool) -> dict[str, tuple[str, str | None]]:
     (sp.root / "pending" / "bad drop.yaml").write_text("task: [\n")
     reconcile(sp)
     from spool.ingest import ingest
+
     ingest(sp, "bad drop.yaml")
-    return {"done": ("done", None), "failed": ("dead", "failed"), "parent": ("dead", "failed"),
-            "child": ("dead", "skipped"), "cancelled": ("dead", "cancelled"), "leased": ("leased", None),
-            "delayed": ("pending", None), "head": ("pending", None), "waiting": ("waiting", None),
-            "ready": ("pending", None)}
+    return {
+        "done": ("done", None),
+        "failed": ("dead", "failed"),
+        "parent": ("dead", "failed"),
+        "child": ("dead", "skipped"),
+        "cancelled": ("dead", "cancelled"),
+        "leased": ("leased", None),
+        "delayed": ("pending", None),
+        "head": ("pending", None),
+        "waiting": ("waiting", None),
+        "ready": ("pending", None),
+    }
 
 
 def test_deleting_the_ledger_and_fsck_repair_restores_every_state_and_key(spool_dir: Path) -> None:
@@ -155,10 +171,12 @@ def test_deleting_the_ledger_and_fsck_repair_restores_every_state_and_key(spool_
     views = {view["id"]: view for view in json.loads(listed.stdout)}
     assert views == before  # ls, and so status, says what it said before
     stats = json.loads(run_spool("stats", "--json", spool=spool_dir).stdout)
-    on_disk = {state.value: len([n for n in os.listdir(spool_dir / state.value) if not n.startswith(".")])
-               for state in State}
-    assert {state: count for state, count in stats["counts"].items() if count} == \
-        {state: count for state, count in on_disk.items() if count}
+    on_disk = {
+        state.value: len([n for n in os.listdir(spool_dir / state.value) if not n.startswith(".")]) for state in State
+    }
+    assert {state: count for state, count in stats["counts"].items() if count} == {
+        state: count for state, count in on_disk.items() if count
+    }
     assert stats["ready"] == 2  # head and ready; the delayed one is not
 
     with Spool(spool_dir, environ={}) as sp:

@@ -22,8 +22,16 @@ from spool.locks import acquire, acquire_within, is_held
 from spool.rootdir import init_spool
 from spool.settings import load_settings
 
-SEAM_METHODS = ("open_lock", "open_lock_to_probe", "flock", "overwrite_held", "close", "set_mode", "make_dir",
-                "read_small")
+SEAM_METHODS = (
+    "open_lock",
+    "open_lock_to_probe",
+    "flock",
+    "overwrite_held",
+    "close",
+    "set_mode",
+    "make_dir",
+    "read_small",
+)
 
 
 class CallsFS(RealFS):
@@ -70,8 +78,11 @@ def test_init_refuses_what_is_not_an_empty_folder_or_a_spool(tmp_path: Path) -> 
     (tmp_path / "link").symlink_to(tmp_path)
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "src.py").write_text("")
-    for name, message in (("file", "exists and is not a folder"), ("link", "exists and is not a folder"),
-                          ("busy", "folder is not empty and is not a spool")):
+    for name, message in (
+        ("file", "exists and is not a folder"),
+        ("link", "exists and is not a folder"),
+        ("busy", "folder is not empty and is not a spool"),
+    ):
         with pytest.raises(Exception, match=message):
             init_spool(tmp_path / name)
     init_spool(tmp_path / "again")
@@ -128,8 +139,9 @@ def test_acquire_within_waits_on_the_clock_it_is_given(tmp_path: Path) -> None:
     told: list[float] = []
     with acquire(locks_fd, job_lock_name("J1"), blocking=True):
         started = clock.monotonic()
-        got = acquire_within(locks_fd, job_lock_name("J1"), 30.0, on_wait=lambda: told.append(clock.monotonic()),
-                             clock=clock)
+        got = acquire_within(
+            locks_fd, job_lock_name("J1"), 30.0, on_wait=lambda: told.append(clock.monotonic()), clock=clock
+        )
     assert got is None
     assert clock.monotonic() - started == pytest.approx(30.0, abs=0.06)  # the fake clock slept, not us
     assert len(told) == 1 and told[0] - started >= 1.0

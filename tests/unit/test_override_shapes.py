@@ -47,10 +47,17 @@ def test_watchdog_internals_have_the_shape_wake_relies_on() -> None:
     # The public API wake.py calls, and the event fields it reads.
     assert {"event_handler", "path", "recursive", "event_filter"} <= set(_parameters(Observer.schedule))
     moved = FileMovedEvent("/spool/pending/a.yaml", "/spool/leased/a.yaml")
-    assert (moved.src_path, moved.dest_path, moved.is_directory) == ("/spool/pending/a.yaml", "/spool/leased/a.yaml",
-                                                                      False)
-    assert (moved.event_type, FileClosedNoWriteEvent("x").event_type, FileDeletedEvent("x").event_type,
-            FileOpenedEvent("x").event_type) == ("moved", "closed_no_write", "deleted", "opened")
+    assert (moved.src_path, moved.dest_path, moved.is_directory) == (
+        "/spool/pending/a.yaml",
+        "/spool/leased/a.yaml",
+        False,
+    )
+    assert (
+        moved.event_type,
+        FileClosedNoWriteEvent("x").event_type,
+        FileDeletedEvent("x").event_type,
+        FileOpenedEvent("x").event_type,
+    ) == ("moved", "closed_no_write", "deleted", "opened")
 
 
 def test_watchdog_inotify_bindings_have_the_shape_wake_reads_in_its_own_thread() -> None:
@@ -63,9 +70,17 @@ def test_watchdog_inotify_bindings_have_the_shape_wake_reads_in_its_own_thread()
     assert binding is not None, "watchdog's inotify bindings are gone: Wakers fall back to Observer threads"
     constants = inotify_c.InotifyConstants
     assert (constants.IN_CREATE, constants.IN_MOVED_TO, constants.IN_MODIFY, constants.IN_CLOSE_WRITE) == (
-        0x100, 0x80, 0x2, 0x8)
+        0x100,
+        0x80,
+        0x2,
+        0x8,
+    )
     assert (constants.IN_Q_OVERFLOW, constants.IN_IGNORED, constants.IN_ISDIR, constants.IN_ONLYDIR) == (
-        0x4000, 0x8000, 0x40000000, 0x01000000)
+        0x4000,
+        0x8000,
+        0x40000000,
+        0x01000000,
+    )
     # A staticmethod parsing raw inotify_event structs into (wd, mask, cookie, name).
     assert isinstance(inotify_c.InotifyFD.__dict__.get("_parse_event_buffer"), staticmethod)
     raw = struct.pack("iIII", 3, 0x80, 7, 8) + b"a.yaml\0\0" + struct.pack("iIII", -1, 0x4000, 0, 0)
@@ -91,7 +106,7 @@ def test_turning_the_hold_off_reaches_a_new_grouper(monkeypatch: pytest.MonkeyPa
 
 
 # What yamlsafe._Loader.need_more_tokens reimplements: PyYAML's own, whose answer it must keep.
-_UPSTREAM_NEED_MORE_TOKENS = '''
+_UPSTREAM_NEED_MORE_TOKENS = """
 def need_more_tokens(self):
     if self.done:
         return False
@@ -102,7 +117,7 @@ def need_more_tokens(self):
     self.stale_possible_simple_keys()
     if self.next_possible_simple_key() == self.tokens_taken:
         return True
-'''
+"""
 
 
 def test_pyyaml_internals_have_the_shape_yamlsafe_relies_on() -> None:
@@ -126,14 +141,29 @@ def test_pyyaml_internals_have_the_shape_yamlsafe_relies_on() -> None:
     assert _parameters(yaml.resolver.BaseResolver.add_implicit_resolver) == ["tag", "regexp", "first"]  # a classmethod
     # The 1.1 table the dumper copies as traps: first character -> [(tag, pattern)].
     table = yaml.resolver.Resolver.yaml_implicit_resolvers
-    assert isinstance(table, dict) and all(isinstance(tag, str) and hasattr(pattern, "match")
-                                           for entries in table.values() for tag, pattern in entries)
-    assert _parameters(yaml.MarkedYAMLError.__init__)[:5] == ["self", "context", "context_mark", "problem",
-                                                              "problem_mark"]
+    assert isinstance(table, dict) and all(
+        isinstance(tag, str) and hasattr(pattern, "match") for entries in table.values() for tag, pattern in entries
+    )
+    assert _parameters(yaml.MarkedYAMLError.__init__)[:5] == [
+        "self",
+        "context",
+        "context_mark",
+        "problem",
+        "problem_mark",
+    ]
     assert {"position", "character"} <= set(_parameters(yaml.reader.ReaderError.__init__))
     dumper = yaml.SafeDumper
-    for name in ("represent_data", "represent_scalar", "ignore_aliases", "represent_none", "represent_bool",
-                 "represent_int", "represent_float", "represent_list", "represent_dict"):
+    for name in (
+        "represent_data",
+        "represent_scalar",
+        "ignore_aliases",
+        "represent_none",
+        "represent_bool",
+        "represent_int",
+        "represent_float",
+        "represent_list",
+        "represent_dict",
+    ):
         assert callable(getattr(dumper, name, None)), f"SafeDumper.{name} is gone"
     assert "style" in _parameters(dumper.represent_scalar)
     for name in ("yaml_representers", "yaml_multi_representers", "yaml_implicit_resolvers"):
@@ -147,5 +177,7 @@ def test_the_overrides_still_take_effect() -> None:
     with pytest.raises(InvalidJob, match="nesting is deeper than"):
         yamlsafe.load_yaml(b"[" * 60_000, max_bytes=1 << 20, source="t")
     assert yamlsafe.load_yaml(b"a: [1, {b: on}]\nc: 0123\n", max_bytes=1 << 10, source="t") == {
-        "a": [1, {"b": "on"}], "c": 123}
+        "a": [1, {"b": "on"}],
+        "c": 123,
+    }
     assert yamlsafe.dump_yaml({"a": "on"}) == b"a: 'on'\n"

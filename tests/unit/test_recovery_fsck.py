@@ -57,12 +57,14 @@ def crash_at(sp: Spool, point: str, action: Callable[[Spool], object]) -> None:
 
 def as_worker(name: str, then: Callable[[Spool, Lease], object] | None = None) -> Callable[[Spool], None]:
     """A worker's steps: hold its liveness lock, claim, then ``then`` with the lease."""
+
     def run(child: Spool) -> None:
         acquire(child.layout.fd("locks"), worker_lock_name(name), blocking=True)
         claimed = claim(child, name, None)
         assert claimed is not None
         if then is not None:
             then(child, Lease(claimed.id, name, claimed.attempt))
+
     return run
 
 
@@ -288,8 +290,15 @@ def test_a_result_no_attempt_linked_is_set_aside(sp: Spool, folder: State) -> No
     assert_clean(sp)
 
 
-@pytest.mark.parametrize(("ahead", "behind"), [(State.LEASED, State.PENDING), (State.DONE, State.LEASED),
-                                               (State.DEAD, State.PENDING), (State.PENDING, State.WAITING)])
+@pytest.mark.parametrize(
+    ("ahead", "behind"),
+    [
+        (State.LEASED, State.PENDING),
+        (State.DONE, State.LEASED),
+        (State.DEAD, State.PENDING),
+        (State.PENDING, State.WAITING),
+    ],
+)
 def test_in_two_folders_the_more_advanced_copy_wins(sp: Spool, ahead: State, behind: State) -> None:
     job_id = sp.submit("echo")
     if ahead is State.LEASED or ahead is State.DONE:
@@ -332,8 +341,12 @@ def test_fsck_names_each_broken_promise_and_repair_fixes_what_it_can(sp: Spool) 
     path.write_text(path.read_text().replace("tries: 0", "tries: 5"))
     report = fsck(sp)
     text = "\n".join(report.violations)
-    for words in ("a reservation without its job", "a result without a job", "key 'kept' is not reserved",
-                  "tries 5 over max_tries 1"):
+    for words in (
+        "a reservation without its job",
+        "a result without a job",
+        "key 'kept' is not reserved",
+        "tries 5 over max_tries 1",
+    ):
         assert words in text, words
     # A tmp leftover breaks no promise: it is garbage (issue 7, finding 17), which repair removes.
     assert any("left over by a process" in line for line in report.garbage)

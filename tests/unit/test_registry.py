@@ -54,9 +54,7 @@ def test_registering_the_same_callable_twice_is_fine_another_is_not() -> None:
     assert handler_for("t.same") is first
 
 
-def test_a_reloaded_module_registers_its_new_definitions(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_reloaded_module_registers_its_new_definitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = "from spool import task\n@task('t.reloaded')\ndef handler():\n    return 1\n"
     (tmp_path / "reloaded_tasks_mod.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -133,12 +131,15 @@ def test_seconds_left_reads_the_clock_it_is_given() -> None:
     clock.advance(5)
     assert (on_the_wall.seconds_left(clock), both.seconds_left(clock)) == (0.0, 15.0)
     assert [f.name for f in dataclasses.fields(Current)] == [  # what a handler's asdict(current()) holds
-        "job_id", "attempt", "tries_left", "deadline", "monotonic_deadline"]
+        "job_id",
+        "attempt",
+        "tries_left",
+        "deadline",
+        "monotonic_deadline",
+    ]
 
 
-def test_import_task_modules_runs_their_decorators(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_import_task_modules_runs_their_decorators(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "good_tasks_mod.py").write_text(
         "from spool import task\n@task('t.from_module')\ndef handler():\n    return 1\n"
     )
@@ -199,9 +200,7 @@ def test_wordcount_reads_bad_utf8_with_replacement(tmp_path: Path) -> None:
     assert builtin_tasks.wordcount(str(tmp_path / "empty")) == {"words": 0}
 
 
-def test_wordcount_counts_words_cut_by_its_reading_pieces(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_wordcount_counts_words_cut_by_its_reading_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(builtin_tasks, "_CHUNK_CHARS", 3)
     rng = random.Random(1234)
     for i in range(200):

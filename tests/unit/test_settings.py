@@ -22,8 +22,9 @@ def write_config(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def usage_error(config: Path | None = None, environ: dict[str, str] | None = None,
-                flags: dict[str, object | None] | None = None) -> str:
+def usage_error(
+    config: Path | None = None, environ: dict[str, str] | None = None, flags: dict[str, object | None] | None = None
+) -> str:
     with pytest.raises(UsageError) as info:
         load_settings(config, environ or {}, flags or {})
     message = str(info.value)
@@ -76,8 +77,13 @@ def test_a_flag_of_none_and_an_empty_variable_count_as_not_given(tmp_path: Path)
 
 
 def test_variables_that_are_not_settings_are_ignored() -> None:
-    environ = {"SPOOL_DIR": "/tmp/x", "SPOOL_CRASH_AT": "worker:after-claim",
-               "SPOOL_NOT_A_SETTING": "1", "SPOOL_lease_seconds": "abc", "LEASE_SECONDS": "abc"}
+    environ = {
+        "SPOOL_DIR": "/tmp/x",
+        "SPOOL_CRASH_AT": "worker:after-claim",
+        "SPOOL_NOT_A_SETTING": "1",
+        "SPOOL_lease_seconds": "abc",
+        "LEASE_SECONDS": "abc",
+    }
     assert load_settings(None, environ, {}) == Settings()
 
 
@@ -91,15 +97,34 @@ def test_only_the_environment_passed_in_is_read(monkeypatch: pytest.MonkeyPatch)
 def test_environment_is_not_read_at_import() -> None:
     environ = {**os.environ, "SPOOL_LEASE_SECONDS": "abc", "SPOOL_MAX_TRIES": "7"}
     code = "import spool.settings as s; print(s.Settings().lease_seconds, s.Settings().max_tries)"
-    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
-                         text=True, check=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
     assert out.stdout.split() == ["30.0", "3"]
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [(30, 30.0), (1.5, 1.5), ("1.5", 1.5), ("30", 30.0), ("30s", 30.0), ("5m", 300.0),
-     ("1h", 3600.0), ("2d", 172800.0), ("250ms", 0.25), (" 10 s ", 10.0), ("0", 0.0), (".5s", 0.5)],
+    [
+        (30, 30.0),
+        (1.5, 1.5),
+        ("1.5", 1.5),
+        ("30", 30.0),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1h", 3600.0),
+        ("2d", 172800.0),
+        ("250ms", 0.25),
+        (" 10 s ", 10.0),
+        ("0", 0.0),
+        (".5s", 0.5),
+    ],
 )
 def test_parse_duration(text: str | float, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -115,8 +140,16 @@ def test_parse_duration_refuses(text: str | float) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [(100, 100), ("100", 100), ("64KiB", 65536), ("1MiB", 1048576), ("512KB", 512000),
-     ("2 mb", 2000000), ("1GiB", 2**30), ("10B", 10)],
+    [
+        (100, 100),
+        ("100", 100),
+        ("64KiB", 65536),
+        ("1MiB", 1048576),
+        ("512KB", 512000),
+        ("2 mb", 2000000),
+        ("1GiB", 2**30),
+        ("10B", 10),
+    ],
 )
 def test_byte_sizes(text: object, size: int) -> None:
     assert load_settings(None, {}, {"max_result_bytes": text}).max_result_bytes == size
@@ -144,21 +177,25 @@ def test_bad_config_value_names_file_and_setting(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        ({"SPOOL_MAX_TRIES": "0"},
-         "env SPOOL_MAX_TRIES: max_tries: expected a whole number of at least 1, got '0'"),
-        ({"SPOOL_MAX_PENDING": "lots"},
-         "env SPOOL_MAX_PENDING: max_pending: expected a whole number, got 'lots'"),
-        ({"SPOOL_POLL_SECONDS": "-1"},
-         "env SPOOL_POLL_SECONDS: poll_seconds: expected a duration like 30, 30s, 5m or 1h, got '-1'"),
-        ({"SPOOL_GRACE_SECONDS": "0s"},
-         ("env SPOOL_GRACE_SECONDS: grace_seconds: expected a duration like 30, 30s, 5m or 1h"
-          " above zero, got '0s'")),
-        ({"SPOOL_LOG_LEVEL": "loud"},
-         "env SPOOL_LOG_LEVEL: log_level: expected one of debug, info, warning, error, got 'loud'"),
-        ({"SPOOL_LOG_FORMAT": "xml"},
-         "env SPOOL_LOG_FORMAT: log_format: expected one of text, json, got 'xml'"),
-        ({"SPOOL_GROUP_SHARED": "maybe"},
-         "env SPOOL_GROUP_SHARED: group_shared: expected true or false (or 1/0, yes/no), got 'maybe'"),
+        ({"SPOOL_MAX_TRIES": "0"}, "env SPOOL_MAX_TRIES: max_tries: expected a whole number of at least 1, got '0'"),
+        ({"SPOOL_MAX_PENDING": "lots"}, "env SPOOL_MAX_PENDING: max_pending: expected a whole number, got 'lots'"),
+        (
+            {"SPOOL_POLL_SECONDS": "-1"},
+            "env SPOOL_POLL_SECONDS: poll_seconds: expected a duration like 30, 30s, 5m or 1h, got '-1'",
+        ),
+        (
+            {"SPOOL_GRACE_SECONDS": "0s"},
+            ("env SPOOL_GRACE_SECONDS: grace_seconds: expected a duration like 30, 30s, 5m or 1h above zero, got '0s'"),
+        ),
+        (
+            {"SPOOL_LOG_LEVEL": "loud"},
+            "env SPOOL_LOG_LEVEL: log_level: expected one of debug, info, warning, error, got 'loud'",
+        ),
+        ({"SPOOL_LOG_FORMAT": "xml"}, "env SPOOL_LOG_FORMAT: log_format: expected one of text, json, got 'xml'"),
+        (
+            {"SPOOL_GROUP_SHARED": "maybe"},
+            "env SPOOL_GROUP_SHARED: group_shared: expected true or false (or 1/0, yes/no), got 'maybe'",
+        ),
     ],
 )
 def test_bad_environment_values(environ: dict[str, str], message: str) -> None:
@@ -166,9 +203,7 @@ def test_bad_environment_values(environ: dict[str, str], message: str) -> None:
 
 
 def test_bad_flag_value() -> None:
-    assert usage_error(flags={"max_tries": 2.5}) == (
-        "flag --max-tries: max_tries: expected a whole number, got 2.5"
-    )
+    assert usage_error(flags={"max_tries": 2.5}) == ("flag --max-tries: max_tries: expected a whole number, got 2.5")
 
 
 def test_yaml_typed_values_are_checked_too(tmp_path: Path) -> None:
@@ -239,8 +274,16 @@ def test_task_lists_from_config_and_flags(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "value"),
-    [("true", True), ("TRUE", True), ("1", True), ("yes", True),
-     ("false", False), ("0", False), ("no", False), ("No", False)],
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("1", True),
+        ("yes", True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+        ("No", False),
+    ],
 )
 def test_booleans_from_the_environment(raw: str, value: bool) -> None:
     assert load_settings(None, {"SPOOL_GROUP_SHARED": raw}, {}).group_shared is value
@@ -252,8 +295,7 @@ def test_log_values_are_normalised() -> None:
 
 
 def test_describe_lists_every_setting_with_its_source(tmp_path: Path) -> None:
-    got = load_settings(write_config(tmp_path, "max_tries: 4\n"), {"SPOOL_TASKS": "a"},
-                        {"poll_seconds": 1})
+    got = load_settings(write_config(tmp_path, "max_tries: 4\n"), {"SPOOL_TASKS": "a"}, {"poll_seconds": 1})
     rows = got.describe()
     names = [f.name for f in dataclasses.fields(Settings) if f.name not in ("sources", "warnings")]
     assert [name for name, _, _ in rows] == names

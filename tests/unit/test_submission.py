@@ -101,6 +101,7 @@ def test_a_key_equal_to_a_jobs_own_id_finds_that_job(sp: Spool) -> None:
     fresh = sp.submit("echo", key=other)  # that job's key is "own", so its id is a free key
     assert fresh != other and job_count(sp) == 3
     from spool.fsck import fsck
+
     assert fsck(sp, repair=True).ok
 
 
@@ -269,8 +270,9 @@ def test_a_drop_still_being_written_waits_for_its_writer(sp: Spool) -> None:
         writer.write("task: echo\n")
         writer.flush()
         coordinator.run_pass()
-        assert sorted(os.listdir(sp.root / "pending")) == [".wake", "slow.yaml"] or \
-            os.listdir(sp.root / "pending") == ["slow.yaml"]
+        assert sorted(os.listdir(sp.root / "pending")) == [".wake", "slow.yaml"] or os.listdir(sp.root / "pending") == [
+            "slow.yaml"
+        ]
         assert os.listdir(sp.root / "dead") == []
         writer.write("args: {n: 1}\n")
     coordinator.last_reconcile = -1e18  # the next pass lists the folders again

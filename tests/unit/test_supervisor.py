@@ -86,9 +86,7 @@ class Run:
         self.log_path = tmp_path / "supervisor.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(
-        self, children: dict[str, str], *, grace_seconds: float, env: dict[str, str] | None = None
-    ) -> None:
+    def start(self, children: dict[str, str], *, grace_seconds: float, env: dict[str, str] | None = None) -> None:
         (self.tmp_path / "driver.py").write_text(DRIVER)
         (self.tmp_path / "child.py").write_text(CHILD)
         base = {k: v for k, v in os.environ.items() if not k.startswith("SPOOL_")}
@@ -138,9 +136,7 @@ class Run:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"supervisor still running after {timeout} s; log:\n{self.log()}"
-            ) from None
+            raise AssertionError(f"supervisor still running after {timeout} s; log:\n{self.log()}") from None
 
     def kill_everything(self) -> None:
         """Teardown: kill, by pid, the driver and every child it recorded."""

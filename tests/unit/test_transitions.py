@@ -169,8 +169,13 @@ def test_a_claim_reads_one_job_file_not_the_pending_folder(big_sp: Spool, counti
     for _ in range(4999):  # 5,000 pending: written directly, indexed in one ledger rebuild
         job_id = new_id()
         (sp.root / "pending" / job_name(job_id)).write_bytes(template.replace(template_id.encode(), job_id.encode()))
-        entries.append((base.replace(job=base.job.__class__(**{**base.job.__dict__, "id": job_id, "key": job_id})),
-                        State.PENDING, True))
+        entries.append(
+            (
+                base.replace(job=base.job.__class__(**{**base.job.__dict__, "id": job_id, "key": job_id})),
+                State.PENDING,
+                True,
+            )
+        )
     sp.ledger.rebuild([(base, State.PENDING, True), *entries])
     counting_fs.clear()
     claimed, _ = take(sp)
@@ -221,8 +226,12 @@ def test_a_stale_fence_is_refused_and_links_nothing(sp: Spool) -> None:
     assert make_ready(sp, job_id)
     _, new = take(sp, "fast")
     assert new.attempt == 2
-    for late in (lambda: complete(sp, old, b'"late"'), lambda: fail(sp, old, "late failure"),
-                 lambda: release(sp, old), lambda: cancel_leased(sp, old)):
+    for late in (
+        lambda: complete(sp, old, b'"late"'),
+        lambda: fail(sp, old, "late failure"),
+        lambda: release(sp, old),
+        lambda: cancel_leased(sp, old),
+    ):
         with pytest.raises(LeaseLost):
             late()
         assert os.listdir(sp.root / "results") == [] and os.listdir(sp.root / "tmp") == []

@@ -173,9 +173,7 @@ def test_non_scalar_key_is_refused() -> None:
 
 
 def test_nul_byte_is_refused_with_its_place() -> None:
-    assert refused(b"a: 1\nb: x\x00y\n") == (
-        "job.yaml: character #x0000 is not allowed at line 2, column 5"
-    )
+    assert refused(b"a: 1\nb: x\x00y\n") == ("job.yaml: character #x0000 is not allowed at line 2, column 5")
 
 
 def test_invalid_utf8_is_refused() -> None:
@@ -189,9 +187,7 @@ def test_size_is_checked_before_parsing() -> None:
 
 
 def test_syntax_errors_are_one_line_with_line_and_column() -> None:
-    assert refused("a: 1\nb: c: d\n") == (
-        "job.yaml: mapping values are not allowed here at line 2, column 5"
-    )
+    assert refused("a: 1\nb: c: d\n") == ("job.yaml: mapping values are not allowed here at line 2, column 5")
     assert "while scanning a quoted scalar" in refused("a: 'open\n")
 
 
@@ -213,8 +209,26 @@ def test_byte_order_mark_is_accepted() -> None:
 
 
 def test_dump_quotes_every_string_a_reader_could_take_for_something_else() -> None:
-    traps = ["0o17", "0123", "123", "1.5", ".inf", "true", "null", "~", "", "yes", "on",
-             "N", "2026-11-30", "1:20", "1_000", "0b11", "<<", "="]
+    traps = [
+        "0o17",
+        "0123",
+        "123",
+        "1.5",
+        ".inf",
+        "true",
+        "null",
+        "~",
+        "",
+        "yes",
+        "on",
+        "N",
+        "2026-11-30",
+        "1:20",
+        "1_000",
+        "0b11",
+        "<<",
+        "=",
+    ]
     text = dump_yaml({"v": traps}).decode()
     for trap in traps:
         assert f"- '{trap}'\n" in text or f'- "{trap}"\n' in text
@@ -223,9 +237,7 @@ def test_dump_quotes_every_string_a_reader_could_take_for_something_else() -> No
 
 def test_dump_is_block_style_in_insertion_order_with_unicode() -> None:
     value = {"z": 1, "a": [True, None, 2.5], "é": "naïve", "m": {}}
-    assert dump_yaml(value).decode() == (
-        "z: 1\na:\n- true\n- null\n- 2.5\né: naïve\nm: {}\n"
-    )
+    assert dump_yaml(value).decode() == ("z: 1\na:\n- true\n- null\n- 2.5\né: naïve\nm: {}\n")
 
 
 def test_dump_writes_multi_line_strings_as_literal_blocks() -> None:
@@ -273,8 +285,30 @@ scalars = (
     | st.integers()
     | st.floats(allow_nan=False)
     | st.text()
-    | st.sampled_from(["0123", "0o17", "0x1F", "yes", "on", "~", "2026-11-30", "1:20", "1e3",
-                      ".inf", "a\nb", " a", "a ", "\n", "- a", "#", "a: b", "'", '"', "\t"])
+    | st.sampled_from(
+        [
+            "0123",
+            "0o17",
+            "0x1F",
+            "yes",
+            "on",
+            "~",
+            "2026-11-30",
+            "1:20",
+            "1e3",
+            ".inf",
+            "a\nb",
+            " a",
+            "a ",
+            "\n",
+            "- a",
+            "#",
+            "a: b",
+            "'",
+            '"',
+            "\t",
+        ]
+    )
 )
 json_like = st.recursive(
     scalars,
