@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spool import Spool
 from spool.runner.api.leases import MAX_POLLS_PER_TOKEN
 from support import wait_until
@@ -254,6 +256,7 @@ def threads_of(pid: int) -> int:
     raise AssertionError("no Threads line")
 
 
+@pytest.mark.slow  # ~15 s of a server under a crowd of long-polls
 def test_many_long_polls_at_once_leave_the_server_responsive_and_leak_nothing(served: Any) -> None:
     """What held: 60 long-polls waiting together; /healthz and a listing answer promptly meanwhile,
     one job goes to exactly one of them, and two rounds later the server holds no more file

@@ -23,6 +23,7 @@ from crashkit import Kit
 from support import run_spool, wait_until
 
 from spool.errors import InvalidJob
+from spool.job import JobFile
 from spool.layout import State
 from spool.schedules import slot_key, slot_of_key
 from spool.store import read_job
@@ -121,9 +122,18 @@ def test_schedule_keys_are_refused_from_the_cli_the_python_api_and_a_drop(kit: K
     assert os.listdir(kit.spool_dir / "keys") == [] and os.listdir(kit.spool_dir / "pending") == []
     (kit.spool_dir / "pending" / "drop.yaml").write_text(f"task: echo\nkey: '{planted}'\n")
     coordinator = kit.coordinator()
-    wait_until(lambda: os.listdir(kit.spool_dir / "dead"), timeout=20, message="the drop set aside")
-    (dead,) = os.listdir(kit.spool_dir / "dead")
-    record = read_job(kit.sp, State.DEAD, dead[: -len(".yaml")])
+
+    def set_aside() -> JobFile | None:
+        """The drop's dead record, once whole: the drop is moved to dead/ first, then rewritten."""
+        for name in os.listdir(kit.spool_dir / "dead"):
+            try:
+                return read_job(kit.sp, State.DEAD, name[: -len(".yaml")])
+            except InvalidJob:
+                return None
+        return None
+
+    record = wait_until(set_aside, timeout=20, message="the drop set aside")
+    assert isinstance(record, JobFile)
     assert record.reason == "invalid" and "reserved" in (record.error or "")
     view = listed(kit)["tick"]
     assert view["next"] is not None and not view["next"].startswith("2099")

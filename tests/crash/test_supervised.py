@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from support import ROOT, SPOOL_CMD, run_spool, wait_until
 
 
@@ -111,6 +113,7 @@ def test_a_full_spool_refuses_a_submit_with_exit_75_and_writes_nothing(kit) -> N
     kit.fsck_ok()
 
 
+@pytest.mark.slow  # ~12 s of chaos; tests/stress/test_chaos_run.py is the long run
 def test_random_sigkills_under_spool_run_lose_nothing(kit) -> None:
     report = kit.chaos(jobs=300, kill_seconds=8.0, every_seconds=0.3)
     print(

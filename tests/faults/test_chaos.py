@@ -1,4 +1,4 @@
-"""Chaos with a history, bounded (12 s of faults by default; 40 s in the ``slow`` tier): clients
+"""Chaos with a history, bounded (8 s of faults by default; 40 s in the ``slow`` tier): clients
 submit with keys while a nemesis SIGKILLs, SIGSTOPs/SIGCONTs and restarts the coordinator and three
 workers; then every acknowledged submit is checked against the final files (see history.py for the
 checks).
@@ -24,7 +24,7 @@ from support import Procs
 SEED = seed_from_env()
 
 
-@pytest.mark.parametrize("nemesis_seconds", [12.0, pytest.param(40.0, marks=pytest.mark.slow)], ids=["short", "40s"])
+@pytest.mark.parametrize("nemesis_seconds", [8.0, pytest.param(40.0, marks=pytest.mark.slow)], ids=["short", "40s"])
 def test_chaos_history_holds(spool_dir: Path, tmp_path: Path, procs: Procs, nemesis_seconds: float) -> None:
     run = ChaosRun(seed=SEED, clients=4, workers=3, nemesis_seconds=nemesis_seconds, keys=300, max_submits=250)
     verdict, nemesis = run_chaos(spool_dir, tmp_path, procs, run)
