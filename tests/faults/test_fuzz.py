@@ -460,7 +460,7 @@ def test_special_files_dropped_beside_a_running_coordinator(spool_dir: Path, tmp
             for job_id, folders in list_folders(sp).jobs.items():
                 try:
                     job_file = read_job(sp, folders[0], job_id)
-                except FileNotFoundError:
+                except (FileNotFoundError, InvalidJob):  # moving, or moved to dead/ and not yet rewritten
                     return None
                 if job_file.dropped_as is not None:
                     found[job_file.dropped_as] = (folders, job_file)
