@@ -174,7 +174,7 @@ def _role(pid: int) -> str:
     words = [a.decode(errors="replace") for a in argv]
     if not words or os.path.basename(words[0]) == "strace":
         return "strace"
-    if "spool.runner.child" in words:
+    if "spool.runner.attempt" in words or "spool.runner.child" in words:
         return "attempt child"
     for role, word in (("coordinator", "coordinator"), ("worker", "worker"), ("supervisor", "run")):
         if word in words:

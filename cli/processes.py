@@ -94,8 +94,6 @@ def worker(
     from spool.runner.worker import run_worker  # start-up: ~13 ms that no other command needs
 
     sp = app.spool()
-    if name is not None:
-        _refuse_a_token_name(sp, name)
     _daemonise_stdio()
     setup_logging(sp.settings.log_level, sp.settings.log_format, "worker")
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
@@ -104,15 +102,6 @@ def worker(
             sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name, sys_path=[os.getcwd()]
         )
     )
-
-
-def _refuse_a_token_name(sp: Spool, name: str) -> None:
-    """A local worker may not take the name of a token that may hold leases: that name is a
-    remote worker's, and a shared one would let each act on the other's leases."""
-    from spool.tokens import TokenStore  # start-up: only a named worker reads the tokens
-
-    if any(info.name == name and info.role != "submit" for info in TokenStore(sp).list()):
-        raise UsageError(f"--name {name}: a work token of that name exists (a remote worker's); pick another")
 
 
 def _remote_worker(

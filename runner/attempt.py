@@ -1,4 +1,4 @@
-"""The attempt child's own side: ``python -m spool.runner.child CONFIG`` runs ``main`` here.
+"""The attempt child's own side: ``python -m spool.runner.attempt CONFIG`` runs ``main`` here.
 
 The worker's side is ``runner.child``; the protocol the two speak is ``runner.pipes``. What
 the child's file descriptors are, and why:
@@ -302,3 +302,7 @@ def main(argv: Sequence[str]) -> int:
         # PR_SET_PDEATHSIG reaches us. Nobody is left to answer: end quietly, no traceback.
         return 1
     return 0
+
+
+if __name__ == "__main__":  # the attempt child's program, started by ``runner.child.Child``
+    sys.exit(main(sys.argv[1:]))

@@ -3,7 +3,7 @@
 RQ's work horse, kept between jobs: the worker holds the lease and heartbeats between calls to
 ``Child.poll``, then writes the result and moves the job; the child imports the task modules and
 calls handlers, so a handler that crashes, hangs or leaks costs only the child. ``Child`` is the
-worker's side; the child runs ``runner.attempt.main`` (``python -m spool.runner.child CONFIG``).
+worker's side; the child runs ``runner.attempt`` (``python -m spool.runner.attempt CONFIG``).
 They speak JSON lines over dedicated pipes (``runner.pipes``: the protocol, and why a line that
 is not the reply in flight fails the attempt as "garbled" and replaces the child, never raising
 in the worker).
@@ -166,7 +166,7 @@ class Child:
         try:
             # -P: the installed spool, never a `spool/` folder in the worker's cwd; the folders
             # `--import` needs are on the config's sys_path instead.
-            argv = [sys.executable, "-P", "-m", "spool.runner.child", json.dumps(config)]
+            argv = [sys.executable, "-P", "-m", "spool.runner.attempt", json.dumps(config)]
             self._proc = subprocess.Popen(
                 argv,
                 stdin=DEVNULL,
@@ -382,5 +382,5 @@ class Child:
         return proc.wait()
 
 
-if __name__ == "__main__":  # the attempt child's own program: ``python -m spool.runner.child CONFIG``
+if __name__ == "__main__":  # the name the attempt child ran under before: runner.attempt's program
     sys.exit(main(sys.argv[1:]))

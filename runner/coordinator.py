@@ -49,7 +49,7 @@ from spool.layout import (
     worker_lock_name,
 )
 from spool.locks import Lock, acquire, is_held
-from spool.recovery import reconcile, resync_locked
+from spool.recovery import reconcile, resync_under_lock
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.leaseview import LeaseWatch, read_counter
 from spool.runner.pauses import PauseWatch
@@ -351,7 +351,7 @@ class Coordinator:
         """``expire`` refused a dead worker's lease: its lock was busy, the job moved on, or the
         file's attempt is not the heartbeat's (a claim died between writing the new attempt's
         heartbeat, first, under the job's lock, and recording the lease). The job file decides:
-        ``_first_look`` watches the lease it records, or settles a file with none (``resync_locked``
+        ``_first_look`` watches the lease it records, or settles a file with none (``resync_under_lock``
         counts the try as spent). This coordinator finishes it, now or (lock busy) on a later pass."""
         self.leases.pop(job_id, None)
         self._first_look(job_id, now)
@@ -360,11 +360,11 @@ class Coordinator:
         try:
             job_file = read_job(self.sp, State.LEASED, job_id)
         except (FileNotFoundError, InvalidJob):
-            resync_locked(self.sp, job_id)
+            resync_under_lock(self.sp, job_id)
             return None
         lease = job_file.lease
         if lease is None or lease.attempt != job_file.attempt:
-            resync_locked(self.sp, job_id)  # a claim that died before recording its lease
+            resync_under_lock(self.sp, job_id)  # a claim that died before recording its lease
             return None
         watch = LeaseWatch(job_file.attempt, lease.worker, None, now)
         watch.counter = read_counter(self.sp.layout.fd(State.LEASED), heartbeat_name(job_id, watch.attempt))

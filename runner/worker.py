@@ -60,6 +60,10 @@ class Worker:
     ) -> None:
         self.sp = sp
         self.name = check_worker_name(name) if name is not None else worker_name()
+        if name is not None:  # a generated name is never a token's (host-pid)
+            from spool.tokens import TokenStore  # start-up: only a named worker reads the tokens
+
+            TokenStore(sp).refuse_as_local_worker(name)
         self.burst = burst  # exit when no job is ready (the demo, tests)
         self.allow_shell = allow_shell
         self.import_modules = list(dict.fromkeys([*sp.settings.tasks, *import_modules]))
@@ -345,6 +349,18 @@ class Worker:
             )
 
 
-def run_worker(sp: Spool, **options: object) -> int:
+def run_worker(
+    sp: Spool,
+    *,
+    import_modules: Sequence[str] = (),
+    allow_shell: bool = False,
+    name: str | None = None,
+    burst: bool = False,
+    sys_path: Sequence[str] = (),
+) -> int:
+    """``spool worker``: arm the crash points, then run one worker until it is told to stop."""
     crash.arm("worker", os.environ)
-    return Worker(sp, **options).run()  # type: ignore[arg-type]
+    worker = Worker(
+        sp, import_modules=import_modules, allow_shell=allow_shell, name=name, burst=burst, sys_path=sys_path
+    )
+    return worker.run()

@@ -295,7 +295,7 @@ def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, J
     return state, final
 
 
-def resync_locked(sp: Handle, job_id: str, *, blocking: bool = False) -> bool:
+def resync_under_lock(sp: Handle, job_id: str, *, blocking: bool = False) -> bool:
     """``resync`` under the job's lock; False if the lock was busy (try again later)."""
     lock = job_lock(sp, job_id, blocking=blocking)
     if lock is None:
@@ -362,7 +362,7 @@ def _resync_differing(sp: Handle, listing: Listing, known: dict[str, str]) -> se
     }
     differing.update(job_id for job_id in known if job_id not in listing.jobs)
     for job_id in differing:
-        resync_locked(sp, job_id)
+        resync_under_lock(sp, job_id)
     return differing
 
 
@@ -385,7 +385,7 @@ def _reconcile_finished(sp: Handle, active: Listing, checked: set[str]) -> None:
             after = page[-1]
         differing.update(ids)
     for job_id in differing - checked:
-        resync_locked(sp, job_id)
+        resync_under_lock(sp, job_id)
 
 
 def _ids_in(sp: Handle, state: State) -> set[str]:

@@ -119,6 +119,13 @@ class TokenStore:
         self._refresh()
         return [entry.info for entry in self._entries]
 
+    def refuse_as_local_worker(self, name: str) -> None:
+        """The other direction of ``add``'s rule: a local worker may not take the name of a token
+        that may hold leases (a remote worker's), or each could act on the other's leases.
+        UsageError if one exists. Every local worker checks it (``runner.worker.Worker``)."""
+        if any(info.name == name and info.role != "submit" for info in self.list()):
+            raise UsageError(f"--name {name}: a work token of that name exists (a remote worker's); pick another")
+
     def revoke(self, name: str) -> bool:
         """Remove ``name``'s token; False if there was none."""
         with self._write_lock():

@@ -89,7 +89,7 @@ def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held |
                 continue
             with lock:
                 try:
-                    claimed = _claim_locked(sp, job_id, worker)
+                    claimed = _claim_with_lock_held(sp, job_id, worker)
                 except DiskFull:
                     busy.append(job_id)  # put back in the claim order (the finally, if the ledger can)
                     raise
@@ -125,7 +125,8 @@ def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
 _BEYOND_PENDING = (State.LEASED, State.DEAD, State.DONE)
 
 
-def _claim_locked(sp: Handle, job_id: str, worker: str) -> Held | None:
+def _claim_with_lock_held(sp: Handle, job_id: str, worker: str) -> Held | None:
+    """The claim itself; the caller holds the job's lock (``resync_under_lock`` takes it)."""
     try:
         job_file = read_job(sp, State.PENDING, job_id)
     except (FileNotFoundError, InvalidJob):

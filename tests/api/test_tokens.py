@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spool import Spool
 from spool.tokens import TokenStore
 from support import run_spool, wait_until
@@ -138,3 +140,16 @@ def test_a_local_worker_may_not_take_a_work_tokens_name(spool_dir: Path) -> None
     assert refused.returncode == 2 and "work token of that name" in refused.stderr, refused.stderr
     assert run_spool("token", "add", "viewer", "--role", "submit", spool=spool_dir).returncode == 0
     assert run_spool("worker", "--name", "viewer", "--burst", spool=spool_dir).returncode == 0
+
+
+def test_a_worker_started_from_python_keeps_the_same_rule(spool_dir: Path) -> None:
+    """The rule lives in the worker, not only in the command line: ``Worker(sp, name=X)`` from
+    Python is refused too (it used to be checked by ``spool worker`` alone)."""
+    from spool.errors import UsageError
+    from spool.runner.worker import Worker
+
+    assert run_spool("token", "add", "remote-y", "--role", "work", spool=spool_dir).returncode == 0
+    with Spool(spool_dir, environ={}) as sp:
+        with pytest.raises(UsageError, match="work token of that name"):
+            Worker(sp, name="remote-y", burst=True)
+        assert Worker(sp, name="local-y", burst=True).run() == 0

@@ -50,7 +50,7 @@ def test_an_attempt_child_whose_worker_is_gone_ends_without_a_traceback() -> Non
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "spool.runner.child", json.dumps(config)],
+            [sys.executable, "-m", "spool.runner.attempt", json.dumps(config)],
             check=False,
             pass_fds=(request_r, reply_w),
             stdin=subprocess.DEVNULL,

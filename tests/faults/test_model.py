@@ -7,7 +7,7 @@ Rules call the real transitions (``Spool.submit``, ``claim``/``complete``/``fail
 ``make_ready``) in any order, and the model predicts each answer. Concurrency is modelled as interleaved steps:
 
 - two claimers racing for one job: a second claimer that reserved the same id from a stale
-  ledger runs ``_claim_locked`` on a job someone already took, and must get nothing;
+  ledger runs ``_claim_with_lock_held`` on a job someone already took, and must get nothing;
 - a claim racing an expiry: ``expire`` names the attempt it saw, which may be older than the
   job's current one, and must then be refused;
 - a completion racing a cancel: a cancel request on a leased job, then ``complete`` (the first
@@ -54,12 +54,12 @@ from spool.fsck import fsck, sweep_tmp
 from spool.fsio import fs
 from spool.layout import State, job_lock_name
 from spool.locks import acquire
-from spool.recovery import list_folders, resync_locked
+from spool.recovery import list_folders, resync_under_lock
 from spool.store import folders_of, read_job
 from spool.submission import lookup_key
 from spool.transitions import (
     Lease,
-    _claim_locked,
+    _claim_with_lock_held,
     cancel_leased,
     claim,
     complete,
@@ -329,7 +329,7 @@ class SpoolMachine(RuleBasedStateMachine):
         lock = acquire(self.sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
         assert lock is not None
         with lock:
-            assert _claim_locked(self.sp, job_id, "racer") is None
+            assert _claim_with_lock_held(self.sp, job_id, "racer") is None
 
     @precondition(lambda self: self.model.leases)
     @rule(index=st.integers(0, 100))
@@ -621,7 +621,7 @@ class SpoolMachine(RuleBasedStateMachine):
 
     def _recover(self, job_id: str) -> None:
         """What the coordinator does after a crash: resync the job under its lock, sweep tmp/."""
-        assert resync_locked(self.sp, job_id, blocking=True)
+        assert resync_under_lock(self.sp, job_id, blocking=True)
         sweep_tmp(self.sp)
 
     # -- the promises, after every step ------------------------------------------------------

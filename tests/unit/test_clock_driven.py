@@ -17,7 +17,7 @@ from spool.clock import FakeClock
 from spool.job import is_ready
 from spool.layout import State
 from spool.moves import backoff_seconds
-from spool.recovery import resync_locked
+from spool.recovery import resync_under_lock
 from spool.spool import Spool
 from spool.store import read_job
 from spool.timetext import format_time, parse_time
@@ -84,12 +84,12 @@ def test_a_delayed_job_becomes_ready_when_the_clock_passes_not_before(sp: Spool,
     assert job_file.job.not_before == format_time(START + 60)
     assert parse_time(job_file.job.not_before, "t").timestamp() == START + 60
     assert not is_ready(job_file, clock.wall())
-    assert resync_locked(sp, job_id) and sp.ledger.row(job_id)["ready"] == 0  # type: ignore[index]
+    assert resync_under_lock(sp, job_id) and sp.ledger.row(job_id)["ready"] == 0  # type: ignore[index]
     clock.advance(59.999)
-    assert resync_locked(sp, job_id) and sp.ledger.row(job_id)["ready"] == 0  # type: ignore[index]
+    assert resync_under_lock(sp, job_id) and sp.ledger.row(job_id)["ready"] == 0  # type: ignore[index]
     clock.advance(0.001)
     assert is_ready(job_file, clock.wall())
-    assert resync_locked(sp, job_id) and sp.ledger.row(job_id)["ready"] == 1  # type: ignore[index]
+    assert resync_under_lock(sp, job_id) and sp.ledger.row(job_id)["ready"] == 1  # type: ignore[index]
     assert take(sp).job_id == job_id
 
 

@@ -18,7 +18,7 @@ import pytest
 from spool.fsck import fsck
 from spool.ids import new_id
 from spool.layout import State, drop_note_name, job_name
-from spool.recovery import resync_locked
+from spool.recovery import resync_under_lock
 from spool.spool import Spool
 from spool.store import folders_of, read_job
 from spool.transitions import Lease, claim, complete
@@ -56,7 +56,7 @@ def test_a_users_file_under_an_unused_id_is_ingested_under_a_new_id(sp: Spool) -
     unused = new_id()
     path_of(sp, State.PENDING, unused).write_text("task: echo\nargs: {n: 1}\n")
     assert any("a drop named like a job id" in line for line in fsck(sp).in_progress)
-    resync_locked(sp, unused)
+    resync_under_lock(sp, unused)
     ((job_id, state, fields),) = dropped(sp, job_name(unused))
     assert job_id != unused and state is State.PENDING and fields["args"] == {"n": 1}
     assert folders_of(sp, unused) == [] and sp.ledger.row(unused) is None
@@ -67,7 +67,7 @@ def test_an_ingest_interrupted_after_its_rename_keeps_its_id_by_its_note(sp: Spo
     job_id = new_id()
     path_of(sp, State.PENDING, job_id).write_text("task: echo\nargs: {n: 1}\n")
     sp.layout.path(State.PENDING, drop_note_name(job_id)).write_text("mine.yaml")
-    resync_locked(sp, job_id)
+    resync_under_lock(sp, job_id)
     fields = read_job(sp, State.PENDING, job_id).to_mapping()
     assert fields["dropped_as"] == "mine.yaml" and fields["args"] == {"n": 1}
     assert not sp.layout.path(State.PENDING, drop_note_name(job_id)).exists()
@@ -79,7 +79,7 @@ def test_a_keyed_ingest_interrupted_after_its_rename_keeps_its_id_by_its_reserva
     job_id = new_id()
     reserve_key(sp, "k-1", job_id)
     path_of(sp, State.PENDING, job_id).write_text("task: echo\nkey: k-1\n")
-    resync_locked(sp, job_id)
+    resync_under_lock(sp, job_id)
     assert read_job(sp, State.PENDING, job_id).job.key == "k-1"
     assert fsck(sp).ok
 
@@ -89,7 +89,7 @@ def test_a_users_file_beside_a_waiting_job_is_a_drop_and_the_job_is_untouched(sp
     child = sp.submit("echo", {"n": 1}, depends_on=[parent])
     before = path_of(sp, State.WAITING, child).read_bytes()
     path_of(sp, State.PENDING, child).write_text("task: echo\nargs: {n: impostor}\n")
-    resync_locked(sp, child)
+    resync_under_lock(sp, child)
     assert folders_of(sp, child) == [State.WAITING] and path_of(sp, State.WAITING, child).read_bytes() == before
     ((_new, state, fields),) = dropped(sp, job_name(child))
     assert state is State.PENDING and fields["args"] == {"n": "impostor"} and fields["depends_on"] == []
@@ -111,7 +111,7 @@ def test_a_copy_of_a_done_job_dropped_in_pending_is_a_new_job_with_the_same_spec
     assert claimed is not None
     complete(sp, Lease(job_id, "w1", claimed.attempt), b'"r"')
     shutil.copy(path_of(sp, State.DONE, job_id), path_of(sp, State.PENDING, job_id))
-    resync_locked(sp, job_id)
+    resync_under_lock(sp, job_id)
     # Its key is the old job's own (user-chosen, still kept), and a drop whose key already
     # exists is removed and logged; the done job is untouched.
     assert folders_of(sp, job_id) == [State.DONE] and sp.result(job_id) == "r"
@@ -119,7 +119,7 @@ def test_a_copy_of_a_done_job_dropped_in_pending_is_a_new_job_with_the_same_spec
     unkeyed = sp.submit("echo", {"n": 6}, priority=2)
     sp.cancel(unkeyed)
     shutil.copy(path_of(sp, State.DEAD, unkeyed), path_of(sp, State.PENDING, unkeyed))
-    resync_locked(sp, unkeyed)
+    resync_under_lock(sp, unkeyed)
     ((new, state, fields),) = dropped(sp, job_name(unkeyed))
     assert state is State.PENDING and new != unkeyed and fields["key"] == new
     assert (fields["args"], fields["priority"], fields["tries"], fields.get("reason")) == ({"n": 6}, 2, 0, None)
@@ -138,7 +138,7 @@ def test_which_copies_are_the_runners(sp: Spool) -> None:
     shutil.copy(path_of(sp, State.PENDING, job_id), path_of(sp, State.DEAD, job_id))  # planted: no reason
     copies = copies_of(sp, job_id)
     assert (copies.keep, copies.planted) == ([State.PENDING], [State.DEAD])
-    resync_locked(sp, job_id)
+    resync_under_lock(sp, job_id)
     assert folders_of(sp, job_id) == [State.PENDING]
     (record,) = [fields for _s, fields in all_jobs(sp).values() if fields.get("reason") == "invalid"]
     assert f"id: {job_id}" in record["original"]
@@ -169,7 +169,7 @@ def test_a_dead_job_moved_back_by_hand_is_a_requeue_for_fsck_and_for_claim(sp: S
     report = fsck(sp)
     assert not [v for v in report.violations if job_id in v and "ledger" not in v], report.violations
     assert any("moved back by hand" in line for line in report.in_progress)
-    resync_locked(sp, job_id)  # what the coordinator's reconcile does
+    resync_under_lock(sp, job_id)  # what the coordinator's reconcile does
     claimed = claim(sp, "w2", None)
     assert claimed is not None and claimed.id == job_id
     assert (claimed.tries, claimed.attempt, claimed.reason, claimed.error) == (1, 3, None, None)
@@ -200,7 +200,7 @@ def test_a_job_moved_back_before_its_dependency_is_done_waits(sp: Spool) -> None
     child = sp.submit("echo", {"n": 1}, depends_on=[parent])
     sp.cancel(child)
     os.rename(path_of(sp, State.DEAD, child), path_of(sp, State.PENDING, child))
-    resync_locked(sp, child)
+    resync_under_lock(sp, child)
     assert folders_of(sp, child) == [State.WAITING]
     assert read_job(sp, State.WAITING, child).reason is None
 
@@ -212,5 +212,5 @@ def test_an_invalid_record_moved_back_by_hand_goes_back_to_dead(sp: Spool) -> No
     record = ingest(sp, "bad.yaml")
     assert record is not None and folders_of(sp, record) == [State.DEAD]
     os.rename(path_of(sp, State.DEAD, record), path_of(sp, State.PENDING, record))
-    resync_locked(sp, record)
+    resync_under_lock(sp, record)
     assert folders_of(sp, record) == [State.DEAD] and read_job(sp, State.DEAD, record).reason == "invalid"

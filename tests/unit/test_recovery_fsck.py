@@ -23,7 +23,7 @@ from spool.ids import new_id
 from spool.ingest import ingest
 from spool.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
 from spool.locks import acquire
-from spool.recovery import resync_locked
+from spool.recovery import resync_under_lock
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
 from spool.store import folders_of, move_job, read_job
@@ -69,7 +69,7 @@ def as_worker(name: str, then: Callable[[Spool, Lease], object] | None = None) -
 
 
 def settle_now(sp: Spool, job_id: str) -> None:
-    assert resync_locked(sp, job_id)
+    assert resync_under_lock(sp, job_id)
 
 
 def assert_clean(sp: Spool) -> None:
