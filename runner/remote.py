@@ -38,7 +38,8 @@ from spool import registry
 from spool.errors import SpoolError
 from spool.job import MAX_SECONDS
 from spool.resultjson import ResultNotJSON, encode_result
-from spool.runner.progress_writes import ProgressWrites
+from spool.progress import Progress
+from spool.runner.attempt_loop import Beat, watch
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.remote_client import ApiClient, Reply, Unreachable
 from spool.runner.remote_lease import Refused, RemoteLease
@@ -210,63 +211,28 @@ class RemoteWorker:
 
     def _attempt(self, lease: RemoteLease) -> None:
         log.info("lease %s attempt=%d task=%s", lease.job_id, lease.attempt, lease.task)
-        self.child.begin(
-            AttemptRequest(
-                job_id=lease.job_id,
-                attempt=lease.attempt,
-                task=lease.task,
-                args=lease.args,
-                timeout_seconds=lease.timeout_seconds,
-                tries_left=lease.tries_left,
-                log=_Stderr(),
-            )
+        request = AttemptRequest(
+            job_id=lease.job_id,
+            attempt=lease.attempt,
+            task=lease.task,
+            args=lease.args,
+            timeout_seconds=lease.timeout_seconds,
+            tries_left=lease.tries_left,
+            log=_Stderr(),
         )
-        beats, interval = 0, lease.heartbeat_seconds
-        next_beat = time.monotonic() + interval
-        shown = ProgressWrites()  # the handler's spool.progress(), sent promptly but coalesced
-        while True:
-            wake = min(next_beat, shown.due())
-            outcome = self.child.poll(max(0.0, min(wake - time.monotonic(), 0.5)), until_progress=wake == next_beat)
-            shown.offer(self.child.take_progress())
-            if outcome is not None:
-                self._report(lease, outcome)
-                return
-            if self._signals and not self._stop_noted:
-                self._stop_noted = True
-                log.info(
-                    "stopping: attempt %d of %s may finish within %gs (a second signal ends it now)",
-                    lease.attempt,
-                    lease.job_id,
-                    self.settings.grace_seconds,
-                )
-            if self._must_stop_now():
-                self.child.kill()
-                self._release(lease)
-                return
-            beat_due = time.monotonic() >= next_beat
-            if not beat_due and shown.due() > time.monotonic():
-                continue
-            beats += 1 if beat_due else 0  # progress alone sends the same counter: not a beat
-            progress = shown.write()
-            body: dict[str, object] = {"counter": beats}
-            if progress is not None:
-                body["progress"] = progress.to_mapping()
-            reply = self._lease_call(lease, "heartbeat", body, patient=False)
-            if beat_due:
-                interval = _interval(reply, interval)  # a coordinator restarted with a shorter term
-                next_beat = time.monotonic() + interval
-            if reply is None:
-                continue  # the server is away: the attempt runs on; its lease is the coordinator's call
-            if reply.status == 409:
-                self.child.kill()
-                log.warning("attempt %d of %s killed: %s", lease.attempt, lease.job_id, reply.error())
-                return
-            if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("cancel") is True:
-                self.child.kill()
-                self._cancelled(lease)
-                return
-            if reply.status != 200:
-                log.warning("heartbeat of %s: %s", lease.job_id, reply.error())
+        watch(self.child, request, ApiLease(self, lease), lambda: self._stopping(lease))
+
+    def _stopping(self, lease: RemoteLease) -> bool:
+        """Whether the attempt must stop now (``_must_stop_now``), saying once that a stop waits for it."""
+        if self._signals and not self._stop_noted:
+            self._stop_noted = True
+            log.info(
+                "stopping: attempt %d of %s may finish within %gs (a second signal ends it now)",
+                lease.attempt,
+                lease.job_id,
+                self.settings.grace_seconds,
+            )
+        return self._must_stop_now()
 
     def _report(self, lease: RemoteLease, outcome: Outcome) -> None:
         if outcome.ok:
@@ -316,6 +282,50 @@ class RemoteWorker:
             log.warning("release of %s skipped: %s", lease.job_id, reply.error())
         elif reply is not None:
             log.info("release %s attempt=%d", lease.job_id, lease.attempt)
+
+
+class ApiLease:
+    """A remote attempt's lease keeper (``runner.attempt_loop.LeaseKeeper``): beats, progress and
+    the outcome are calls to the server's lease endpoints, which write the files for us. A beat
+    the server does not answer keeps the attempt running: only the coordinator expires a lease."""
+
+    def __init__(self, worker: RemoteWorker, lease: RemoteLease) -> None:
+        self.worker, self.lease = worker, lease
+        self.interval = lease.heartbeat_seconds
+        self.refusal = ""  # what the server said when it took the lease away
+
+    def heartbeat_seconds(self) -> float:
+        return self.interval
+
+    def beat(self, counter: int, progress: Progress | None, *, is_beat: bool) -> Beat:
+        body: dict[str, object] = {"counter": counter}
+        if progress is not None:
+            body["progress"] = progress.to_mapping()
+        reply = self.worker._lease_call(self.lease, "heartbeat", body, patient=False)
+        if is_beat:
+            self.interval = _interval(reply, self.interval)  # a coordinator restarted with a shorter term
+        if reply is None:
+            return Beat.HELD  # the server is away: the attempt runs on; its lease is the coordinator's call
+        if reply.status == 409:
+            self.refusal = reply.error()
+            return Beat.LOST
+        if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("cancel") is True:
+            return Beat.CANCEL
+        if reply.status != 200:
+            log.warning("heartbeat of %s: %s", self.lease.job_id, reply.error())
+        return Beat.HELD
+
+    def report(self, outcome: Outcome) -> None:
+        self.worker._report(self.lease, outcome)
+
+    def release(self) -> None:
+        self.worker._release(self.lease)
+
+    def lost(self) -> None:
+        log.warning("attempt %d of %s killed: %s", self.lease.attempt, self.lease.job_id, self.refusal)
+
+    def cancelled(self) -> None:
+        self.worker._cancelled(self.lease)
 
 
 def _done_by(reply: Reply, attempt: int) -> bool:

@@ -28,9 +28,10 @@ from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, Usag
 from spool.layout import State, log_name, worker_lock_name
 from spool.locks import Lock, acquire_within
 from spool.records import LeaseStatus
+from spool.progress import Progress
+from spool.runner.attempt_loop import Beat, watch
 from spool.runner.child import AttemptRequest, Child, Outcome
 from spool.runner.diskfull import DiskFullPause
-from spool.runner.progress_writes import ProgressWrites
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.transitions import Held, Lease, cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
@@ -244,47 +245,16 @@ class Worker:
     def _watch_attempt(self, held: Held, lease: Lease, attempt_log: AttemptLog) -> None:
         job_file = held.job_file
         job = job_file.job
-        interval = self._heartbeat_seconds()
-        beats = 0
-        self.child.begin(
-            AttemptRequest(
-                job_id=job.id,
-                attempt=lease.attempt,
-                task=job.task,
-                args=dict(job.args),
-                timeout_seconds=job.timeout,
-                tries_left=job.max_tries - job_file.tries,
-                log=attempt_log,
-            )
+        request = AttemptRequest(
+            job_id=job.id,
+            attempt=lease.attempt,
+            task=job.task,
+            args=dict(job.args),
+            timeout_seconds=job.timeout,
+            tries_left=job.max_tries - job_file.tries,
+            log=attempt_log,
         )
-        next_beat = time.monotonic() + interval
-        shown = ProgressWrites()
-        while True:
-            wake = min(next_beat, shown.due())  # a progress value waiting to be written wakes us too
-            outcome = self.child.poll(max(0.0, min(wake - time.monotonic(), 0.5)), until_progress=wake == next_beat)
-            shown.offer(self.child.take_progress())
-            if outcome is not None:
-                attempt_log.close()  # trimmed before the job moves on: a follower then sees it whole
-                self._report(lease, held, outcome)
-                return
-            if self._must_stop_now():
-                self.child.kill()
-                attempt_log.close()
-                self._release(lease, held)
-                return
-            if time.monotonic() < next_beat and shown.due() <= time.monotonic():
-                heartbeat(self.sp, lease, beats, shown.write())  # the same counter: not a beat
-            if time.monotonic() >= next_beat:
-                beats += 1
-                heartbeat(self.sp, lease, beats, shown.write())
-                interval = self._heartbeat_seconds()  # a coordinator restarted with a shorter term
-                next_beat = time.monotonic() + interval
-                status = lease_status(self.sp, lease, held)
-                if status is not LeaseStatus.HELD:
-                    self.child.kill()
-                    attempt_log.close()
-                    self._give_up(lease, held, status)
-                    return
+        watch(self.child, request, FilesLease(self, lease, held, attempt_log), self._must_stop_now)
 
     def _must_stop_now(self) -> bool:
         if not self._signals or self._stop_requested_at is None:
@@ -331,22 +301,48 @@ class Worker:
                 return
         self._disk_full.cleared(f"attempt {lease.attempt} of {lease.job_id} saved")
 
-    def _release(self, lease: Lease, held: Held) -> None:
-        try:
-            release(self.sp, lease, held)
-        except LeaseLost as err:
-            log.warning("release of %s skipped: %s", lease.job_id, err)
 
-    def _give_up(self, lease: Lease, held: Held, status: LeaseStatus) -> None:
-        if status is LeaseStatus.CANCEL:
-            try:
-                cancel_leased(self.sp, lease, held)
-            except LeaseLost as err:
-                log.warning("cancel of %s: %s", lease.job_id, err)
-        else:
-            log.warning(
-                "attempt %d of %s killed: the lease was lost (expired or requeued)", lease.attempt, lease.job_id
-            )
+class FilesLease:
+    """A local attempt's lease keeper (``runner.attempt_loop.LeaseKeeper``): beats and progress
+    are heartbeat files, the outcome a move of the job file, all under the job's lock. The attempt
+    log is closed (trimmed whole) before the job moves on, so a follower sees it all."""
+
+    def __init__(self, worker: Worker, lease: Lease, held: Held, attempt_log: AttemptLog) -> None:
+        self.worker, self.lease, self.held, self.attempt_log = worker, lease, held, attempt_log
+
+    def heartbeat_seconds(self) -> float:
+        return self.worker._heartbeat_seconds()
+
+    def beat(self, counter: int, progress: Progress | None, *, is_beat: bool) -> Beat:
+        heartbeat(self.worker.sp, self.lease, counter, progress)
+        if not is_beat:
+            return Beat.HELD
+        status = lease_status(self.worker.sp, self.lease, self.held)
+        return {LeaseStatus.HELD: Beat.HELD, LeaseStatus.CANCEL: Beat.CANCEL}.get(status, Beat.LOST)
+
+    def report(self, outcome: Outcome) -> None:
+        self.attempt_log.close()
+        self.worker._report(self.lease, self.held, outcome)
+
+    def release(self) -> None:
+        self.attempt_log.close()
+        try:
+            release(self.worker.sp, self.lease, self.held)
+        except LeaseLost as err:
+            log.warning("release of %s skipped: %s", self.lease.job_id, err)
+
+    def lost(self) -> None:
+        self.attempt_log.close()
+        log.warning(
+            "attempt %d of %s killed: the lease was lost (expired or requeued)", self.lease.attempt, self.lease.job_id
+        )
+
+    def cancelled(self) -> None:
+        self.attempt_log.close()
+        try:
+            cancel_leased(self.worker.sp, self.lease, self.held)
+        except LeaseLost as err:
+            log.warning("cancel of %s: %s", self.lease.job_id, err)
 
 
 def run_worker(
