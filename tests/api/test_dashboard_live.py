@@ -1,4 +1,4 @@
-"""The dashboard's sampler (``spool.runner.api.live``) against a real ``spool run``: its per-second
+"""The dashboard's sampler (``spool.runner.api.dashboard.live``) against a real ``spool run``: its per-second
 buckets count every completed and failed attempt the ledger holds, read incrementally or from the
 whole hour alike, and every stream gets the whole hour first, then only what changed."""
 
@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from spool import Spool
-from spool.runner.api.live import Live
+from spool.runner.api.dashboard.live import Live
 from support import Procs, wait_until
 
 

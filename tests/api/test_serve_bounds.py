@@ -11,8 +11,8 @@ from typing import Any
 
 from spool import Spool
 from spool.runner.api.context import MAX_STREAMS
-from spool.runner.api.dashboard import MAX_STREAMS_PER_TOKEN
-from spool.runner.api.dashboard_auth import SESSIONS_PER_TOKEN
+from spool.runner.api.dashboard.auth import SESSIONS_PER_TOKEN
+from spool.runner.api.dashboard.site import MAX_STREAMS_PER_TOKEN
 from support import Procs, wait_until
 from test_dashboard import Browser
 

@@ -45,7 +45,7 @@ def test_every_route_of_the_app_and_of_the_design_is_described(sp: Spool) -> Non
         for method in route.methods
         if method != "HEAD"
     }
-    # The dashboard's pages and forms (runner/api/dashboard*.py) are HTML for a browser behind a
+    # The dashboard's pages and forms (runner/api/dashboard/) are HTML for a browser behind a
     # session cookie, not the JSON API: the document describes them as one entry, "/".
     api = {(path, method) for path, method in served if path.startswith("/v1/") or path in _MACHINE_PATHS}
     assert api - _described() == set()

@@ -22,6 +22,7 @@ PACKAGES = {
     "spool": ROOT / "spool",
     "spool.runner": ROOT / "runner",
     "spool.runner.api": ROOT / "runner" / "api",
+    "spool.runner.api.dashboard": ROOT / "runner" / "api" / "dashboard",
     "spool.cli": ROOT / "cli",
 }
 

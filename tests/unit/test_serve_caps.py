@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from spool.runner.api import dashboard_auth
+from spool.runner.api.dashboard import auth as dashboard_auth
 from spool.runner.api.context import ApiError, Slots
-from spool.runner.api.dashboard_auth import Sessions, SessionsFull
+from spool.runner.api.dashboard.auth import Sessions, SessionsFull
 from spool.tokens import TokenInfo
 
 

@@ -1,10 +1,10 @@
 """The dashboard at ``/``: routes, the login form, the overview and its live event stream.
 
 Behind the API's own tokens: the login form takes a token once and sets a session cookie
-(``dashboard_auth``). A submit or work token sees every page read-only (no buttons; a POST is
+(``auth``). A submit or work token sees every page read-only (no buttons; a POST is
 refused with 403); an admin token may act. Pages: ``/`` (live counts and the last hour's
 throughput, drawn by ``static/dashboard.js`` from ``/events``), ``/jobs`` and ``/jobs/{id}``
-(``dashboard_jobs``), ``/schedules`` and ``/workers`` (``dashboard_more``).
+(``jobs``), ``/schedules`` and ``/workers`` (``admin_pages``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from starlette.types import Receive, Scope, Send
 
 from spool.stats import coordinator_state
 
-from . import dashboard_jobs, dashboard_more
-from .context import MAX_STREAMS, ApiError, Slots
-from .dashboard_more import workers_view
-from .dashboard_auth import (
+from . import admin_pages, jobs
+from ..context import MAX_STREAMS, ApiError, Slots
+from .admin_pages import workers_view
+from .auth import (
     COOKIE,
     FormError,
     Session,
@@ -35,10 +35,10 @@ from .dashboard_auth import (
     cookie_header,
     read_form,
 )
-from .dashboard_web import HERE, Dash, back, safe_next, secured
+from .pages import HERE, Dash, back, safe_next, secured
 
 if TYPE_CHECKING:
-    from .context import ApiContext
+    from ..context import ApiContext
 
 __all__ = ["routes"]
 
@@ -61,8 +61,8 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
         Route("/login", partial(login_form, dash), methods=["GET"]),
         Route("/login", partial(login, dash), methods=["POST"]),
         Route("/logout", partial(logout, dash), methods=["POST"]),
-        *dashboard_jobs.routes(dash),
-        *dashboard_more.routes(dash),
+        *jobs.routes(dash),
+        *admin_pages.routes(dash),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
 

@@ -27,8 +27,8 @@ from spool.errors import InvalidJob
 from spool.timetext import format_time
 from spool.workers import FORGET_AFTER_SECONDS, WORKER_NAME, roster
 
-from .dashboard_auth import Session
-from .dashboard_web import Dash, back
+from .auth import Session
+from .pages import Dash, back
 
 
 def routes(dash: Dash) -> list[BaseRoute]:

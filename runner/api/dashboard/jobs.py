@@ -19,9 +19,9 @@ from spool.browse import Filter
 from spool.errors import InvalidJob, SpoolError
 from spool.layout import State
 
-from .dashboard_auth import FormError, Session
-from .dashboard_views import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of
-from .dashboard_web import Dash, back, query_string
+from .auth import FormError, Session
+from .story import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of
+from .pages import Dash, back, query_string
 
 PAGE_SIZE = 50
 BULK_MAX = 10_000

@@ -29,11 +29,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from spool import browse
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
 
-from .dashboard_auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
+from .auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
 from .live import Live
 
 if TYPE_CHECKING:
-    from .context import ApiContext
+    from ..context import ApiContext
 
 HERE = Path(__file__).resolve().parent
 CHOICES_SECONDS = 10.0

@@ -30,7 +30,7 @@ from starlette.requests import Request
 
 from spool.tokens import TokenStore
 
-from .context import ApiError, read_body
+from ..context import ApiError, read_body
 
 # __Host-: the browser keeps it only if Secure, for Path=/ and this host alone (no Domain).
 COOKIE = "__Host-spool_session"

@@ -1,0 +1,15 @@
+"""The dashboard at ``/``: server-rendered pages behind a session cookie, for people.
+
+- ``site``: the routes, the login form, the overview and its live event stream;
+- ``auth``: the login (a token given once, then a session), sessions per token, CSRF;
+- ``pages``: what every page shares (``Dash``: templates, the session check, headers, errors);
+- ``jobs``: the job list, one job's page and the moves a person asks for;
+- ``story``: what the job pages show (a filter from a query, a job's whole story, its chain);
+- ``admin_pages``: the schedules and workers pages;
+- ``live``: the live numbers, one sampler per server shared by every open browser;
+- ``templates/`` and ``static/``: the pages' HTML, CSS and JavaScript.
+"""
+
+from spool.runner.api.dashboard.site import routes
+
+__all__ = ["routes"]
