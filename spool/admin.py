@@ -23,6 +23,7 @@ from spool.layout import (
     purge_marker_name,
     result_name,
 )
+from spool.firings import record_before_purge
 from spool.moves import bury
 from spool.recovery import resync
 from spool.store import (
@@ -211,6 +212,8 @@ def _purge_one(
                 return False
         except InvalidJob:
             pass
+        if job_file.job.key is not None:
+            record_before_purge(sp, job_file.job.key, job_id)  # a schedule's slot: never fired again
         buried = purge_marker_name(job_id)
         fs.rename_noreplace(sp.layout.fd(state), job_name(job_id), sp.layout.fd("tmp"), buried)
         crash.point("purge-after-rename")

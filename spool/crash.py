@@ -52,6 +52,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "bury-after-rename",  # `spool cancel` of a pending or waiting job
         "requeue-after-rename",
         "purge-after-rename",
+        "purge-after-fired",  # a schedule's slot job about to be purged: its firing recorded first (durable)
     ),
     "serve": (  # `spool serve` runs the same moves as submit, a person's cancel and requeue, a worker's complete
         "after-key-check",  # POST /v1/jobs: the key not taken, nothing written

@@ -23,9 +23,10 @@ means S began, so it fires S again, whatever the catchup, and S's key makes that
 power cut may lose step 1 (then S is a missed slot, as if the crash came before it; its job, if
 made, is found by its key when catchup fires S) but never tears ``.fired``: it is always whole
 before its rename. After 3 no coordinator fires S or an earlier slot again, whatever happened to
-the job or the ledger. (One case stays open: a coordinator killed between 2 and 3 whose job is
-then purged before any coordinator starts again fires S a second time, as it can't tell that
-from a crash before the submit.)
+the job or the ledger. A coordinator killed between 2 and 3 leaves the slot's job (and its key)
+as the only evidence that S fired; ``spool purge`` removes both, so before it removes such a job
+it finishes the record itself (``record_before_purge``: ``.fired`` says S, fsync'd, then crash
+point ``admin:purge-after-fired``; a purge killed there leaves the job for the next purge).
 
 The files are the coordinator's; ``spool schedule run`` notes its run in ``.fired`` too (read,
 then replaced: a coordinator's record at the same instant may win, which costs only what ``list``
@@ -45,7 +46,8 @@ from spool import crash
 from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_valid_id
-from spool.layout import SCHEDULES
+from spool.layout import SCHEDULES, schedule_file_name
+from spool.schedules import schedule_of_key, slot_of_key
 from spool.store import stage, unstage
 from spool.timetext import format_time, parse_time
 from spool.yamlsafe import dump_yaml, load_yaml
@@ -111,6 +113,21 @@ def record(sp: Handle, name: str, slot: float, job: str | None) -> None:
     once ``sync`` has run (the coordinator calls it at the end of its pass)."""
     _write(sp, fired_file_name(name), _fields(slot, job), sync=True)
     crash.point("fire-after-record")
+
+
+def record_before_purge(sp: Handle, key: str, job: str) -> None:
+    """``spool purge`` is about to remove ``job``, keyed ``key``: if that is a schedule's slot its
+    record does not cover yet (a coordinator died between the slot's submit and its record), the
+    record says so first, durably, as the next coordinator would have written it."""
+    name, slot = schedule_of_key(key), slot_of_key(key)
+    if name is None or slot is None or not fs.exists(sp.layout.fd(SCHEDULES), schedule_file_name(name)):
+        return  # not a slot's job, or its schedule was removed (with its record)
+    before = read_fired(sp, name)
+    if before.slot is not None and before.slot >= slot:
+        return  # the usual case: recorded when it fired
+    _write(sp, fired_file_name(name), _fields(slot, job), sync=True)
+    sync(sp)
+    crash.point("purge-after-fired")
 
 
 def sync(sp: Handle) -> None:

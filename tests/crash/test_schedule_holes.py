@@ -107,6 +107,34 @@ def test_a_purged_firing_with_the_ledger_lost_or_corrupt_never_fires_again(kit: 
     kit.fsck_ok()
 
 
+def test_a_slot_whose_coordinator_died_before_its_record_is_not_fired_again_after_a_purge(kit: Kit) -> None:
+    """The coordinator is killed between the slot's submit and its record (its job is all that
+    says the slot fired); with no coordinator, ``fsck --repair`` indexes the job, a worker runs it
+    and it is purged: the purge records the firing first, so the next coordinator does not fire
+    that slot again."""
+    daily = kit.spool_dir / "schedules" / "daily.yaml"
+    daily.write_text("task: echo\nargs: {n: 1}\ncron: '0 0 * * *'\n")
+    os.utime(daily, (time.time() - 3 * DAY, time.time() - 3 * DAY))  # catchup one: today's 00:00 fires
+    crashed = kit.coordinator(env={"SPOOL_CRASH_AT": "coordinator:after-submit"})
+    assert crashed.wait(timeout=30) == -signal.SIGKILL
+    first = jobs_of(kit, "daily")
+    assert len(first) == 1, first
+    (job_id,) = [ids[0] for ids in first.values()]
+    spool_ok(kit, "fsck", "--repair")  # the ledger row the killed coordinator never wrote
+    worker = kit.worker("w1")
+    kit.wait_state(job_id, "done")
+    kit.stop(worker)
+    spool_ok(kit, "purge", "--older-than", "0s")
+    assert jobs_of(kit, "daily") == {}
+    spool_ok(kit, "schedule", "add", "canary", "echo", "--every", "1s")  # its firings show passes ran
+    started = time.time()
+    coordinator = kit.coordinator()
+    fired_after(kit, "canary", started)
+    sigkill(coordinator)
+    assert jobs_of(kit, "daily") == {}, "today's slot fired again after its job was purged"
+    kit.fsck_ok()
+
+
 # -- finding 3: `schedule:` keys are the schedules' own -------------------------------------------
 
 

@@ -461,6 +461,32 @@ def one_job_for_the_slot(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
     assert len(keys) == 1 and keys[0].startswith("schedule:hourly@") and keys[0].endswith(":00:00.000Z"), keys
 
 
+def unrecorded_slot_job(sp: Spool, ctx: Ctx) -> None:
+    """An hourly slot's job, since ended (cancelled), whose coordinator died between the slot's
+    submit and its record: the job and its key are all that says the slot fired."""
+    from spool.schedules import slot_key
+    from spool.submission import submit
+
+    hourly_schedule(sp, ctx)
+    ctx["slot"] = time.time() // 3600 * 3600
+    spec = {"task": "echo", "args": {"n": 1}, "key": slot_key("hourly", ctx["slot"])}
+    ctx["job"] = submit(sp, spec, firing=True).id
+    assert sp.cancel(ctx["job"]) == "cancelled"
+
+
+def purged_with_its_firing_recorded(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+    """The job is gone and the schedule's record says its slot fired, so no coordinator fires it
+    again; then the schedule goes, so recovery sees no later slot."""
+    from spool.firings import read_fired
+
+    assert sp.state(ctx["job"]) is None
+    assert read_fired(sp, "hourly").slot == ctx["slot"]
+    Coordinator(sp).run_pass()
+    pending = [n for n in fs.list_dir(sp.layout.fd(State.PENDING)) if n.endswith(".yaml")]
+    assert pending == [job_name(ctx["bystander"])], "the slot fired again"
+    sp.layout.path("schedules", "hourly.yaml").unlink()
+
+
 def _firing_scenarios() -> list[Scenario]:
     return [
         Scenario(
@@ -638,6 +664,16 @@ SCENARIOS: dict[str, list[Scenario]] = {
     ],
     "admin:purge-after-rename": [
         Scenario("purged", purges_dead, setup=cancelled_job, expect=(), check=nothing_left),
+    ],
+    "admin:purge-after-fired": [
+        Scenario(
+            "slot",
+            purges_dead,
+            setup=unrecorded_slot_job,
+            retry=purges_dead,
+            expect=(),
+            check=purged_with_its_firing_recorded,
+        ),
     ],
     "coordinator:after-ingest": [
         Scenario("valid", coordinator_pass, setup=drop(VALID_DROP)),
