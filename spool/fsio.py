@@ -15,7 +15,7 @@ All calls work on directory file descriptors opened once with O_NOFOLLOW, so no 
 the spool is ever followed. Tests swap ``fs`` for a subclass that records or injects faults over
 the real calls (the power-loss model and the I/O-error tests) with ``use``; nothing else may
 call ``os`` on spool files directly: locks, ``init`` and the config read come through here too.
-(The ledger's own files are SQLite's to read and write; ``spool.ledger_file`` says why.)
+(The ledger's own files are SQLite's to read and write; ``spool.ledger.file`` says why.)
 """
 
 from __future__ import annotations

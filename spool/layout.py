@@ -301,7 +301,7 @@ def coordinator_lock_name() -> str:
 
 
 def ledger_lock_name() -> str:
-    """Held to create the ledger file or move it aside (``spool.ledger_file``)."""
+    """Held to create the ledger file or move it aside (``spool.ledger.file``)."""
     return "ledger" + _LOCK_SUFFIX
 
 

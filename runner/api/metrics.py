@@ -1,6 +1,6 @@
 """``GET /metrics``: the spool in Prometheus' text format, for any valid token.
 
-A custom collector computes every value from the ledger at scrape time (``spool.ledger_metrics``),
+A custom collector computes every value from the ledger at scrape time (``spool.ledger.metrics``),
 so the numbers are the ledger's, never a second count kept beside it that could drift:
 
     spool_jobs{state, task}                     gauge: jobs in each state (its folder)
@@ -41,7 +41,7 @@ from starlette.routing import BaseRoute, Route
 
 from spool.errors import LedgerError
 from spool.layout import State
-from spool.ledger_metrics import Durations, HistoryTotals, catch_up, job_counts, oldest_ready
+from spool.ledger.metrics import Durations, HistoryTotals, catch_up, job_counts, oldest_ready
 from spool.runner.api.context import ApiContext, ApiError, require
 from spool.spool import Spool
 from spool.timetext import parse_time

@@ -16,7 +16,7 @@ from spool import Spool
 from spool.errors import DiskFull, SpoolError
 from spool.job import Job, JobFile
 from spool.layout import State
-from spool.ledger_schema import SCHEMA_VERSION
+from spool.ledger.schema import SCHEMA_VERSION
 from spool.store import read_job
 from spool.timetext import now_text
 
@@ -54,7 +54,7 @@ def test_a_version_1_ledger_is_migrated_keeping_its_rows(spool_dir: Path) -> Non
 
 def test_sqlite_errors_leave_the_ledger_typed(sp: Spool) -> None:
     from spool.errors import LedgerError, LedgerUnusable
-    from spool.ledger_file import typed
+    from spool.ledger.file import typed
 
     def error(code: int) -> sqlite3.Error:
         err = sqlite3.OperationalError("boom")

@@ -20,6 +20,7 @@ from support import ROOT
 # The repository folder of each installed package (pyproject.toml's package-dir).
 PACKAGES = {
     "spool": ROOT / "spool",
+    "spool.ledger": ROOT / "spool" / "ledger",
     "spool.runner": ROOT / "runner",
     "spool.runner.api": ROOT / "runner" / "api",
     "spool.runner.api.dashboard": ROOT / "runner" / "api" / "dashboard",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spool.clock import FakeClock
-from spool.ledger_schema import SCHEMA_VERSION
+from spool.ledger.schema import SCHEMA_VERSION
 from spool.spool import Spool
 from spool.stats import collect
 from spool.workers import handlers_of, live_workers, unhandled_ready

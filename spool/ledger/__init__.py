@@ -8,12 +8,12 @@ reconciles it against folder listings at start and on every pass. It runs in WAL
 ``synchronous=NORMAL``: its commits are not fsync'd (a ledger commit need not survive a power
 cut, because the files do; docs/reliability.md lists what is fsync'd).
 
-The tables, their schema version and its migration are ``spool.ledger_schema``'s.
+The tables, their schema version and its migration are ``spool.ledger.schema``'s.
 
 The file is the one at the name: the ledger is opened, and stat'ed before every transaction
 (~2 us), through the spool's folder fd, so a ledger deleted or moved aside under running
 processes is noticed and opened again (created empty when missing; the coordinator's reconcile
-refills it; ``spool.ledger_file`` says how that stays safe). Every ``sqlite3.Error`` leaves a
+refills it; ``spool.ledger.file`` says how that stays safe). Every ``sqlite3.Error`` leaves a
 method as a typed error: ``DiskFull`` (SQLITE_FULL), ``LedgerUnusable`` (not a database), else
 ``LedgerError``.
 """
@@ -28,13 +28,13 @@ from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from spool import ledger_file as lf
+from spool.ledger import file as lf
 from spool.clock import SYSTEM, Clock
 from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.layout import LEDGER_NAME, Layout, State
-from spool.ledger_queries import LedgerQueries
-from spool.ledger_schema import migrate
+from spool.ledger.queries import LedgerQueries
+from spool.ledger.schema import migrate
 
 _OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
 
@@ -60,7 +60,7 @@ class Ledger(LedgerQueries):
 
     def close(self) -> None:
         """Close; the last user of the ledger first empties the WAL into the file, as SQLite's own
-        close would (which also deletes the -wal by name: turned off, see ``spool.ledger_file``).
+        close would (which also deletes the -wal by name: turned off, see ``spool.ledger.file``).
         Through our fds only, so safe even if the file was replaced; never waits for others."""
         with self._mutex:
             if self._db is not None and not self._read_only:

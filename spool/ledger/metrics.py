@@ -3,7 +3,7 @@
 The counts per state and task, and the oldest ready job per task, are asked afresh at every
 scrape (one grouped read each). The counters (submits, completions, failures, retries, lease
 expiries) and the attempt durations come from the history table (one row per transition, see
-``spool.ledger_schema``), folded into ``HistoryTotals`` in ``seq`` order: a scrape reads only
+``spool.ledger.schema``), folded into ``HistoryTotals`` in ``seq`` order: a scrape reads only
 the rows written since the last one, so its cost does not grow with the history.
 
 How each total is counted from the rows:
