@@ -15,7 +15,7 @@ from spool.cli.render import echo_json
 from spool.errors import InvalidJob, UsageError
 from spool.ids import is_valid_id
 from spool.spool import build_spec
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 
 @command()

@@ -50,7 +50,7 @@ from spool.layout import SCHEDULES, schedule_file_name
 from spool.schedules import schedule_of_key, slot_of_key
 from spool.store import stage, unstage
 from spool.timetext import format_time, parse_time
-from spool.yamlsafe import dump_yaml, load_yaml
+from spool.yaml.safe import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle

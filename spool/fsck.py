@@ -43,7 +43,7 @@ from spool.locks import is_held
 from spool.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.stats import ledger_trouble
 from spool.store import folders_of, job_lock, read_job, result_is_earned
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -9,7 +9,7 @@ open a folder and carries the Python API.
 The modules of spool/ import one another only downwards, in this order (each may import any
 before it; nothing imports the facade but the package itself):
 
-    errors, clock, records, crash -> fsio, ids, yamlsafe, timetext -> job, layout, locks, ledger.schema
+    errors, clock, records, crash -> fsio, ids, yaml, timetext -> job, layout, locks, ledger.schema
     -> settings, rootdir, ledger -> handle -> store -> moves, submission -> ingest -> recovery
     -> transitions, chains, admin, stats -> fsck -> spool
 """

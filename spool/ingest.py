@@ -24,7 +24,7 @@ from spool.layout import State, drop_note_name, invalid_folder_name, job_name, k
 from spool.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, rewrite_job, wake
 from spool.submission import initial_state, job_of_spec, lock_key, lookup_key, reservation, reserve_key
 from spool.timetext import now_text
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -20,7 +20,7 @@ from spool.ids import is_valid_id
 from spool.records import ATTEMPT_FIELDS, Attempt, Lease
 from spool.registry import is_valid_task_name
 from spool.timetext import format_time, parse_time
-from spool.yamlsafe import dump_yaml, load_yaml
+from spool.yaml.safe import dump_yaml, load_yaml
 
 SPOOL_FORMAT = 1
 MAX_KEY_CHARS = 512

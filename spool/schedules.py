@@ -36,7 +36,7 @@ from spool.ids import is_valid_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job
 from spool.settings import parse_duration
 from spool.timetext import format_time, parse_time
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 
 __all__ = [

@@ -41,7 +41,7 @@ from spool.schedules import (
 from spool.store import stage, state_of, unstage
 from spool.submission import Submitted, submit
 from spool.timetext import format_time
-from spool.yamlsafe import dump_yaml, load_yaml
+from spool.yaml.safe import dump_yaml, load_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle

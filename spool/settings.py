@@ -20,7 +20,7 @@ from typing import Any
 from spool.errors import InvalidJob, UsageError
 from spool.fsio import fs
 from spool.job import MAX_SECONDS, MAX_TRIES  # the job schema's ranges: a default must always make a valid job
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 __all__ = [
     "CONFIG_MAX_BYTES",

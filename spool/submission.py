@@ -26,7 +26,7 @@ from spool.lazylog import lazy_logger
 from spool.locks import Lock, acquire
 from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.timetext import now_text
-from spool.yamlsafe import dump_yaml
+from spool.yaml.safe import dump_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle

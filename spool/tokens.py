@@ -32,8 +32,8 @@ from spool.layout import TLS, TOKENS_NAME, tls_lock_name, tmp_name, worker_lock_
 from spool.locks import acquire
 from spool.timetext import format_time, parse_time
 from spool.workers import WORKER_NAME
-from spool.yamldump import dump_yaml
-from spool.yamlsafe import load_yaml
+from spool.yaml.dump import dump_yaml
+from spool.yaml.safe import load_yaml
 
 if TYPE_CHECKING:
     from spool.handle import Handle

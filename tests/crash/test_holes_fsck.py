@@ -21,7 +21,7 @@ from support import ROOT, Procs, run_spool, wait_until
 
 from spool import Spool
 from spool.layout import State
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 PRODUCER = """
 import sys, time

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from support import ROOT, Procs, wait_until
 
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 NOBODY = 65534
 BOOT = (

@@ -46,7 +46,7 @@ from spool.layout import State, key_name
 from spool.recovery import list_folders
 from spool.store import read_job
 from spool.transitions import claim, complete
-from spool.yamlsafe import load_yaml
+from spool.yaml.safe import load_yaml
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 MISSING_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"  # a well-formed id of no job

@@ -2,7 +2,7 @@
 
 ``runner/wake.py`` reads watchdog's inotify bindings in its own thread (and, in its threaded
 fallback, turns off watchdog's move-pairing hold through a class attribute), and
-``spool/yamlsafe.py`` subclasses PyYAML's pure-Python scanner, parser and resolver and replaces
+``spool/yaml/safe.py`` subclasses PyYAML's pure-Python scanner, parser and resolver and replaces
 two scanner methods. Neither is public API: a new release may rename or reshape them, and the
 override would then do nothing (wake-ups 0.5 s late) or break loading. These tests fail first.
 Verified with watchdog 7.1.0 and PyYAML 6.0.4.
@@ -25,7 +25,7 @@ from watchdog.observers import inotify as watchdog_inotify
 from watchdog.observers import inotify_move_event_grouper
 from watchdog.utils.delayed_queue import DelayedQueue
 
-from spool import yamlsafe
+from spool.yaml import safe as yamlsafe
 
 
 def _parameters(function: object) -> list[str]:

@@ -1,4 +1,4 @@
-"""spool.yamlsafe's two paths: libyaml's parser and emitter must give what the pure-Python ones give.
+"""spool.yaml.safe's two paths: libyaml's parser and emitter must give what the pure-Python ones give.
 
 ``load_yaml`` parses with libyaml's events where it may and falls back to PyYAML's pure-Python
 parser, the reference, on any error or any spot where the two are known to differ; ``dump_yaml``
@@ -21,11 +21,12 @@ from unittest import mock
 import pytest
 import yaml
 
-from spool import yamldump, yamlsafe
+from spool.yaml import dump as yamldump
+from spool.yaml import safe as yamlsafe
 from spool.errors import InvalidJob
 from spool.job import Job, JobFile, decode, encode, encode_measured
 from spool.records import Attempt, Lease
-from spool.yamlsafe import dump_yaml, load_yaml
+from spool.yaml.safe import dump_yaml, load_yaml
 
 pytestmark = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: one path only")
 
@@ -293,7 +294,7 @@ def test_deep_nesting_never_crashes_libyaml_path(size: int) -> None:
     # the openers directly here (load_yaml itself sends so many openers to the pure parser).
     script = (
         "import sys\n"
-        "from spool import yamlsafe\n"
+        "from spool.yaml import safe as yamlsafe\n"
         f"data = b'[' * {size}\n"
         "try:\n"
         "    yamlsafe._load_single(yamlsafe._CLoader(data))\n"

@@ -1,4 +1,4 @@
-"""spool.yamlsafe: what untrusted YAML may and may not do, and that spool's own writes read back."""
+"""spool.yaml.safe: what untrusted YAML may and may not do, and that spool's own writes read back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from spool.errors import InvalidJob
-from spool.yamlsafe import MAX_DEPTH, dump_yaml, load_yaml
+from spool.yaml.safe import MAX_DEPTH, dump_yaml, load_yaml
 
 LIMIT = 65536
 

@@ -9,7 +9,7 @@ The events come from libyaml where the document allows it and from PyYAML's pure
 the reference, otherwise and on any error (see ``_libyaml_may_parse``); never from a composer
 (``CSafeLoader``'s recurses on the C stack: it segfaulted on 60 KB of nested ``[``).
 
-``dump_yaml`` (``spool.yamldump``) writes block style with the same resolvers, so a string that
+``dump_yaml`` (``spool.yaml.dump``) writes block style with the same resolvers, so a string that
 would read back as anything else is quoted, and also quotes what a YAML 1.1 reader would misread.
 """
 
@@ -34,8 +34,8 @@ from yaml.events import (
 )
 
 from spool.errors import InvalidJob
-from spool.yamldump import dump_yaml
-from spool.yamlschema import CONVERT, CORE_SCHEMA, MAX_DEPTH
+from spool.yaml.dump import dump_yaml
+from spool.yaml.schema import CONVERT, CORE_SCHEMA, MAX_DEPTH
 
 __all__ = ["MAX_DEPTH", "dump_yaml", "load_yaml"]
 

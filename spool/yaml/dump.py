@@ -1,6 +1,6 @@
-"""``dump_yaml``: block-style YAML that ``spool.yamlsafe.load_yaml`` reads back to the same value.
+"""``dump_yaml``: block-style YAML that ``spool.yaml.safe.load_yaml`` reads back to the same value.
 
-It writes with the core schema's resolvers (``spool.yamlschema``), so a string that would read back
+It writes with the core schema's resolvers (``spool.yaml.schema``), so a string that would read back
 as anything else is quoted, and also quotes what a YAML 1.1 reader would misread (``on``, dates).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from spool.errors import InvalidJob
-from spool.yamlschema import CORE_SCHEMA, MAX_DEPTH, STR, YAML11
+from spool.yaml.schema import CORE_SCHEMA, MAX_DEPTH, STR, YAML11
 
 __all__ = ["dump_yaml"]
 

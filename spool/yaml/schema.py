@@ -1,6 +1,6 @@
 """The YAML schema spool reads and writes: YAML 1.2's core schema for plain scalars, and the depth cap.
 
-``spool.yamlsafe`` (reading) and ``spool.yamldump`` (writing) share these tables, so a string the
+``spool.yaml.safe`` (reading) and ``spool.yaml.dump`` (writing) share these tables, so a string the
 writer leaves plain is one the reader reads back as that string.
 """
 
