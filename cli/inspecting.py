@@ -14,7 +14,7 @@ from spool.cli.render import echo_json, render_stats, render_status, render_tabl
 from spool.errors import InvalidJob, NotFound, UsageError
 from spool.layout import State
 from spool.progress import Progress, read_progresses
-from spool.schedules import key_prefix
+from spool.schedule.format import key_prefix
 from spool.settings import parse_duration
 from spool.spool import Spool
 from spool.stats import collect, coordinator_state

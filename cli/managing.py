@@ -96,7 +96,7 @@ def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
 @pass_app
 def fsck(app: App, repair: bool) -> None:
     """Check every promise on disk; exit 0 when all hold, 1 otherwise."""
-    from spool.scheduling import ignored  # start-up: only fsck and `schedule` read schedules/
+    from spool.schedule.folder import ignored  # start-up: only fsck and `schedule` read schedules/
 
     sp = app.spool()
     report = run_fsck(sp, repair=repair)

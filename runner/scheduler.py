@@ -9,7 +9,7 @@ schedule; a file that is not ``<name>.yaml`` is logged once as ignored.
 
 Which slots fire. ``through[name]`` is the last slot already handled (fired, or passed over by
 ``catchup`` or ``overlap: skip``). On first sight, and whenever the schedule's file changes, it
-is the last slot fired as ``schedules/.<name>.fired`` records it (spool.firings: in the files, so
+is the last slot fired as ``schedules/.<name>.fired`` records it (spool.schedule.fired: in the files, so
 a purge and a lost ledger change nothing; a firing a crash cut short is finished first), and
 never before the file's mtime (a schedule written or enabled then starts then; after ``rm`` and
 ``add`` the record is gone and it starts afresh). Of the slots after it that are due now:
@@ -38,11 +38,11 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from spool import firings
+from spool.schedule import fired as firings
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.layout import SCHEDULES, is_ignored_name
-from spool.schedules import Schedule, key_prefix, slot_key, slot_of_key
-from spool.scheduling import Entry, entries, fire, ignored, resume_from
+from spool.schedule.format import Schedule, key_prefix, slot_key, slot_of_key
+from spool.schedule.folder import Entry, entries, fire, ignored, resume_from
 from spool.spool import Spool
 from spool.store import state_of
 from spool.submission import job_of_spec
@@ -254,7 +254,7 @@ class Scheduler:
         """Submit the slot's job; False when the disk refused it (retried in a moment).
 
         The firing is begun in the schedule's record before the submit and recorded after it
-        (spool.firings): a coordinator that dies between leaves the slot for the next one to
+        (spool.schedule.fired): a coordinator that dies between leaves the slot for the next one to
         finish, whatever its catchup, and once recorded no coordinator fires it again."""
         name = schedule.name
         try:

@@ -23,7 +23,7 @@ from spool.layout import (
     purge_marker_name,
     result_name,
 )
-from spool.firings import record_before_purge
+from spool.schedule.fired import record_before_purge
 from spool.moves import bury
 from spool.recovery import resync
 from spool.store import (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob
 from spool.layout import State
-from spool.schedules import key_prefix
+from spool.schedule.format import key_prefix
 from spool.store import read_job
 
 if TYPE_CHECKING:

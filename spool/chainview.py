@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, LedgerError
 from spool.layout import State
-from spool.schedules import schedule_of_key
+from spool.schedule.format import schedule_of_key
 from spool.store import read_job, state_of
 
 if TYPE_CHECKING:

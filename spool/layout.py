@@ -40,7 +40,7 @@ suffix or a prefix itself. Who writes each entry and who reads it:
     schedules/<name>.yaml                a person, ``spool schedule add``,  the coordinator (fires it),
                                          enable/disable (tmp, rename)       ``spool schedule list``
     schedules/.<name>.fired, .firing     the coordinator, around a firing   the coordinator, ``schedule list``
-                                         (tmp, rename): spool.firings       (the last slot fired, or begun)
+                                         (tmp, rename): spool.schedule.fired       (the last slot fired, or begun)
     keys/<sha256(key)>                   submit or ingest of a keyed job:   submit (the key is taken), fsck
                                          the job's id
     locks/<id>.lock                      every move of the job (flock)      fsck (is a move in flight?)

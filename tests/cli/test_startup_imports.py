@@ -44,7 +44,7 @@ NOT_FOR_A_PLAIN_SUBMIT = {
     "random",
     "json",
     "spool.batch",
-    "spool.schedules",
+    "spool.schedule.format",
     "zoneinfo",
 }
 

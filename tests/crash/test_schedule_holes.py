@@ -25,7 +25,7 @@ from support import run_spool, wait_until
 from spool.errors import InvalidJob
 from spool.job import JobFile
 from spool.layout import State
-from spool.schedules import slot_key, slot_of_key
+from spool.schedule.format import slot_key, slot_of_key
 from spool.store import read_job
 from spool.submission import submit
 from spool.timetext import parse_time

@@ -20,7 +20,7 @@ from crashkit import Kit
 from support import run_spool, wait_until
 
 from spool.layout import State
-from spool.schedules import slot_of_key
+from spool.schedule.format import slot_of_key
 from spool.store import read_job
 
 FIRING_POINTS = ("after-key-check", "after-key", "after-commit", "after-submit")

@@ -515,7 +515,7 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
                 if state is not State.DONE:
                     problems.append(f"acknowledged result of {job_id}: the job is {state.value}, not done")
             elif ack.kind == "schedule":
-                from spool.firings import read_fired
+                from spool.schedule.fired import read_fired
 
                 recorded = read_fired(sp, ack.info["name"]).slot
                 if recorded is None or recorded < ack.info["slot"]:

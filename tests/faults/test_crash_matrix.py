@@ -464,7 +464,7 @@ def one_job_for_the_slot(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
 def unrecorded_slot_job(sp: Spool, ctx: Ctx) -> None:
     """An hourly slot's job, since ended (cancelled), whose coordinator died between the slot's
     submit and its record: the job and its key are all that says the slot fired."""
-    from spool.schedules import slot_key
+    from spool.schedule.format import slot_key
     from spool.submission import submit
 
     hourly_schedule(sp, ctx)
@@ -477,7 +477,7 @@ def unrecorded_slot_job(sp: Spool, ctx: Ctx) -> None:
 def purged_with_its_firing_recorded(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
     """The job is gone and the schedule's record says its slot fired, so no coordinator fires it
     again; then the schedule goes, so recovery sees no later slot."""
-    from spool.firings import read_fired
+    from spool.schedule.fired import read_fired
 
     assert sp.state(ctx["job"]) is None
     assert read_fired(sp, "hourly").slot == ctx["slot"]
@@ -505,7 +505,7 @@ def fires_nothing_more_without_the_ledger(sp: Spool, ctx: Ctx) -> None:
 
 def run_now(sp: Spool, ctx: Ctx) -> None:
     """`spool schedule run hourly`: its job keyed to now, noted as the schedule's last firing."""
-    from spool import scheduling
+    from spool.schedule import folder as scheduling
 
     scheduling.run_now(sp, scheduling.read_schedule(sp, "hourly"))
 

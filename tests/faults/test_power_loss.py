@@ -22,7 +22,7 @@ from spool import job as jobs
 from spool.ingest import ingest
 from spool.layout import State, job_name
 from spool.runner.coordinator import Coordinator
-from spool.schedules import slot_of_key
+from spool.schedule.format import slot_of_key
 from spool.transitions import Lease, claim, complete, fail
 
 RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'

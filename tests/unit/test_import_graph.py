@@ -21,6 +21,7 @@ from support import ROOT
 PACKAGES = {
     "spool": ROOT / "spool",
     "spool.ledger": ROOT / "spool" / "ledger",
+    "spool.schedule": ROOT / "spool" / "schedule",
     "spool.yaml": ROOT / "spool" / "yaml",
     "spool.runner": ROOT / "runner",
     "spool.runner.api": ROOT / "runner" / "api",

@@ -10,10 +10,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from spool import Spool, firings, scheduling
+from spool import Spool
+from spool.schedule import fired as firings
+from spool.schedule import folder as scheduling
 from spool.admin import purge
 from spool.runner.scheduler import Scheduler
-from spool.schedules import InvalidSchedule, Schedule, parse_schedule, schedule_of_key, slot_key, slot_of_key
+from spool.schedule.format import InvalidSchedule, Schedule, parse_schedule, schedule_of_key, slot_key, slot_of_key
 from spool.timetext import format_time
 
 

@@ -1,6 +1,6 @@
 """The dashboard's schedules and workers pages.
 
-Schedules: ``spool.scheduling``'s list view (next fire time, the last slot) with each schedule's
+Schedules: ``spool.schedule.folder``'s list view (next fire time, the last slot) with each schedule's
 latest firings from the ledger; enable, disable and "run now" are ``scheduling.set_enabled`` and
 ``scheduling.run_now``, as ``spool schedule`` does them.
 
@@ -22,7 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spool import browse, scheduling
+from spool import browse
+from spool.schedule import folder as scheduling
 from spool.errors import InvalidJob
 from spool.timetext import format_time
 from spool.workers import FORGET_AFTER_SECONDS, WORKER_NAME, roster

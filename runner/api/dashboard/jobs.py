@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spool import browse, scheduling
+from spool import browse
+from spool.schedule import folder as scheduling
 from spool.browse import Filter
 from spool.errors import InvalidJob, SpoolError
 from spool.layout import State

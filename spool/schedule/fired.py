@@ -47,7 +47,7 @@ from spool.errors import InvalidJob
 from spool.fsio import fs
 from spool.ids import is_valid_id
 from spool.layout import SCHEDULES, schedule_file_name
-from spool.schedules import schedule_of_key, slot_of_key
+from spool.schedule.format import schedule_of_key, slot_of_key
 from spool.store import stage, unstage
 from spool.timetext import format_time, parse_time
 from spool.yaml.safe import dump_yaml, load_yaml
@@ -55,7 +55,7 @@ from spool.yaml.safe import dump_yaml, load_yaml
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-log = logging.getLogger("spool.schedules")
+log = logging.getLogger("spool.schedule.format")
 
 MAX_FIRED_BYTES = 4096
 SUFFIX, BEGUN_SUFFIX = ".fired", ".firing"

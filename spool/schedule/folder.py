@@ -13,7 +13,7 @@ the next firing finds by its key. Either way the next coordinator, or ``spool sc
 for a slot keyed to now, finishes or repeats it, and a slot never makes two jobs.
 
 The last slot fired is in the files too, in ``schedules/.<name>.fired``, which the coordinator
-writes around each firing (spool.firings): neither a purge of the job nor a lost ledger can make
+writes around each firing (spool.schedule.fired): neither a purge of the job nor a lost ledger can make
 a slot fire again. A file in schedules/ that is not ``<name>.yaml`` (``x.yml``, ``x``) is no
 schedule: ``ignored`` says so, for the coordinator's log, ``spool schedule list`` and fsck.
 """
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, NotFound
-from spool.firings import forget, note_run, read_fired
+from spool.schedule.fired import forget, note_run, read_fired
 from spool.fsio import fs
 from spool.layout import SCHEDULES, is_ignored_name, schedule_file_name, schedule_of_file_name
-from spool.schedules import (
+from spool.schedule.format import (
     MAX_SCHEDULE_BYTES,
     InvalidSchedule,
     Schedule,
@@ -46,7 +46,7 @@ from spool.yaml.safe import dump_yaml, load_yaml
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-log = logging.getLogger("spool.schedules")
+log = logging.getLogger("spool.schedule.format")
 
 
 @dataclass(frozen=True)
