@@ -30,7 +30,7 @@ What is measured (each in real processes unless said otherwise):
   ``spool fsck`` must find no violation.
 - file creations and fsyncs per job: ``strace -f -z`` over the producer and ``spool run``
   draining ``--strace-jobs`` jobs (n/a without strace), and the fsyncs per transition counted
-  at the ``spool.fsio`` seam in one process.
+  at the ``spool.disk.fsio`` seam in one process.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def _spool_wait_done(sp: Spool, since: float, count: int, timeout: float, after_
 
 def _spool_one(sp: Spool, timeout: float) -> tuple[float, float]:
     """Submit one bench_clock job; (handler start - ack, ack), once its file is in done/."""
-    from spool.layout import job_name, result_name
+    from spool.disk.layout import job_name, result_name
 
     job_id = sp.submit("bench_clock")
     acked = time.time()
@@ -310,7 +310,7 @@ def _spool_recovery(sp: Spool, timeout: float) -> float:
 
     The worker's pid is in its name (``host-pid-random``); the next attempt is the job's file in
     leased/ with a higher attempt, polled every 5 ms. The job is cancelled afterwards."""
-    from spool.layout import State
+    from spool.disk.layout import State
 
     job_id = sp.submit("sleep", {"seconds": 30.0}, max_tries=3)
     deadline = time.monotonic() + timeout
@@ -616,8 +616,8 @@ def build_kept(root: Path, count: int) -> dict[str, Any]:
     """A spool holding ``count`` finished jobs, each a copy of one that went the real way."""
     import examples.tasks  # noqa: F401  (echo)
     from spool.fsck import fsck
-    from spool.ids import new_id
-    from spool.layout import job_name, result_name
+    from spool.disk.ids import new_id
+    from spool.disk.layout import job_name, result_name
     from spool.transitions import Lease, claim, complete
 
     started = time.perf_counter()

@@ -5,7 +5,7 @@
 For each size it builds a spool with that many ready ``echo`` jobs in pending/, then, in this
 process, times ``transitions.claim`` (the worker's PENDING -> LEASED) for ``--claims`` jobs and
 ``transitions.complete`` for each of them, counting the filesystem calls each one makes through
-the ``spool.fsio`` seam. Then it times the coordinator's ``recovery.reconcile`` (folder listings
+the ``spool.disk.fsio`` seam. Then it times the coordinator's ``recovery.reconcile`` (folder listings
 against the ledger) on the spool at rest: a full pass, and the ``full=False`` one the coordinator
 makes between full ones.
 
@@ -38,10 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # examples.tasks, when run as a script from anywhere
 
-from spool import Spool, fsio, registry
-from spool.ids import new_id
+from spool import Spool, registry
+from spool.disk import fsio
+from spool.disk.ids import new_id
 from spool.job import Job, JobFile, encode
-from spool.layout import State, job_name
+from spool.disk.layout import State, job_name
 from spool.recovery import list_folders, reconcile
 from spool.timetext import now_text
 from spool.transitions import Lease, claim, complete

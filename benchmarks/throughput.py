@@ -18,7 +18,7 @@ What it does, in order, each on a fresh spool in the temp dir (or ``--dir``):
    wait for its result, pause ~0.1 s so the workers are back asleep. Latency = handler start
    minus the moment ``submit`` returned (the job was acknowledged). Also claim minus ack, from
    the attempt record's ``started`` (stamped by the claim, millisecond resolution).
-5. fsyncs per job, two ways: in this process, through the ``spool.fsio`` seam (a ``RealFS``
+5. fsyncs per job, two ways: in this process, through the ``spool.disk.fsio`` seam (a ``RealFS``
    subclass counting the fsync inside ``write_new(sync=True)`` and each ``fsync_dir``) over the
    real submit, claim and complete of ``--fsync-jobs`` jobs; and, when ``strace`` is on PATH,
    over real processes (``strace -f -c -e trace=fsync,fdatasync``), which also counts SQLite's
@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # examples.tasks and benchmarks.*, when run as a script
 
 from spool import Spool, task
-from spool.layout import job_name, result_name
+from spool.disk.layout import job_name, result_name
 from spool.timetext import parse_time
 
 SPOOL = [sys.executable, "-m", "spool.cli"]
@@ -334,7 +334,7 @@ def idle_pickup(sp: Spool, host: Host, count: int, timeout: float = 60.0) -> dic
 
 
 def fsyncs_in_process(root: Path, jobs: int) -> dict[str, float]:
-    """fsync calls per job of each real transition, counted at the ``spool.fsio`` seam."""
+    """fsync calls per job of each real transition, counted at the ``spool.disk.fsio`` seam."""
     from benchmarks.claim_cost import CountingFS, swapped_fs
     from spool.transitions import Lease, claim, complete
 

@@ -12,7 +12,7 @@ import click
 from spool.cli.app import App, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 from spool.errors import InvalidJob, NotFound, UsageError
-from spool.layout import State
+from spool.disk.layout import State
 from spool.progress import Progress, read_progresses
 from spool.schedule.format import key_prefix
 from spool.settings import parse_duration

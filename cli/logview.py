@@ -17,7 +17,7 @@ import click
 from spool.attemptlog import LogReader
 from spool.errors import NotFound
 from spool.job import JobFile
-from spool.layout import State, log_name
+from spool.disk.layout import State, log_name
 from spool.spool import Spool
 
 FOLLOW_POLL_SECONDS = 0.2

@@ -13,8 +13,8 @@ from spool.cli.app import App, command, flag_duration, pass_app
 from spool.cli.render import echo_json
 from spool.errors import UsageError
 from spool.fsck import fsck as run_fsck
-from spool.layout import MARKER, State
-from spool.rootdir import init_spool
+from spool.disk.layout import MARKER, State
+from spool.disk.rootdir import init_spool
 from spool.settings import parse_duration
 from spool.spool import resolve_root
 

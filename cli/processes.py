@@ -18,7 +18,7 @@ import click
 from spool.cli.app import App, command, pass_app
 from spool.cli.render import render_table
 from spool.errors import SpoolError, UsageError
-from spool.layout import State
+from spool.disk.layout import State
 from spool.settings import load_settings
 from spool.runner.lifeline import die_with_parent
 from spool.runner.logs import setup_logging

@@ -13,7 +13,7 @@ from spool import crash
 from spool.cli.app import App, command, flag_duration, pass_app
 from spool.cli.render import echo_json
 from spool.errors import InvalidJob, UsageError
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.spool import build_spec
 from spool.yaml.safe import load_yaml
 

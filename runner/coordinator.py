@@ -33,10 +33,10 @@ from spool import crash
 from spool.chains import advance_waiting
 from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
-from spool.fsio import fs
-from spool.ids import is_generated_id, is_valid_id
+from spool.disk.fsio import fs
+from spool.disk.ids import is_generated_id, is_valid_id
 from spool.ingest import ingest
-from spool.layout import (
+from spool.disk.layout import (
     SCHEDULES,
     WAKE_NAME,
     State,
@@ -48,7 +48,7 @@ from spool.layout import (
     parse_heartbeat_name,
     worker_lock_name,
 )
-from spool.locks import Lock, acquire, is_held
+from spool.disk.locks import Lock, acquire, is_held
 from spool.recovery import reconcile, resync_under_lock
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.leaseview import LeaseWatch, read_counter

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spool.errors import InvalidJob
-from spool.fsio import fs
-from spool.layout import HEARTBEAT_MAX_BYTES, heartbeat_lines
+from spool.disk.fsio import fs
+from spool.disk.layout import HEARTBEAT_MAX_BYTES, heartbeat_lines
 
 
 @dataclass

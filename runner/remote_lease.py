@@ -12,7 +12,7 @@ from typing import Any
 
 from spool import registry
 from spool.errors import SpoolError
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.job import MAX_SECONDS
 
 __all__ = ["Refused", "RemoteLease"]

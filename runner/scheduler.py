@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 
 from spool.schedule import fired as firings
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
-from spool.layout import SCHEDULES, is_ignored_name
+from spool.disk.layout import SCHEDULES, is_ignored_name
 from spool.schedule.format import Schedule, key_prefix, slot_key, slot_of_key
 from spool.schedule.folder import Entry, entries, fire, ignored, resume_from
 from spool.spool import Spool

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from spool.chains import make_ready
 from spool.errors import InvalidJob
-from spool.layout import State
+from spool.disk.layout import State
 from spool.spool import Spool
 from spool.store import read_job
 from spool.timetext import parse_time

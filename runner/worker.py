@@ -25,8 +25,8 @@ from types import FrameType
 from spool import crash, registry
 from spool.attemptlog import AttemptLog
 from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
-from spool.layout import State, log_name, worker_lock_name
-from spool.locks import Lock, acquire_within
+from spool.disk.layout import State, log_name, worker_lock_name
+from spool.disk.locks import Lock, acquire_within
 from spool.records import LeaseStatus
 from spool.progress import Progress
 from spool.runner.attempt_loop import Beat, watch

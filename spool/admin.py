@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
-from spool.fsio import fs
-from spool.layout import (
+from spool.disk.fsio import fs
+from spool.disk.layout import (
     State,
     cancel_name,
     is_log_of,

@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterator
 
 from spool.errors import DiskFull
-from spool.fsio import fs
-from spool.layout import tmp_name
+from spool.disk.fsio import fs
+from spool.disk.layout import tmp_name
 
 __all__ = ["AttemptLog", "LogReader", "marker"]
 

@@ -61,12 +61,12 @@ from typing import TYPE_CHECKING, Any
 
 from spool import crash
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
-from spool.fsio import fs
-from spool.ids import new_id
+from spool.disk.fsio import fs
+from spool.disk.ids import new_id
 from spool.job import JobFile, is_ready
-from spool.layout import State, job_name, key_name
+from spool.disk.layout import State, job_name, key_name
 from spool.lazylog import lazy_logger
-from spool.locks import Lock
+from spool.disk.locks import Lock
 from spool.store import stage, unstage, wake
 from spool.submission import (
     Submitted,

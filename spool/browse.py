@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob
-from spool.layout import State
+from spool.disk.layout import State
 from spool.schedule.format import key_prefix
 from spool.store import read_job
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import InvalidJob
-from spool.layout import State
+from spool.disk.layout import State
 from spool.moves import bury
 from spool.recovery import moved_back_by_hand, resync
 from spool.store import has_result, job_lock, move_job, only_in, read_job, rewrite_job, state_of, wake

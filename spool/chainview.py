@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, LedgerError
-from spool.layout import State
+from spool.disk.layout import State
 from spool.schedule.format import schedule_of_key
 from spool.store import read_job, state_of
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spool.errors import DiskFull, InvalidJob, LeaseLost
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.job import JobFile
-from spool.layout import State, cancel_name, heartbeat_content, heartbeat_name
+from spool.disk.layout import State, cancel_name, heartbeat_content, heartbeat_name
 from spool.progress import Progress, encode
 from spool.records import Lease, LeaseStatus
 from spool.recovery import resync

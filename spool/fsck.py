@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, LedgerError, LedgerUnusable
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.ingest import planted_result_error
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.admin import finish_purge
 from spool.job import JobFile, is_ready
-from spool.layout import (
+from spool.disk.layout import (
     WAKE_NAME,
     State,
     cancel_name,
@@ -39,7 +39,7 @@ from spool.layout import (
     worker_of_lock_name,
 )
 from spool.fsck_keys import check_keys, copies_now, repair_keys
-from spool.locks import is_held
+from spool.disk.locks import is_held
 from spool.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.stats import ledger_trouble
 from spool.store import folders_of, job_lock, read_job, result_is_earned

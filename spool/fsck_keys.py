@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from spool.fsio import fs
-from spool.ids import is_valid_id
-from spool.layout import State, job_lock_name, key_lock_name, key_name
-from spool.locks import Lock, acquire, acquire_existing
+from spool.disk.fsio import fs
+from spool.disk.ids import is_valid_id
+from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
+from spool.disk.locks import Lock, acquire, acquire_existing
 from spool.recovery import Copies, copies_of
 from spool.store import folders_of, has_result
 from spool.submission import reservation, reserve_key

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Self
 
 from spool.clock import SYSTEM, Clock
-from spool.layout import Layout
+from spool.disk.layout import Layout
 from spool.ledger import Ledger, set_aside
 from spool.settings import Settings
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import InvalidJob, NotFound
-from spool.fsio import fs
-from spool.ids import new_id
+from spool.disk.fsio import fs
+from spool.disk.ids import new_id
 from spool.job import Job, JobFile, decode, encode, is_ready
-from spool.layout import State, drop_note_name, invalid_folder_name, job_name, key_name, result_name
+from spool.disk.layout import State, drop_note_name, invalid_folder_name, job_name, key_name, result_name
 from spool.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, rewrite_job, wake
 from spool.submission import initial_state, job_of_spec, lock_key, lookup_key, reservation, reserve_key
 from spool.timetext import now_text

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spool.errors import InvalidJob
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.records import ATTEMPT_FIELDS, Attempt, Lease
 from spool.registry import is_valid_task_name
 from spool.timetext import format_time, parse_time

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.job import JobFile
-from spool.layout import State
+from spool.disk.layout import State
 from spool.store import clear_lease_files, move_job, publish_job, rewrite_job
 from spool.timetext import now_text
 

@@ -138,8 +138,8 @@ def read_progresses(sp: Handle, job_ids: Iterable[str]) -> dict[str, Progress]:
     """``read_progress`` of many jobs with one listing of leased/: job id -> progress, for the
     jobs that have some."""
     # The attempt child imports this module for progress() and never reads a heartbeat file.
-    from spool.fsio import fs  # start-up: see above
-    from spool.layout import State, parse_heartbeat_name  # start-up: see above
+    from spool.disk.fsio import fs  # start-up: see above
+    from spool.disk.layout import State, parse_heartbeat_name  # start-up: see above
 
     wanted, newest = set(job_ids), dict[str, int]()
     for beat in map(parse_heartbeat_name, fs.list_dir(sp.layout.fd(State.LEASED))):
@@ -155,8 +155,8 @@ def read_progresses(sp: Handle, job_ids: Iterable[str]) -> dict[str, Progress]:
 
 def _read_one(sp: Handle, job_id: str, attempt: int) -> Progress | None:
     from spool.errors import InvalidJob  # start-up: as in read_progresses
-    from spool.fsio import fs  # start-up: as in read_progresses
-    from spool.layout import State, heartbeat_lines, heartbeat_name, job_name  # start-up: as above
+    from spool.disk.fsio import fs  # start-up: as in read_progresses
+    from spool.disk.layout import State, heartbeat_lines, heartbeat_name, job_name  # start-up: as above
 
     leased_fd = sp.layout.fd(State.LEASED)
     try:

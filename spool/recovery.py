@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 
 from spool import crash
 from spool.errors import InvalidJob
-from spool.fsio import fs
-from spool.ids import is_generated_id, is_valid_id
+from spool.disk.fsio import fs
+from spool.disk.ids import is_generated_id, is_valid_id
 from spool.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine, set_result_aside
 from spool.job import JobFile, is_ready
-from spool.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
+from spool.disk.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
 from spool.moves import finish_done, retry_or_bury
 from spool.records import Attempt
 from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job

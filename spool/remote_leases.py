@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob
 from spool.fence import Held
-from spool.fsio import fs
-from spool.layout import State, heartbeat_name, is_ignored_name, job_id_of, parse_heartbeat, parse_heartbeat_name
+from spool.disk.fsio import fs
+from spool.disk.layout import State, heartbeat_name, is_ignored_name, job_id_of, parse_heartbeat, parse_heartbeat_name
 from spool.store import decode_job, read_job, read_job_bytes
 from spool.transitions import expire
 

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from spool.errors import InvalidJob, UsageError
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.job import MAX_SECONDS, MAX_TRIES  # the job schema's ranges: a default must always make a valid job
 from spool.yaml.safe import load_yaml
 

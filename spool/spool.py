@@ -20,13 +20,13 @@ from typing import Any
 from spool import store
 from spool.clock import SYSTEM, Clock
 from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.handle import Handle
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.job import MAX_SECONDS, JobFile
-from spool.layout import Layout, State, job_name, result_name
+from spool.disk.layout import Layout, State, job_name, result_name
 from spool.progress import read_progress
-from spool.rootdir import init_spool, is_group_shared, refuse_unsafe_root
+from spool.disk.rootdir import init_spool, is_group_shared, refuse_unsafe_root
 from spool.settings import Settings, load_settings
 from spool.submission import Submitted, submit
 from spool.timetext import format_time

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from spool.errors import LedgerError
-from spool.fsio import fs
-from spool.layout import ADVANCEMENT, State, coordinator_lock_name, worker_of_lock_name
-from spool.locks import is_held
+from spool.disk.fsio import fs
+from spool.disk.layout import ADVANCEMENT, State, coordinator_lock_name, worker_of_lock_name
+from spool.disk.locks import is_held
 from spool.timetext import format_time, parse_time
 from spool.workers import SeenWorker, live_workers, roster, unhandled_ready
 

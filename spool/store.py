@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Literal, overload
 from spool import crash
 from spool import job as jobs
 from spool.errors import InvalidJob, TryLater
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.job import JobFile
-from spool.layout import (
+from spool.disk.layout import (
     ADVANCEMENT,
     WAKE_NAME,
     State,
@@ -30,7 +30,7 @@ from spool.layout import (
     tmp_name,
 )
 from spool.lazylog import lazy_logger
-from spool.locks import Lock, acquire, acquire_within
+from spool.disk.locks import Lock, acquire, acquire_within
 from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:

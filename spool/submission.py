@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from spool import crash
 from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
-from spool.fsio import fs
-from spool.ids import is_valid_id, new_id
+from spool.disk.fsio import fs
+from spool.disk.ids import is_valid_id, new_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready, yaml_size_floor
-from spool.layout import State, key_lock_name, key_name
+from spool.disk.layout import State, key_lock_name, key_name
 from spool.lazylog import lazy_logger
-from spool.locks import Lock, acquire
+from spool.disk.locks import Lock, acquire
 from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.timetext import now_text
 from spool.yaml.safe import dump_yaml

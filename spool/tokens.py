@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, UsageError
-from spool.fsio import fs
-from spool.layout import TLS, TOKENS_NAME, tls_lock_name, tmp_name, worker_lock_name
-from spool.locks import acquire
+from spool.disk.fsio import fs
+from spool.disk.layout import TLS, TOKENS_NAME, tls_lock_name, tmp_name, worker_lock_name
+from spool.disk.locks import acquire
 from spool.timetext import format_time, parse_time
 from spool.workers import WORKER_NAME
 from spool.yaml.dump import dump_yaml

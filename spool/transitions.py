@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from spool import crash
 from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
 from spool.fence import Held, check_fence, drop_first_beat, first_beat, heartbeat, lease_status
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.job import JobFile, tail
-from spool.layout import State, cancel_name, result_name
+from spool.disk.layout import State, cancel_name, result_name
 from spool.moves import bury, finish_done, retry_or_bury
 from spool.records import Attempt, Lease
 from spool.recovery import moved_back_by_hand, resync

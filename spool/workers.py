@@ -1,7 +1,7 @@
 """Which live workers handle which tasks: local ones from their liveness locks, remote ones from
 when a server last heard from them.
 
-Every local worker holds ``locks/worker-<name>.lock`` while it lives (``spool.locks``) and writes
+Every local worker holds ``locks/worker-<name>.lock`` while it lives (``spool.disk.locks``) and writes
 into it, through the held fd, one JSON object: ``{"name", "pid", "host", "tasks": [...]}``, with
 ``shell`` among the tasks only under ``--allow-shell``. A lock file whose lock is free is a dead
 worker's and is ignored. A live worker whose file holds no readable advertisement (it is starting,
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spool.errors import InvalidJob, LedgerError, UsageError
-from spool.fsio import fs
-from spool.layout import worker_lock_name, worker_of_lock_name
-from spool.locks import is_held
+from spool.disk.fsio import fs
+from spool.disk.layout import worker_lock_name, worker_of_lock_name
+from spool.disk.locks import is_held
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from support import ROOT, Procs, run_spool
 
 

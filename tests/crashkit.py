@@ -30,7 +30,7 @@ import pytest
 from support import Procs, run_spool, wait_until
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 
 LEASE_SECONDS = 2.0
 BACKOFF_BASE_SECONDS = 0.2

@@ -40,9 +40,9 @@ from starlette.routing import BaseRoute, Route
 
 from spool.errors import DiskFull, LeaseLost, LedgerError
 from spool.fence import Held
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.job import tail
-from spool.layout import State
+from spool.disk.layout import State
 from spool.progress import check as check_progress
 from spool.records import Lease, LeaseStatus
 from spool.registry import is_valid_task_name

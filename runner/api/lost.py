@@ -16,8 +16,8 @@ is not.
 from __future__ import annotations
 
 from spool.errors import SpoolError
-from spool.fsio import fs
-from spool.layout import State, result_name
+from spool.disk.fsio import fs
+from spool.disk.layout import State, result_name
 from spool.runner.api.context import ApiError
 from spool.spool import Spool
 from spool.store import state_of

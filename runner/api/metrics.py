@@ -40,7 +40,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from spool.errors import LedgerError
-from spool.layout import State
+from spool.disk.layout import State
 from spool.ledger.metrics import Durations, HistoryTotals, catch_up, job_counts, oldest_ready
 from spool.runner.api.context import ApiContext, ApiError, require
 from spool.spool import Spool

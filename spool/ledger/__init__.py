@@ -32,7 +32,7 @@ from spool.ledger import file as lf
 from spool.clock import SYSTEM, Clock
 from spool.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
-from spool.layout import LEDGER_NAME, Layout, State
+from spool.disk.layout import LEDGER_NAME, Layout, State
 from spool.ledger.queries import LedgerQueries
 from spool.ledger.schema import migrate
 

@@ -23,10 +23,10 @@ import sqlite3
 from pathlib import Path
 
 from spool.errors import DiskFull, LedgerError, LedgerUnusable, SpoolError
-from spool.fsio import fs
-from spool.layout import LEDGER_NAME, Layout, ledger_aside_name, ledger_file_names, ledger_lock_name
+from spool.disk.fsio import fs
+from spool.disk.layout import LEDGER_NAME, Layout, ledger_aside_name, ledger_file_names, ledger_lock_name
 from spool.lazylog import lazy_logger
-from spool.locks import acquire
+from spool.disk.locks import acquire
 
 _NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE
 

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 from spool import crash
 from spool.errors import InvalidJob
-from spool.fsio import fs
-from spool.ids import is_valid_id
-from spool.layout import SCHEDULES, schedule_file_name
+from spool.disk.fsio import fs
+from spool.disk.ids import is_valid_id
+from spool.disk.layout import SCHEDULES, schedule_file_name
 from spool.schedule.format import schedule_of_key, slot_of_key
 from spool.store import stage, unstage
 from spool.timetext import format_time, parse_time

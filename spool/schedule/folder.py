@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from spool.errors import InvalidJob, NotFound
 from spool.schedule.fired import forget, note_run, read_fired
-from spool.fsio import fs
-from spool.layout import SCHEDULES, is_ignored_name, schedule_file_name, schedule_of_file_name
+from spool.disk.fsio import fs
+from spool.disk.layout import SCHEDULES, is_ignored_name, schedule_file_name, schedule_of_file_name
 from spool.schedule.format import (
     MAX_SCHEDULE_BYTES,
     InvalidSchedule,

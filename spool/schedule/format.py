@@ -32,7 +32,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from spool.errors import InvalidJob, UsageError
-from spool.ids import is_valid_id
+from spool.disk.ids import is_valid_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job
 from spool.settings import parse_duration
 from spool.timetext import format_time, parse_time

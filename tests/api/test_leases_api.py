@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 from spool.transitions import expire
 
 

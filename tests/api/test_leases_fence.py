@@ -9,7 +9,7 @@ import pytest
 from spool import Spool
 from spool.errors import LeaseLost
 from spool.fence import Held
-from spool.layout import State
+from spool.disk.layout import State
 from spool.records import Lease
 from spool.remote_leases import fence_of, fence_worker, held_by_fence, leases_of
 from spool.transitions import claim_held, complete

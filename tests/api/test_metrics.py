@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spool.layout import State, is_dot_name
+from spool.disk.layout import State, is_dot_name
 from support import ROOT, SPOOL_CMD, run_spool, wait_until
 
 FAST = (

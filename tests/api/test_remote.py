@@ -13,7 +13,7 @@ import pytest
 
 from spool import Spool
 from spool.errors import SpoolError
-from spool.layout import State
+from spool.disk.layout import State
 from spool.remote_leases import fence_worker
 from support import ROOT, SPOOL_CMD, kill_groups, wait_until
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from spool.ids import new_id
-from spool.layout import State, job_name
+from spool.disk.ids import new_id
+from spool.disk.layout import State, job_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
 from spool.store import read_job

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from spool.cli.main import cli
-from spool.ids import new_id
-from spool.layout import State, key_name
+from spool.disk.ids import new_id
+from spool.disk.layout import State, key_name
 from spool.spool import Spool
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete, fail

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 from spool.recovery import list_folders
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete

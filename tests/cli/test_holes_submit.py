@@ -25,7 +25,7 @@ from support import Procs, run_spool, wait_until
 
 from spool import Spool
 from spool.errors import InvalidJob
-from spool.layout import State
+from spool.disk.layout import State
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 BIG = "x" * 100_000  # two of these: a 200 kB job against the 64 KiB default

@@ -25,9 +25,9 @@ import pytest
 
 from spool import crash
 from spool.fsck import fsck
-from spool.ids import new_id
+from spool.disk.ids import new_id
 from spool.job import Job
-from spool.layout import State, job_name, key_name, result_name
+from spool.disk.layout import State, job_name, key_name, result_name
 from spool.recovery import list_folders
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool

@@ -20,7 +20,7 @@ import pytest
 from support import wait_until
 
 from spool.errors import NotFound
-from spool.layout import State
+from spool.disk.layout import State
 
 HOUR = 3600.0
 

@@ -24,8 +24,8 @@ import pytest
 from support import Procs, wait_until
 
 from spool import Spool
-from spool.ids import new_id
-from spool.layout import State
+from spool.disk.ids import new_id
+from spool.disk.layout import State
 
 FAST_CONFIG = "lease_seconds: 2\npoll_seconds: 0.2\nbackoff_base_seconds: 0.05\nbackoff_max_seconds: 0.1\n"
 Cli = Callable[..., subprocess.CompletedProcess[str]]

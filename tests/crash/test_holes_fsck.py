@@ -20,7 +20,7 @@ import pytest
 from support import ROOT, Procs, run_spool, wait_until
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 from spool.yaml.safe import load_yaml
 
 PRODUCER = """

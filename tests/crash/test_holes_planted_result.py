@@ -15,7 +15,7 @@ from pathlib import Path
 from support import Procs, wait_until
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 PLANTED = '{"planted": true}'

@@ -13,7 +13,7 @@ from pathlib import Path
 from support import ROOT, wait_until
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 
 
 def _worker_pids(supervisor_pid: int) -> list[int]:

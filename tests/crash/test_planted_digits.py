@@ -14,7 +14,7 @@ import pytest
 from crashkit import Kit
 from support import wait_until
 
-from spool.layout import parse_heartbeat_name, tmp_writer_pid
+from spool.disk.layout import parse_heartbeat_name, tmp_writer_pid
 
 
 @pytest.mark.parametrize("name", [".X.².hb", ".X.١.hb", ".X.1².hb"])

@@ -24,7 +24,7 @@ from support import run_spool, wait_until
 
 from spool.errors import InvalidJob
 from spool.job import JobFile
-from spool.layout import State
+from spool.disk.layout import State
 from spool.schedule.format import slot_key, slot_of_key
 from spool.store import read_job
 from spool.submission import submit

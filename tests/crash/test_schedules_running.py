@@ -19,7 +19,7 @@ import pytest
 from crashkit import Kit
 from support import run_spool, wait_until
 
-from spool.layout import State
+from spool.disk.layout import State
 from spool.schedule.format import slot_of_key
 from spool.store import read_job
 

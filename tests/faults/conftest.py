@@ -29,10 +29,10 @@ import pytest
 from spool import Spool
 from spool.errors import InvalidJob
 from spool.fsck import fsck
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.job import JobFile
-from spool.layout import State, key_name, result_name, worker_lock_name
-from spool.locks import acquire
+from spool.disk.layout import State, key_name, result_name, worker_lock_name
+from spool.disk.locks import acquire
 from spool.recovery import list_folders
 from spool.runner.coordinator import Coordinator
 from spool.store import read_job

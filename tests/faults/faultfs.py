@@ -1,4 +1,4 @@
-"""FaultFS: a ``spool.fsio.RealFS`` that records the risky calls a transition makes and fails one.
+"""FaultFS: a ``spool.disk.fsio.RealFS`` that records the risky calls a transition makes and fails one.
 
 Every call still goes to the real filesystem; FaultFS only watches the four kinds of system call
 that can fail with an I/O error and lose or tear data, and turns the one a test picks into an
@@ -28,11 +28,11 @@ Use:
         ...                                               # faults.failed: the Op that failed
     faults.fsyncs_after_failure()                         # fsyncs of the failed fd after it
 
-``installed()`` puts the FaultFS behind the seam every spool module calls (``spool.fsio.use``
-swaps what ``spool.fsio.fs`` delegates to) and puts the original back on exit; ``install()``
+``installed()`` puts the FaultFS behind the seam every spool module calls (``spool.disk.fsio.use``
+swaps what ``spool.disk.fsio.fs`` delegates to) and puts the original back on exit; ``install()``
 does the same until its returned function is called (tests/faults/inject_faults.py, for a whole
 process). Counting starts at install. Not thread-safe: while a FaultFS method runs,
-``spool.fsio.os`` is a proxy for the whole process.
+``spool.disk.fsio.os`` is a proxy for the whole process.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import spool.fsio as fsio
-from spool.fsio import RealFS
+import spool.disk.fsio as fsio
+from spool.disk.fsio import RealFS
 
 KINDS = ("write", "fsync", "rename", "link")
 

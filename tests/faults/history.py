@@ -153,8 +153,8 @@ def check(spool_root: Path, history: History) -> Verdict:
     """Hold every acknowledged submit against the files. Call with no spool process alive."""
     from spool import Spool
     from spool.fsck import sweep_tmp
-    from spool.fsio import fs
-    from spool.layout import State
+    from spool.disk.fsio import fs
+    from spool.disk.layout import State
     from spool.recovery import list_folders
     from spool.store import read_job
 
@@ -283,7 +283,7 @@ def check(spool_root: Path, history: History) -> Verdict:
 
 def _check_result(sp: Any, job_id: str, job_file: Any, verdict: Verdict) -> None:
     """The one result is whole JSON and came from the attempt the file records as done."""
-    from spool.fsio import fs
+    from spool.disk.fsio import fs
 
     try:
         value = json.loads(fs.read_file(sp.layout.fd("results"), f"{job_id}.json", 1 << 20))
@@ -508,7 +508,7 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
 
             # The ledger is an index the coordinator reconciles a little on every pass.
             def converged() -> bool:
-                from spool.layout import ADVANCEMENT
+                from spool.disk.layout import ADVANCEMENT
                 from spool.recovery import list_folders
 
                 listing = list_folders(sp)

@@ -10,8 +10,8 @@ import does nothing. The variable is removed from the environment once read, so 
 one starts (a worker's attempt child) run without faults.
 
 The product has no hook for this, and needs none: every filesystem call spool makes on a spool
-goes through the one seam ``spool.fsio.fs``, and ``FaultFS.install()`` puts a FaultFS behind it
-with ``spool.fsio.use``, for the whole process, as the in-process tests do with ``installed()``.
+goes through the one seam ``spool.disk.fsio.fs``, and ``FaultFS.install()`` puts a FaultFS behind it
+with ``spool.disk.fsio.use``, for the whole process, as the in-process tests do with ``installed()``.
 Modules imported before or after this one see the same seam.
 """
 

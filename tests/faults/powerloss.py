@@ -2,7 +2,7 @@
 
 How it works, in four steps:
 
-1. **Record.** A scenario runs against a real spool with ``spool.fsio.fs`` swapped for a
+1. **Record.** A scenario runs against a real spool with ``spool.disk.fsio.fs`` swapped for a
    ``RecordingFS``: the real filesystem, with every mutating call logged (directory relative to
    the spool root, names, the bytes written, whether the file was fsync'd) beside the
    directory fsyncs. The scenario notes each *acknowledgement* (``ack``) at the point the call
@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spool import fsio
-from spool.fsio import RealFS
+from spool.disk import fsio
+from spool.disk.fsio import RealFS
 
 # Above the largest pid_max Linux allows (2**22), so ``writer_alive`` says "gone".
 DEAD_PID = 4_200_000 + 17
@@ -452,7 +452,7 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
     from spool import Spool
     from spool.fsck import fsck
     from spool.job import decode
-    from spool.layout import State, job_name, result_name
+    from spool.disk.layout import State, job_name, result_name
     from spool.recovery import list_folders
     from spool.runner.coordinator import Coordinator
 

@@ -39,11 +39,11 @@ import pytest
 
 from spool import Spool, crash
 from spool.fsck import fsck
-from spool.layout import State, job_name, key_name, result_name, worker_lock_name
-from spool.locks import acquire
+from spool.disk.layout import State, job_name, key_name, result_name, worker_lock_name
+from spool.disk.locks import acquire
 from spool.runner.coordinator import Coordinator
 from spool.admin import purge
-from spool.fsio import fs
+from spool.disk.fsio import fs
 from spool.transitions import Lease, claim, complete, fail, release
 from support import wait_until
 

@@ -40,9 +40,9 @@ from support import Procs, run_spool, wait_until
 from spool import Spool
 from spool.errors import InvalidJob, NotFound
 from spool.fsck import fsck
-from spool.ids import is_valid_id, new_id
+from spool.disk.ids import is_valid_id, new_id
 from spool.job import Job, JobFile
-from spool.layout import State, key_name
+from spool.disk.layout import State, key_name
 from spool.recovery import list_folders
 from spool.store import read_job
 from spool.transitions import claim, complete

@@ -32,10 +32,10 @@ import pytest
 from faultfs import FaultFS, Op
 from spool import Spool
 from spool.errors import DiskFull, DurabilityError, SpoolError
-from spool.fsio import fs
-from spool.ids import is_valid_id
-from spool.layout import State, worker_lock_name
-from spool.locks import acquire
+from spool.disk.fsio import fs
+from spool.disk.ids import is_valid_id
+from spool.disk.layout import State, worker_lock_name
+from spool.disk.locks import acquire
 from spool.store import read_job
 from spool.transitions import Lease, claim, complete, fail
 from support import ROOT, SPOOL_CMD, fill_disk, wait_until

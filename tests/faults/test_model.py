@@ -51,9 +51,9 @@ from spool.admin import cancel, requeue
 from spool.chains import advance_waiting, make_ready
 from spool.errors import AlreadyTerminal, LeaseLost
 from spool.fsck import fsck, sweep_tmp
-from spool.fsio import fs
-from spool.layout import State, job_lock_name
-from spool.locks import acquire
+from spool.disk.fsio import fs
+from spool.disk.layout import State, job_lock_name
+from spool.disk.locks import acquire
 from spool.recovery import list_folders, resync_under_lock
 from spool.store import folders_of, read_job
 from spool.submission import lookup_key

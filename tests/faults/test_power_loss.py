@@ -20,7 +20,7 @@ from powerloss import History, Op, RecordingFS, Scenario, Snapshot, run_model
 from spool import Spool, store
 from spool import job as jobs
 from spool.ingest import ingest
-from spool.layout import State, job_name
+from spool.disk.layout import State, job_name
 from spool.runner.coordinator import Coordinator
 from spool.schedule.format import slot_of_key
 from spool.transitions import Lease, claim, complete, fail
@@ -349,7 +349,7 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path, mo
     and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
     import spool.moves
     from spool.job import encode
-    from spool.layout import job_name
+    from spool.disk.layout import job_name
 
     def publish_without_done_fsync(sp: Any, job_file: Any, source: State, target: State, *, crash_step: str) -> None:
         staged = store.stage(sp, encode(job_file), sync=True)

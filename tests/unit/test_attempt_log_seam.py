@@ -1,4 +1,4 @@
-"""An attempt's log is written through the ``spool.fsio`` seam, so the fault layer can fail it.
+"""An attempt's log is written through the ``spool.disk.fsio`` seam, so the fault layer can fail it.
 
 A log is diagnostics: a write that fails stops that attempt's log, never the attempt.
 """

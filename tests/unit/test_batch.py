@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from spool import batch, fsio, linux
+from spool import batch
+from spool.disk import fsio, linux
 from spool import job as jobs
 from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
-from spool.fsio import RealFS
-from spool.layout import State, job_name, key_name
+from spool.disk.fsio import RealFS
+from spool.disk.layout import State, job_name, key_name
 from spool.spool import Spool, build_spec
 from spool.store import read_job
 from spool.submission import Submitted, lookup_key

@@ -15,7 +15,7 @@ from spool.admin import purge
 from spool.chains import make_ready
 from spool.clock import FakeClock
 from spool.job import is_ready
-from spool.layout import State
+from spool.disk.layout import State
 from spool.moves import backoff_seconds
 from spool.recovery import resync_under_lock
 from spool.spool import Spool

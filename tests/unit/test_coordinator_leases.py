@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from spool.fsio import fs
-from spool.layout import State, heartbeat_content, heartbeat_name, job_name, worker_lock_name
-from spool.locks import Lock, acquire
+from spool.disk.fsio import fs
+from spool.disk.layout import State, heartbeat_content, heartbeat_name, job_name, worker_lock_name
+from spool.disk.locks import Lock, acquire
 from spool.runner import coordinator as coordinator_module
 from spool.runner.coordinator import LEASE_WATCH_SECONDS, WORKER_PROBE_SECONDS, Coordinator
 from spool.spool import Spool

@@ -12,7 +12,7 @@ import pytest
 from spool import fence
 from spool.errors import InvalidJob, LeaseLost
 from spool.job import decode
-from spool.layout import State, heartbeat_name, job_name
+from spool.disk.layout import State, heartbeat_name, job_name
 from spool.records import LeaseStatus
 from spool.spool import Spool
 from spool.store import folders_of, read_job

@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 
 from spool import Spool
-from spool.layout import State
+from spool.disk.layout import State
 from spool.runner.coordinator import Coordinator
 from spool.runner.pauses import PauseWatch
 from spool.runner.scheduler import Scheduler

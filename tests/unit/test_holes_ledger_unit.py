@@ -15,7 +15,7 @@ import pytest
 from spool import Spool
 from spool.errors import DiskFull, SpoolError
 from spool.job import Job, JobFile
-from spool.layout import State
+from spool.disk.layout import State
 from spool.ledger.schema import SCHEMA_VERSION
 from spool.store import read_job
 from spool.timetext import now_text

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from spool.fsck import fsck
-from spool.ids import new_id
-from spool.layout import State, drop_note_name, job_name
+from spool.disk.ids import new_id
+from spool.disk.layout import State, drop_note_name, job_name
 from spool.recovery import resync_under_lock
 from spool.spool import Spool
 from spool.store import folders_of, read_job

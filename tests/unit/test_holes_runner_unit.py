@@ -13,8 +13,8 @@ import pytest
 
 from spool import Spool
 from spool.errors import DiskFull, TryLater, UsageError
-from spool.layout import State, cancel_name, heartbeat_name, job_lock_name, worker_lock_name
-from spool.locks import acquire, is_held
+from spool.disk.layout import State, cancel_name, heartbeat_name, job_lock_name, worker_lock_name
+from spool.disk.locks import acquire, is_held
 from spool.settings import load_settings
 from spool.store import clear_lease_files
 from spool.transitions import Lease, claim, heartbeat
@@ -108,7 +108,7 @@ def test_a_cancel_request_lands_over_a_planted_directory(sp: Spool) -> None:
 
 
 def test_the_timed_lock_wait_says_why_once_and_gives_up(sp: Spool) -> None:
-    from spool.locks import acquire_within
+    from spool.disk.locks import acquire_within
 
     locks_fd = sp.layout.fd("locks")
     held = acquire(locks_fd, job_lock_name("J1"), blocking=True)

@@ -1,4 +1,5 @@
-"""spool.ids and spool.layout: ids are safe file names in submission order; the layout is made and refused right."""
+"""spool.disk.ids and spool.disk.layout: ids are safe file names in submission order; the layout is
+made and refused right."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from spool import ids
+from spool.disk import ids
 from spool.errors import NotASpool, SpoolError
-from spool.layout import (
+from spool.disk.layout import (
     FOLDERS,
     MARKER,
     Layout,
@@ -22,7 +23,7 @@ from spool.layout import (
     key_name,
     tmp_name,
 )
-from spool.rootdir import init_spool, refuse_unsafe_root
+from spool.disk.rootdir import init_spool, refuse_unsafe_root
 from spool.spool import Spool
 
 

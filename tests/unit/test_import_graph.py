@@ -20,6 +20,7 @@ from support import ROOT
 # The repository folder of each installed package (pyproject.toml's package-dir).
 PACKAGES = {
     "spool": ROOT / "spool",
+    "spool.disk": ROOT / "spool" / "disk",
     "spool.ledger": ROOT / "spool" / "ledger",
     "spool.schedule": ROOT / "spool" / "schedule",
     "spool.yaml": ROOT / "spool" / "yaml",

@@ -1,4 +1,4 @@
-"""``spool.layout`` is the only module that builds or parses a name inside the spool.
+"""``spool.disk.layout`` is the only module that builds or parses a name inside the spool.
 
 Two halves: every name layout formats is parsed back to what made it (and other names are not
 mistaken for it), and an AST scan of spool/, runner/ and cli/ fails when any other module holds
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spool import layout
-from spool.ids import is_generated_id, new_id
+from spool.disk import layout
+from spool.disk.ids import is_generated_id, new_id
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "01JD0000000000000000000000"
@@ -203,10 +203,10 @@ def test_the_scan_sees_every_module_and_catches_a_hand_built_name(tmp_path: Path
 @pytest.mark.parametrize("module", _modules(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_only_layout_builds_or_parses_a_spool_name(module: Path) -> None:
     where = str(module.relative_to(ROOT))
-    if where == "spool/layout.py":
+    if where == "spool/disk/layout.py":
         return
     found = [(line, text) for line, text in _name_literals(module) if (where, text) not in EXCEPTIONS]
-    assert not found, f"{where} spells spool file names itself (use spool.layout): {found}"
+    assert not found, f"{where} spells spool file names itself (use spool.disk.layout): {found}"
 
 
 def test_every_exception_is_still_needed() -> None:

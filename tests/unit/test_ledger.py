@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spool.chains import advance_waiting, make_ready
-from spool.layout import State, job_name
+from spool.disk.layout import State, job_name
 from spool.recovery import list_folders, reconcile
 from spool.spool import Spool
 from spool.store import read_job

@@ -1,4 +1,4 @@
-"""Locks, ``init`` and the config read go through the ``spool.fsio`` seam, so a test that swaps
+"""Locks, ``init`` and the config read go through the ``spool.disk.fsio`` seam, so a test that swaps
 ``fs`` (the power-loss recorder, the fault injector) sees them and can fail them; and
 ``acquire_within`` waits on the clock it is given, never the host's."""
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from spool import fsio
+from spool.disk import fsio
 from spool.clock import FakeClock
 from spool.errors import UsageError
-from spool.fsio import RealFS, fs
-from spool.layout import FOLDERS, MARKER, Layout, job_lock_name, worker_lock_name
-from spool.locks import acquire, acquire_within, is_held
-from spool.rootdir import init_spool
+from spool.disk.fsio import RealFS, fs
+from spool.disk.layout import FOLDERS, MARKER, Layout, job_lock_name, worker_lock_name
+from spool.disk.locks import acquire, acquire_within, is_held
+from spool.disk.rootdir import init_spool
 from spool.settings import load_settings
 
 SEAM_METHODS = (

@@ -12,7 +12,7 @@ import pytest
 
 import spool
 from spool import progress as progress_function
-from spool.layout import (
+from spool.disk.layout import (
     State,
     heartbeat_content,
     heartbeat_lines,
@@ -20,7 +20,7 @@ from spool.layout import (
     parse_heartbeat,
     worker_lock_name,
 )
-from spool.locks import Lock, acquire
+from spool.disk.locks import Lock, acquire
 from spool.progress import (
     MAX_MESSAGE_CHARS,
     Progress,

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from spool import fsio, recovery
+from spool import recovery
+from spool.disk import fsio
 from spool.clock import FakeClock
-from spool.layout import State, job_name
+from spool.disk.layout import State, job_name
 from spool.recovery import ACTIVE, FULL_SECONDS
 from spool.spool import Spool
 from spool.transitions import Lease, claim, complete

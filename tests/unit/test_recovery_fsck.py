@@ -18,11 +18,11 @@ import pytest
 
 from spool import crash
 from spool.fsck import fsck
-from spool.fsio import fs
-from spool.ids import new_id
+from spool.disk.fsio import fs
+from spool.disk.ids import new_id
 from spool.ingest import ingest
-from spool.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
-from spool.locks import acquire
+from spool.disk.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
+from spool.disk.locks import acquire
 from spool.recovery import resync_under_lock
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
@@ -361,7 +361,7 @@ def test_fsck_names_each_broken_promise_and_repair_fixes_what_it_can(sp: Spool) 
 
 
 def test_an_interrupted_purge_is_finished_by_the_tmp_sweep(sp: Spool) -> None:
-    from spool.layout import purge_marker_name
+    from spool.disk.layout import purge_marker_name
 
     job_id = sp.submit("echo")
     claim(sp, "w1", None)

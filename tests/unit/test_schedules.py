@@ -313,7 +313,7 @@ def test_backpressure_never_refuses_a_firing(spool_dir: Path) -> None:
 
 def test_a_firing_cut_short_is_finished_by_the_next_coordinator(sp: Spool) -> None:
     from spool.fsck import fsck
-    from spool.ids import new_id
+    from spool.disk.ids import new_id
     from spool.submission import lock_key, reserve_key
 
     wall = Wall(at(2026, 1, 1, 10, 0, 0) + 0.5)

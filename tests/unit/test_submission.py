@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from spool import fsio
+from spool.disk import fsio
 from spool.admin import cancel
 from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
-from spool.fsio import RealFS
-from spool.ids import is_valid_id, new_id
+from spool.disk.fsio import RealFS
+from spool.disk.ids import is_valid_id, new_id
 from spool.ingest import ingest
-from spool.layout import State, job_name, key_name
+from spool.disk.layout import State, job_name, key_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
 from spool.store import folders_of, read_job

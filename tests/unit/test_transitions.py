@@ -16,15 +16,24 @@ from pathlib import Path
 
 import pytest
 
-from spool import fsio
+from spool.disk import fsio
 from spool.admin import cancel, purge, requeue, requeue_all_dead
 from spool.chains import advance_waiting, make_ready
 from spool.errors import AlreadyTerminal, LeaseLost, NotFound, SpoolError
-from spool.fsio import RealFS
-from spool.ids import new_id
+from spool.disk.fsio import RealFS
+from spool.disk.ids import new_id
 from spool.job import JobFile
-from spool.layout import State, cancel_name, heartbeat_name, job_lock_name, job_name, key_name, log_name, result_name
-from spool.locks import acquire
+from spool.disk.layout import (
+    State,
+    cancel_name,
+    heartbeat_name,
+    job_lock_name,
+    job_name,
+    key_name,
+    log_name,
+    result_name,
+)
+from spool.disk.locks import acquire
 from spool.spool import Spool
 from spool.store import folders_of, read_job
 from spool.submission import lookup_key

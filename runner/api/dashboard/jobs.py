@@ -18,7 +18,7 @@ from spool import browse
 from spool.schedule import folder as scheduling
 from spool.browse import Filter
 from spool.errors import InvalidJob, SpoolError
-from spool.layout import State
+from spool.disk.layout import State
 
 from .auth import FormError, Session
 from .story import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of

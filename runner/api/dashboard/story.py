@@ -15,10 +15,10 @@ from typing import Any
 from spool.attemptlog import LogReader
 from spool.browse import Filter
 from spool.errors import InvalidJob, LedgerError, SpoolError
-from spool.fsio import fs
-from spool.ids import is_valid_id
+from spool.disk.fsio import fs
+from spool.disk.ids import is_valid_id
 from spool.job import JobFile
-from spool.layout import State, log_name, result_name
+from spool.disk.layout import State, log_name, result_name
 from spool.progress import read_progresses
 from spool.spool import Spool, status_view
 from spool.timetext import format_time

@@ -1,4 +1,4 @@
-"""Linux calls the ``os`` module lacks, through ctypes, for ``spool.fsio`` (nothing else calls them):
+"""Linux calls the ``os`` module lacks, through ctypes, for ``spool.disk.fsio`` (nothing else calls them):
 syncfs(2), and the filesystem type that says whether a syncfs can stand in for an fsync of each file."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import os
 import stat
 from typing import Any
 
-from spool import linux
+from spool.disk import linux
 from spool.errors import DiskFull, DurabilityError, InvalidJob
 
 _RENAME_NOREPLACE = 1
@@ -338,7 +338,7 @@ def _raise_disk_full(err: OSError) -> None:
 
 
 class Seam:
-    """The one object every module calls (``from spool.fsio import fs``); ``use`` changes what is
+    """The one object every module calls (``from spool.disk.fsio import fs``); ``use`` changes what is
     behind it, so a swap reaches every caller at once."""
 
     def __init__(self, impl: RealFS) -> None:

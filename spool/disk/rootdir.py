@@ -1,6 +1,6 @@
 """Making a spool's folders (``init_spool``) and refusing a root no spool should live in.
 
-``init_spool`` creates every folder of ``spool.layout.FOLDERS`` and writes the ``.spool`` marker
+``init_spool`` creates every folder of ``spool.disk.layout.FOLDERS`` and writes the ``.spool`` marker
 last and durably, so a folder with the marker has all its folders. A root writable by every
 user, or on a network filesystem, is refused (``refuse_unsafe_root``).
 """
@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from spool.errors import SpoolError
-from spool.fsio import fs
-from spool.layout import FOLDERS, FORMAT, MARKER
+from spool.disk.fsio import fs
+from spool.disk.layout import FOLDERS, FORMAT, MARKER
 
 __all__ = ["init_spool", "is_group_shared", "refuse_network_filesystem", "refuse_unsafe_root"]
 

@@ -79,7 +79,7 @@ import time
 from pathlib import Path
 
 from spool.errors import NotASpool, SpoolError
-from spool.fsio import fs
+from spool.disk.fsio import fs
 
 MARKER = ".spool"
 FORMAT = 1
@@ -125,7 +125,7 @@ def job_name(job_id: str) -> str:
 
 def job_id_of(name: str) -> str:
     """The id part of ``<id>.yaml``; '' for any other name. Whether it is an id (and, in
-    pending/, one ``new_id`` could have made) is the caller's check (``spool.ids``)."""
+    pending/, one ``new_id`` could have made) is the caller's check (``spool.disk.ids``)."""
     return name[: -len(JOB_SUFFIX)] if name.endswith(JOB_SUFFIX) else ""
 
 

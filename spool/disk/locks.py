@@ -3,8 +3,8 @@
 A job's lock is held only for the length of one transition, so SIGSTOP of its holder stalls
 that one job, never the spool. Worker liveness uses a lock too: every worker holds
 ``worker-<name>.lock`` while it lives, so the coordinator can tell a dead local worker from a
-slow one without waiting out its lease. Lock names come from ``spool.layout``; every open,
-flock and close goes through the ``spool.fsio`` seam.
+slow one without waiting out its lease. Lock names come from ``spool.disk.layout``; every open,
+flock and close goes through the ``spool.disk.fsio`` seam.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Literal, overload
 
 from spool.clock import SYSTEM, Clock
-from spool.fsio import fs
+from spool.disk.fsio import fs
 
 
 class Lock:
