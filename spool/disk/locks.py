@@ -51,16 +51,7 @@ def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None: ...
 
 def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
     """Take ``locks/<name>``; None when ``blocking`` is False and someone else holds it."""
-    fd = fs.open_lock(locks_fd, name)
-    try:
-        taken = fs.flock(fd, blocking=blocking)
-    except BaseException:
-        fs.close(fd)
-        raise
-    if not taken:
-        fs.close(fd)
-        return None
-    return Lock(fd)
+    return _take(fs.open_lock(locks_fd, name), blocking=blocking)
 
 
 def acquire_existing(locks_fd: int, name: str) -> Lock | None:
@@ -74,8 +65,14 @@ def acquire_existing(locks_fd: int, name: str) -> Lock | None:
         fd = fs.open_lock_to_probe(locks_fd, name)
     except OSError as err:
         raise FileNotFoundError(err.errno, "no lock file", name) from None
+    return _take(fd, blocking=False)
+
+
+def _take(fd: int, *, blocking: bool) -> Lock | None:
+    """flock the open ``fd``: a Lock that owns it, or None (``fd`` closed) when another process
+    holds it and ``blocking`` is False."""
     try:
-        taken = fs.flock(fd, blocking=False)
+        taken = fs.flock(fd, blocking=blocking)
     except BaseException:
         fs.close(fd)
         raise
