@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from spool import crash
 from spool.cli.app import App, command, pass_app
 from spool.cli.render import render_table
 from spool.errors import SpoolError, UsageError
@@ -91,17 +92,17 @@ def worker(
         sys.exit(_remote_worker(app, import_modules, allow_shell, burst, name, server, token, token_file, cacert))
     if token or token_file or cacert:
         raise UsageError("--token, --token-file and --cacert go with --server URL")
-    from spool.runner.worker import run_worker  # start-up: ~13 ms that no other command needs
+    from spool.runner.worker import Worker  # start-up: ~13 ms that no other command needs
 
     sp = app.spool()
     _daemonise_stdio()
     setup_logging(sp.settings.log_level, sp.settings.log_format, "worker")
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
-    sys.exit(
-        run_worker(
-            sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name, sys_path=[os.getcwd()]
-        )
+    crash.arm("worker", os.environ)
+    worker = Worker(
+        sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name, sys_path=[os.getcwd()]
     )
+    sys.exit(worker.run())
 
 
 def _remote_worker(

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from spool import crash, registry
+from spool import registry
 from spool.attemptlog import AttemptLog
 from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
 from spool.disk.layout import State, log_name, worker_lock_name
@@ -343,20 +343,3 @@ class FilesLease:
             cancel_leased(self.worker.sp, self.lease, self.held)
         except LeaseLost as err:
             log.warning("cancel of %s: %s", self.lease.job_id, err)
-
-
-def run_worker(
-    sp: Spool,
-    *,
-    import_modules: Sequence[str] = (),
-    allow_shell: bool = False,
-    name: str | None = None,
-    burst: bool = False,
-    sys_path: Sequence[str] = (),
-) -> int:
-    """``spool worker``: arm the crash points, then run one worker until it is told to stop."""
-    crash.arm("worker", os.environ)
-    worker = Worker(
-        sp, import_modules=import_modules, allow_shell=allow_shell, name=name, burst=burst, sys_path=sys_path
-    )
-    return worker.run()
