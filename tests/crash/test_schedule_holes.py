@@ -21,36 +21,17 @@ from pathlib import Path
 import pytest
 from crashkit import Kit
 from support import run_spool, wait_until
+from test_schedules_running import jobs_of, slots_of  # one reading of a schedule's firings
 
 from spool.errors import InvalidJob
 from spool.job import JobFile
 from spool.disk.layout import State
-from spool.schedule.format import slot_key, slot_of_key
+from spool.schedule.format import slot_key
 from spool.store import read_job
 from spool.submission import submit
 from spool.timetext import parse_time
 
 DAY = 86400.0
-
-
-def jobs_of(kit: Kit, name: str) -> dict[str, list[str]]:
-    """key -> the ids of every job file in any folder carrying it, for ``name``'s firings."""
-    found: dict[str, list[str]] = {}
-    for state in State:
-        for file_name in os.listdir(kit.spool_dir / state.value):
-            if file_name.startswith(".") or not file_name.endswith(".yaml"):
-                continue
-            try:
-                key = read_job(kit.sp, state, file_name[: -len(".yaml")]).job.key
-            except (FileNotFoundError, ValueError):
-                continue
-            if key.startswith(f"schedule:{name}@"):
-                found.setdefault(key, []).append(file_name[: -len(".yaml")])
-    return found
-
-
-def slots_of(kit: Kit, name: str) -> list[float]:
-    return sorted(slot for key in jobs_of(kit, name) if (slot := slot_of_key(key)) is not None)
 
 
 def spool_ok(kit: Kit, *args: str) -> subprocess.CompletedProcess[str]:
