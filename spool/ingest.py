@@ -21,7 +21,7 @@ from spool.disk.fsio import fs
 from spool.disk.ids import new_id
 from spool.job import Job, JobFile, decode, encode, is_ready
 from spool.disk.layout import State, drop_note_name, invalid_folder_name, job_name, key_name, result_name
-from spool.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, rewrite_job, wake
+from spool.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, job_lock, rewrite_job, wake
 from spool.submission import initial_state, job_of_spec, lock_key, lookup_key, reservation, reserve_key
 from spool.timetext import now_text
 from spool.yaml.safe import load_yaml
@@ -72,16 +72,19 @@ def ingest(sp: Handle, name: str) -> str | None:
         # is durable before the rename: it is the evidence that tells an ingest we interrupted from
         # a file a user named like an id (``has_ingest_evidence``), which is a drop, never a job.
         write_drop_note(sp, state, job_id, shown)
-        try:
-            fs.rename_noreplace(pending, name, sp.layout.fd(state), job_name(job_id))
-        except FileNotFoundError:
+        # Under the new id's lock: a reconcile in another process must not finish the ingest
+        # (``finish_ingest``) while we are between the rename and the rewrite.
+        with job_lock(sp, job_id):
+            try:
+                fs.rename_noreplace(pending, name, sp.layout.fd(state), job_name(job_id))
+            except FileNotFoundError:
+                fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
+                return None
+            crash.point("ingest-after-rename")
+            job_file = JobFile(job=job, submitted_at=now_text(sp.clock), dropped_as=shown)
+            rewrite_job(sp, state, job_file, sync=True)
+            fs.fsync_dir(pending)
             fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
-            return None
-        crash.point("ingest-after-rename")
-        job_file = JobFile(job=job, submitted_at=now_text(sp.clock), dropped_as=shown)
-        rewrite_job(sp, state, job_file, sync=True)
-        fs.fsync_dir(pending)
-        fs.unlink(sp.layout.fd(state), drop_note_name(job_id), missing_ok=True)
     finally:
         if key_lock is not None:
             key_lock.release()
@@ -106,7 +109,24 @@ def _ingest_invalid(
     source: State | str = State.PENDING,
     crash_step: str = "ingest-after-rename",
 ) -> str | None:
+    """``_ingest_invalid_locked`` under the new id's lock: between the rename and the record,
+    dead/<id>.yaml holds the file's own text, and a reconcile in another process (the
+    coordinator's, a repair's) must not take that for an interrupted ingest and finish it
+    with its own error while we are still writing ours."""
+    with job_lock(sp, job_id):
+        return _ingest_invalid_locked(sp, name, job_id, error, source, crash_step)
+
+
+def _ingest_invalid_locked(
+    sp: Handle,
+    name: str,
+    job_id: str,
+    error: str,
+    source: State | str = State.PENDING,
+    crash_step: str = "ingest-after-rename",
+) -> str | None:
     """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record.
+    Caller holds the lock of ``job_id``.
 
     Commit point: the rename (never replacing). A crash after it leaves dead/<id>.yaml holding
     the file's own text: whoever settles it next (the coordinator's full reconcile, a repair)
@@ -254,7 +274,7 @@ def finish_ingest(sp: Handle, state: State, job_id: str) -> None:
         if state is State.DEAD:
             _write_invalid_record(sp, job_id, name, str(err), _raw_text(sp, state, name))
         else:
-            _ingest_invalid(sp, name, job_id, str(err), source=state)
+            _ingest_invalid_locked(sp, name, job_id, str(err), source=state)
         return
     note = drop_note_name(job_id)
     try:

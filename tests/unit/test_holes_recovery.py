@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from spool import crash
 from spool.fsck import fsck
+from spool.ingest import set_result_aside
 from spool.disk.ids import new_id
 from spool.disk.layout import State, drop_note_name, job_name
-from spool.recovery import resync_under_lock
+from spool.recovery import reconcile, resync_under_lock
 from spool.spool import Spool
-from spool.store import folders_of, read_job
+from spool.store import folders_of, job_lock, read_job
 from spool.transitions import Lease, claim, complete
 
 
@@ -214,3 +216,36 @@ def test_an_invalid_record_moved_back_by_hand_goes_back_to_dead(sp: Spool) -> No
     os.rename(path_of(sp, State.DEAD, record), path_of(sp, State.PENDING, record))
     resync_under_lock(sp, record)
     assert folders_of(sp, record) == [State.DEAD] and read_job(sp, State.DEAD, record).reason == "invalid"
+
+
+# -- a set-aside and a reconcile in another process ---------------------------------------------
+
+
+def test_a_reconcile_between_a_set_asides_rename_and_its_record_leaves_the_record_to_it(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the rename and the record, dead/<new id>.yaml holds the planted text. A
+    reconcile then (another process's: a second handle, whose flock conflicts with ours) must
+    leave it to the set-aside, which writes why it was set aside. It used to finish it as "an
+    interrupted ingest of an invalid drop", and when its write came after ours the record lost
+    its reason (CI saw it once, in tests/crash/test_holes_planted_result.py)."""
+    job_id = sp.submit("echo", {"n": 1})
+    sp.layout.path("results", f"{job_id}.json").write_text('{"planted": true}')
+    other = Spool(sp.root, environ={})
+    seen: list[str] = []
+
+    def reconcile_in_the_gap(step: str) -> None:
+        if step == "result-aside-after-rename":
+            seen.extend(path.stem for path in sp.layout.path(State.DEAD).glob("*.yaml"))
+            assert not resync_under_lock(other, seen[0])  # the set-aside holds the new id's lock
+            reconcile(other, full=True)
+            assert path_of(sp, State.DEAD, seen[0]).read_text() == '{"planted": true}'  # left to us
+
+    monkeypatch.setattr(crash, "point", reconcile_in_the_gap)
+    with job_lock(sp, job_id):  # as a claim holds it
+        aside = set_result_aside(sp, read_job(sp, State.PENDING, job_id))
+    other.close()
+    assert seen == [aside]
+    record = read_job(sp, State.DEAD, aside)
+    assert record.reason == "invalid" and "a result no attempt of job" in (record.error or ""), record.error
+    assert record.original == '{"planted": true}'
