@@ -618,7 +618,7 @@ def build_kept(root: Path, count: int) -> dict[str, Any]:
     from spool.fsck import fsck
     from spool.disk.ids import new_id
     from spool.disk.layout import job_name, result_name
-    from spool.transitions import Lease, claim, complete
+    from spool.moves.transitions import Lease, claim, complete
 
     started = time.perf_counter()
     with Spool.init(root, environ={}) as sp:

@@ -43,9 +43,9 @@ from spool.disk import fsio
 from spool.disk.ids import new_id
 from spool.job import Job, JobFile, encode
 from spool.disk.layout import State, job_name
-from spool.recovery import list_folders, reconcile
-from spool.timetext import now_text
-from spool.transitions import Lease, claim, complete
+from spool.moves.recovery import list_folders, reconcile
+from spool.base.timetext import now_text
+from spool.moves.transitions import Lease, claim, complete
 
 TASK = "echo"
 

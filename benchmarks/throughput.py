@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 
 from spool import Spool, task
 from spool.disk.layout import job_name, result_name
-from spool.timetext import parse_time
+from spool.base.timetext import parse_time
 
 SPOOL = [sys.executable, "-m", "spool.cli"]
 TASK_MODULES = ("examples.tasks", "benchmarks.throughput")
@@ -336,7 +336,7 @@ def idle_pickup(sp: Spool, host: Host, count: int, timeout: float = 60.0) -> dic
 def fsyncs_in_process(root: Path, jobs: int) -> dict[str, float]:
     """fsync calls per job of each real transition, counted at the ``spool.disk.fsio`` seam."""
     from benchmarks.claim_cost import CountingFS, swapped_fs
-    from spool.transitions import Lease, claim, complete
+    from spool.moves.transitions import Lease, claim, complete
 
     Spool.init(root, environ={}).close()
     counting = CountingFS()

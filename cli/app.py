@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from spool.errors import UsageError
+from spool.base.errors import UsageError
 from spool.settings import parse_duration
 from spool.spool import Spool
 

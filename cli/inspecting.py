@@ -11,13 +11,13 @@ import click
 
 from spool.cli.app import App, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
-from spool.errors import InvalidJob, NotFound, UsageError
-from spool.disk.layout import State
+from spool.base.errors import InvalidJob, NotFound, UsageError
+from spool.disk import State
 from spool.progress import Progress, read_progresses
-from spool.schedule.format import key_prefix
+from spool.schedule import key_prefix
 from spool.settings import parse_duration
 from spool.spool import Spool
-from spool.stats import collect, coordinator_state
+from spool.views import collect, coordinator_state
 from spool.workers import handlers_of, live_workers, unhandled_warning
 
 WAIT_POLL_SECONDS = 0.1

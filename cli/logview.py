@@ -15,9 +15,9 @@ from typing import BinaryIO
 import click
 
 from spool.attemptlog import LogReader
-from spool.errors import NotFound
+from spool.base.errors import NotFound
 from spool.job import JobFile
-from spool.disk.layout import State, log_name
+from spool.disk import State, log_name
 from spool.spool import Spool
 
 FOLLOW_POLL_SECONDS = 0.2

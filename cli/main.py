@@ -3,7 +3,7 @@
 Every command that works on a spool takes ``--spool DIR`` (or $SPOOL_DIR) and ``--json``, before
 or after the subcommand (``spool.cli.app``). Each setting also has a flag on the group
 (``spool --lease-seconds 10 coordinator``), which beats the environment and config.yaml.
-Errors are one line on stderr with the exit code of their class (spool.errors), never a
+Errors are one line on stderr with the exit code of their class (spool.base.errors), never a
 traceback.
 """
 
@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import click
 
-from spool import crash
+from spool.base import crash
 from spool.cli.app import App
-from spool.errors import SpoolError, UsageError
+from spool.base.errors import SpoolError, UsageError
 from spool.settings import environment_warnings, setting_names
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -8,13 +8,15 @@ import sys
 
 import click
 
-from spool import admin, crash
+from spool import admin
+
+from spool.base import crash
 from spool.cli.app import App, command, flag_duration, pass_app
 from spool.cli.render import echo_json
-from spool.errors import UsageError
+from spool.base.errors import UsageError
 from spool.fsck import fsck as run_fsck
-from spool.disk.layout import MARKER, State
-from spool.disk.rootdir import init_spool
+from spool.disk import MARKER, State
+from spool.disk import init_spool
 from spool.settings import parse_duration
 from spool.spool import resolve_root
 
@@ -96,7 +98,7 @@ def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
 @pass_app
 def fsck(app: App, repair: bool) -> None:
     """Check every promise on disk; exit 0 when all hold, 1 otherwise."""
-    from spool.schedule.folder import ignored  # start-up: only fsck and `schedule` read schedules/
+    from spool.schedule import ignored  # start-up: only fsck and `schedule` read schedules/
 
     sp = app.spool()
     report = run_fsck(sp, repair=repair)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import click
 
-from spool import crash
+from spool.base import crash
 from spool.cli.app import App, command, pass_app
 from spool.cli.render import render_table
-from spool.errors import SpoolError, UsageError
-from spool.disk.layout import State
+from spool.base.errors import SpoolError, UsageError
+from spool.disk import State
 from spool.settings import load_settings
 from spool.runner.lifeline import die_with_parent
 from spool.runner.logs import setup_logging
@@ -118,8 +118,8 @@ def _remote_worker(
 ) -> int:
     """``worker --server``: no spool folder here; the settings come from the environment and flags."""
     # start-up: the remote worker's modules (ssl, http.client) only this command needs
-    from spool.runner.remote import run_remote_worker
-    from spool.runner.remote_client import ApiClient  # start-up: as above
+    from spool.runner.remote.worker import run_remote_worker
+    from spool.runner.remote.client import ApiClient  # start-up: as above
 
     if name is not None:
         raise UsageError("--name does not go with --server: the work token's name is the worker's name")

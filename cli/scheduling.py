@@ -8,13 +8,13 @@ from typing import Any
 
 import click
 
-from spool import crash
+from spool.base import crash
 from spool.schedule import folder as scheduling
 from spool.cli.app import App, SpoolCommand, flag_duration, pass_app
 from spool.cli.render import echo_json, render_table
 from spool.cli.submitting import _parse_args as parse_args
-from spool.errors import UsageError
-from spool.schedule.format import CATCHUPS, OVERLAPS, InvalidSchedule
+from spool.base.errors import UsageError
+from spool.schedule import CATCHUPS, OVERLAPS, InvalidSchedule
 
 
 class ScheduleGroup(SpoolCommand, click.Group):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from spool import crash
+from spool.base import crash
 from spool.cli.app import App, SpoolCommand, command, pass_app
 from spool.cli.render import echo_json, render_table
-from spool.errors import NotFound, UsageError
-from spool.timetext import format_time
+from spool.base.errors import NotFound, UsageError
+from spool.base.timetext import format_time
 from spool.tokens import ROLES, TokenStore
 
 
@@ -112,7 +112,7 @@ def token_revoke(app: App, name: str) -> None:
     fenced now (expired, the try already counted at pickup), so its worker's attempts can neither
     finish nor hold their jobs until the term runs out."""
     # start-up: only a revoke reads leases; `token add` and `list` never do
-    from spool.remote_leases import fence_worker
+    from spool.moves import fence_worker
 
     sp = app.spool()
     tokens = TokenStore(sp)

@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 
-from spool import crash
+from spool.base import crash
 from spool.cli.app import App, command, flag_duration, pass_app
 from spool.cli.render import echo_json
-from spool.errors import InvalidJob, UsageError
-from spool.disk.ids import is_valid_id
+from spool.base.errors import InvalidJob, UsageError
+from spool.disk import is_valid_id
 from spool.spool import build_spec
-from spool.yaml.safe import load_yaml
+from spool.yaml import load_yaml
 
 
 @command()

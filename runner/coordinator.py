@@ -29,14 +29,14 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from spool import crash
-from spool.chains import advance_waiting
-from spool.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
+from spool.base import crash
+from spool.moves import advance_waiting
+from spool.base.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
-from spool.disk.fsio import fs
-from spool.disk.ids import is_generated_id, is_valid_id
-from spool.ingest import ingest
-from spool.disk.layout import (
+from spool.disk import fs
+from spool.disk import is_generated_id, is_valid_id
+from spool.moves import ingest_drop
+from spool.disk import (
     SCHEDULES,
     WAKE_NAME,
     State,
@@ -48,17 +48,17 @@ from spool.disk.layout import (
     parse_heartbeat_name,
     worker_lock_name,
 )
-from spool.disk.locks import Lock, acquire, is_held
-from spool.recovery import reconcile, resync_under_lock
+from spool.disk import Lock, acquire, is_held
+from spool.moves import reconcile, resync_under_lock
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.leaseview import LeaseWatch, read_counter
 from spool.runner.pauses import PauseWatch
 from spool.runner.scheduler import Scheduler
 from spool.runner.timers import fire_timers, load_timers
 from spool.spool import Spool
-from spool.store import read_job
-from spool.timetext import format_time
-from spool.transitions import expire
+from spool.moves import read_job
+from spool.base.timetext import format_time
+from spool.moves import expire
 
 from spool.runner.unhandled import UnhandledWarner
 
@@ -259,7 +259,7 @@ class Coordinator:
 
     def _ingest(self, name: str) -> None:
         try:
-            ingest(self.sp, name)
+            ingest_drop(self.sp, name)
         except OSError as err:
             log.error("ingest of pending/%s failed: %s", name, err)
 

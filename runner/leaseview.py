@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spool.errors import InvalidJob
-from spool.disk.fsio import fs
-from spool.disk.layout import HEARTBEAT_MAX_BYTES, heartbeat_lines
+from spool.base.errors import InvalidJob
+from spool.disk import fs
+from spool.disk import HEARTBEAT_MAX_BYTES, heartbeat_lines
 
 
 @dataclass

@@ -39,14 +39,14 @@ import time
 from collections.abc import Callable, Iterable
 
 from spool.schedule import fired as firings
-from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
-from spool.disk.layout import SCHEDULES, is_ignored_name
-from spool.schedule.format import Schedule, key_prefix, slot_key, slot_of_key
-from spool.schedule.folder import Entry, entries, fire, ignored, resume_from
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
+from spool.disk import SCHEDULES, is_ignored_name
+from spool.schedule import Schedule, key_prefix, slot_key, slot_of_key
+from spool.schedule import Entry, entries, fire, ignored, resume_from
 from spool.spool import Spool
-from spool.store import state_of
-from spool.submission import job_of_spec
-from spool.timetext import format_time, parse_time
+from spool.moves import state_of
+from spool.moves import job_of_spec
+from spool.base.timetext import format_time, parse_time
 
 log = logging.getLogger("spool.coordinator")
 

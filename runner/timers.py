@@ -1,7 +1,7 @@
 """The coordinator's timers: when, on its own clock, each delayed or backed-off job becomes ready.
 
 A pending job that is not ready (a ``not_before`` delay, a retry's backoff) gets one due time the
-first time the coordinator sees it; at that time ``chains.make_ready`` makes it claimable. A lost
+first time the coordinator sees it; at that time ``moves.ready.make_ready`` makes it claimable. A lost
 timer (a coordinator restart) is rebuilt from the files by the next ``load_timers``.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from spool.chains import make_ready
-from spool.errors import InvalidJob
-from spool.disk.layout import State
+from spool.moves import make_ready
+from spool.base.errors import InvalidJob
+from spool.disk import State
 from spool.spool import Spool
-from spool.store import read_job
-from spool.timetext import parse_time
+from spool.moves import read_job
+from spool.base.timetext import parse_time
 
 
 def load_timers(sp: Spool, timers: dict[str, float], clock: Callable[[], float]) -> None:

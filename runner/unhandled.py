@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from spool.errors import SpoolError
+from spool.base.errors import SpoolError
 from spool.spool import Spool
 from spool.workers import unhandled_ready, unhandled_warning
 

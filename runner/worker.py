@@ -1,7 +1,7 @@
 """``spool worker``: claim jobs of the tasks it knows, run each attempt in a child, report.
 
 The worker itself holds the lease: it heartbeats between polls of the attempt child, writes the
-result and moves the job; the child only runs the handler (``runner.child``). While it lives it
+result and moves the job; the child only runs the handler (``runner.attempt.child``). While it lives it
 holds ``locks/worker-<name>.lock``, so when it dies the coordinator sees the lock freed and
 expires its lease at once instead of waiting out the term.
 
@@ -24,17 +24,27 @@ from types import FrameType
 
 from spool import registry
 from spool.attemptlog import AttemptLog
-from spool.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
-from spool.disk.layout import State, log_name, worker_lock_name
-from spool.disk.locks import Lock, acquire_within
-from spool.records import LeaseStatus
+from spool.base.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
+from spool.disk import State, log_name, worker_lock_name
+from spool.disk import Lock, acquire_within
+from spool.base.records import LeaseStatus
 from spool.progress import Progress
-from spool.runner.attempt_loop import Beat, watch
-from spool.runner.child import AttemptRequest, Child, Outcome
+from spool.runner.attempt.loop import Beat, watch
+from spool.runner.attempt.child import AttemptRequest, Child, Outcome
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.wake import Waker
 from spool.spool import Spool
-from spool.transitions import Held, Lease, cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
+from spool.moves import (
+    Held,
+    cancel_leased,
+    claim_held,
+    complete,
+    fail,
+    heartbeat,
+    lease_status,
+    release,
+)
+from spool.base.records import Lease
 from spool.workers import advertisement, check_worker_name, published_term
 
 log = logging.getLogger("spool.worker")
@@ -303,7 +313,7 @@ class Worker:
 
 
 class FilesLease:
-    """A local attempt's lease keeper (``runner.attempt_loop.LeaseKeeper``): beats and progress
+    """A local attempt's lease keeper (``runner.attempt.loop.LeaseKeeper``): beats and progress
     are heartbeat files, the outcome a move of the job file, all under the job's lock. The attempt
     log is closed (trimmed whole) before the job moves on, so a follower sees it all."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spool.errors import SpoolError
+from spool.base.errors import SpoolError
 from spool.progress import progress
 from spool.registry import Reject, current, task
 

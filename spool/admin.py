@@ -9,8 +9,8 @@ import logging
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
-from spool import crash
-from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
+from spool.base import crash
+from spool.base.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
 from spool.disk.fsio import fs
 from spool.disk.layout import (
     State,
@@ -24,9 +24,9 @@ from spool.disk.layout import (
     result_name,
 )
 from spool.schedule.fired import record_before_purge
-from spool.moves import bury
-from spool.recovery import resync
-from spool.store import (
+from spool.moves.outcomes import bury
+from spool.moves.recovery import resync
+from spool.moves.store import (
     folders_of,
     job_lock,
     move_job,
@@ -36,8 +36,8 @@ from spool.store import (
     wake,
     write_dot_file,
 )
-from spool.submission import remove_key
-from spool.timetext import now_text, parse_time
+from spool.moves.submission import remove_key
+from spool.base.timetext import now_text, parse_time
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Iterator
 
-from spool.errors import DiskFull
+from spool.base.errors import DiskFull
 from spool.disk.fsio import fs
 from spool.disk.layout import tmp_name
 

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spool.errors import InvalidJob, LedgerError, LedgerUnusable
+from spool.base.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.disk.fsio import fs
-from spool.ingest import planted_result_error
+from spool.moves.ingest import planted_result_error
 from spool.disk.ids import is_valid_id
 from spool.admin import finish_purge
 from spool.job import JobFile, is_ready
@@ -40,9 +40,9 @@ from spool.disk.layout import (
 )
 from spool.fsck_keys import check_keys, copies_now, repair_keys
 from spool.disk.locks import is_held
-from spool.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
-from spool.stats import ledger_trouble
-from spool.store import folders_of, job_lock, read_job, result_is_earned
+from spool.moves.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
+from spool.views.stats import ledger_trouble
+from spool.moves.store import folders_of, job_lock, read_job, result_is_earned
 from spool.yaml.safe import load_yaml
 
 if TYPE_CHECKING:

@@ -29,9 +29,9 @@ from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id
 from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
 from spool.disk.locks import Lock, acquire, acquire_existing
-from spool.recovery import Copies, copies_of
-from spool.store import folders_of, has_result
-from spool.submission import reservation, reserve_key
+from spool.moves.recovery import Copies, copies_of
+from spool.moves.store import folders_of, has_result
+from spool.moves.submission import reservation, reserve_key
 
 if TYPE_CHECKING:
     from spool.handle import Handle

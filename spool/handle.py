@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Self
 
-from spool.clock import SYSTEM, Clock
+from spool.base.clock import SYSTEM, Clock
 from spool.disk.layout import Layout
 from spool.ledger import Ledger, set_aside
 from spool.settings import Settings

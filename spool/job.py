@@ -2,7 +2,7 @@
 
 ``Job`` is the immutable part a user writes. ``JobFile`` is the whole file: the spec plus what
 the runner adds (attempt, tries, attempts, lease, reason, error...); the lease and the attempt
-records are typed (``spool.records``). A job's *state* is never
+records are typed (``spool.base.records``). A job's *state* is never
 in the file: it is the folder the file is in. ``decode`` wraps every parse or schema failure
 in one ``InvalidJob`` that names the field, the value and what was expected.
 """
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.disk.ids import is_valid_id
-from spool.records import ATTEMPT_FIELDS, Attempt, Lease
+from spool.base.records import ATTEMPT_FIELDS, Attempt, Lease
 from spool.registry import is_valid_task_name
-from spool.timetext import format_time, parse_time
+from spool.base.timetext import format_time, parse_time
 from spool.yaml.safe import dump_yaml, load_yaml
 
 SPOOL_FORMAT = 1

@@ -32,7 +32,6 @@ __all__ = [
     "check",
     "decode",
     "encode",
-    "from_mapping",
     "progress",
     "read_progress",
     "read_progresses",
@@ -67,17 +66,6 @@ def check(fraction: float | None = None, message: str = "") -> Progress:
     if not isinstance(message, str):
         raise TypeError(f"progress message must be a str, not {type(message).__name__}")
     return Progress(fraction, message[:MAX_MESSAGE_CHARS])
-
-
-def from_mapping(value: object) -> Progress:
-    """A Progress from hostile JSON (``{"fraction": 0.5, "message": "halfway"}``, either key may be
-    left out): TypeError or ValueError saying what is wrong, for an API's 422."""
-    if not isinstance(value, dict):
-        raise TypeError(f"progress must be an object with fraction and message, not {type(value).__name__}")
-    unknown = sorted(set(value) - {"fraction", "message"})
-    if unknown:
-        raise ValueError(f"progress has unknown field {unknown[0]!r} (it takes fraction and message)")
-    return check(value.get("fraction"), value.get("message", ""))
 
 
 def progress(fraction: float | None = None, message: str = "") -> None:
@@ -154,7 +142,7 @@ def read_progresses(sp: Handle, job_ids: Iterable[str]) -> dict[str, Progress]:
 
 
 def _read_one(sp: Handle, job_id: str, attempt: int) -> Progress | None:
-    from spool.errors import InvalidJob  # start-up: as in read_progresses
+    from spool.base.errors import InvalidJob  # start-up: as in read_progresses
     from spool.disk.fsio import fs  # start-up: as in read_progresses
     from spool.disk.layout import State, heartbeat_lines, heartbeat_name, job_name  # start-up: as above
 

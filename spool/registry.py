@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from spool.builtin_tasks import BUILTIN
-from spool.clock import SYSTEM, Clock
-from spool.errors import UsageError
+from spool.base.clock import SYSTEM, Clock
+from spool.base.errors import UsageError
 
 __all__ = [
     "Current",

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from spool.errors import InvalidJob, UsageError
+from spool.base.errors import InvalidJob, UsageError
 from spool.disk.fsio import fs
 from spool.job import MAX_SECONDS, MAX_TRIES  # the job schema's ranges: a default must always make a valid job
 from spool.yaml.safe import load_yaml

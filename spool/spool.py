@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spool import store
-from spool.clock import SYSTEM, Clock
-from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError
+from spool.moves import store
+from spool.base.clock import SYSTEM, Clock
+from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError
 from spool.disk.fsio import fs
 from spool.handle import Handle
 from spool.disk.ids import is_valid_id
@@ -28,8 +28,8 @@ from spool.disk.layout import Layout, State, job_name, result_name
 from spool.progress import read_progress
 from spool.disk.rootdir import init_spool, is_group_shared, refuse_unsafe_root
 from spool.settings import Settings, load_settings
-from spool.submission import Submitted, submit
-from spool.timetext import format_time
+from spool.moves.submission import Submitted, submit
+from spool.base.timetext import format_time
 
 DEFAULT_ROOT = "./spool"
 
@@ -42,7 +42,7 @@ def resolve_root(root: str | os.PathLike[str] | None, environ: Mapping[str, str]
 class Spool(Handle):
     """An open spool. Raises NotASpool for a folder without the ``.spool`` marker.
 
-    ``clock``: what every decision reads time from (``spool.clock.FakeClock`` in tests)."""
+    ``clock``: what every decision reads time from (``spool.base.clock.FakeClock`` in tests)."""
 
     def __init__(
         self,
@@ -105,12 +105,12 @@ class Spool(Handle):
 
         Each spec is a mapping of job fields, as ``spec(...)`` makes from ``submit``'s keywords.
         Durable on return, with one fsync of each folder for the batch (per round of keys: see
-        ``spool.batch``). A key seen before, or repeated in the batch, answers with its one job
+        ``spool.moves.batch``). A key seen before, or repeated in the batch, answers with its one job
         (``created=False``). Every spec is checked first: a bad one refuses the whole batch
         with InvalidJob ``job <index>: ...`` (NotFound for an unknown dependency), and TryLater
         when the batch would take the spool past ``max_pending``; nothing is written then.
         """
-        from spool.batch import submit_many  # start-up: a one-job submit never loads the batch path
+        from spool.moves.batch import submit_many  # start-up: a one-job submit never loads the batch path
 
         return submit_many(self, specs)
 
@@ -261,7 +261,7 @@ class Spool(Handle):
         try:
             return self.ledger.ids(state=state, reason=reason, limit=limit, task=task, key_prefix=key_prefix)
         except LedgerError as err:
-            from spool import stats  # start-up: the folder-listing fallback is not a producer's
+            from spool.views import stats  # start-up: the folder-listing fallback is not a producer's
 
             if on_trouble is not None:
                 on_trouble(stats.ledger_trouble(self, err))
@@ -273,7 +273,7 @@ class Spool(Handle):
         try:
             self.ledger.meta("coordinator_seen")
         except LedgerError as err:
-            from spool import stats  # start-up: the folder-listing fallback is not a producer's
+            from spool.views import stats  # start-up: the folder-listing fallback is not a producer's
 
             return stats.ledger_trouble(self, err)
         return None
@@ -332,7 +332,7 @@ def _check_delay(delay_seconds: object) -> None:
 
 def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
     """The one object ``spool status --json`` prints (README: The command line), with the chain
-    fields of ``spool.chainview``."""
+    fields of ``spool.views.chainview``."""
     lease = job_file.lease if state is State.LEASED else None
     view = {
         "id": job_file.id,
@@ -356,7 +356,7 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "dropped_as": job_file.dropped_as,
         "attempts_dropped": job_file.attempts_dropped,
     }
-    from spool.chainview import chain_view  # start-up: schedules, zoneinfo and datetime load only for a view
+    from spool.views.chainview import chain_view  # start-up: schedules, zoneinfo and datetime load only for a view
 
     return {**view, **chain_view(sp, view)}  # parents, waiting_for, children, schedule
 

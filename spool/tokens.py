@@ -26,11 +26,11 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from spool.errors import InvalidJob, UsageError
+from spool.base.errors import InvalidJob, UsageError
 from spool.disk.fsio import fs
 from spool.disk.layout import TLS, TOKENS_NAME, tls_lock_name, tmp_name, worker_lock_name
 from spool.disk.locks import acquire
-from spool.timetext import format_time, parse_time
+from spool.base.timetext import format_time, parse_time
 from spool.workers import WORKER_NAME
 from spool.yaml.dump import dump_yaml
 from spool.yaml.safe import load_yaml

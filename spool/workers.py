@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spool.errors import InvalidJob, LedgerError, UsageError
+from spool.base.errors import InvalidJob, LedgerError, UsageError
 from spool.disk.fsio import fs
 from spool.disk.layout import worker_lock_name, worker_of_lock_name
 from spool.disk.locks import is_held

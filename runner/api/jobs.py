@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from spool.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError, TryLater
-from spool.disk.ids import is_valid_id
-from spool.disk.layout import State
+from spool.base.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError, TryLater
+from spool.disk import is_valid_id
+from spool.disk import State
 from spool.runner.api.context import ApiContext, ApiError, object_body, read_json, require
 from spool.spool import build_spec
 from spool.tokens import TokenInfo

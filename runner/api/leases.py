@@ -11,7 +11,7 @@ job file as the holder, and only that token (or an admin's) may act on the lease
     POST /v1/leases/{id}/fail        {"fence", "error", "reject"?}  200 {"id", "state"}
     POST /v1/leases/{id}/release     {"fence"}                      200 {"id", "state": "pending"}
 
-The fence is ``spool.remote_leases.fence_of``: derived from the leased file, so a restarted server
+The fence is ``spool.moves.remote_leases.fence_of``: derived from the leased file, so a restarted server
 still honours it, and stale the moment the job moves. A fence that does not match answers 409 with
 the reason and the job's ``state`` and ``attempt`` now (the worker kills its attempt and drops it,
 unless the job is done by its own attempt: its complete was saved before the answer was lost); a
@@ -38,21 +38,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from spool.errors import DiskFull, LeaseLost, LedgerError
-from spool.fence import Held
-from spool.disk.ids import is_valid_id
+from spool.base.errors import DiskFull, LeaseLost, LedgerError
+from spool.moves import Held
+from spool.disk import is_valid_id
 from spool.job import tail
-from spool.disk.layout import State
+from spool.disk import State
 from spool.progress import check as check_progress
-from spool.records import Lease, LeaseStatus
+from spool.base.records import Lease, LeaseStatus
 from spool.registry import is_valid_task_name
-from spool.resultjson import ResultNotJSON, encode_result
-from spool.remote_leases import fence_of, held_by_fence
+from spool.base.resultjson import ResultNotJSON, encode_result
+from spool.moves import fence_of, held_by_fence
 from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, object_body, read_json, require
 from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
-from spool.timetext import format_time
-from spool.transitions import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
+from spool.base.timetext import format_time
+from spool.moves import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
 from spool.workers import published_term
 
 log = logging.getLogger("spool.serve")

@@ -8,19 +8,19 @@ and nothing claims a done job again. A ``complete`` from the worker that held th
 
 Why: ``spool serve`` killed between linking a remote worker's result and answering leaves the
 worker with no answer; it sends the same complete again and gets this 409. ``state`` done,
-``attempt`` its own and ``same_result`` true is its own win, not a drop (``runner.remote``). A
+``attempt`` its own and ``same_result`` true is its own win, not a drop (``runner.remote.worker``). A
 result that is not the one sent (planted in results/, or linked by an admin acting on the lease)
 is not.
 """
 
 from __future__ import annotations
 
-from spool.errors import SpoolError
-from spool.disk.fsio import fs
-from spool.disk.layout import State, result_name
+from spool.base.errors import SpoolError
+from spool.disk import fs
+from spool.disk import State, result_name
 from spool.runner.api.context import ApiError
 from spool.spool import Spool
-from spool.store import state_of
+from spool.moves import state_of
 
 
 def lost_lease(

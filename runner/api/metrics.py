@@ -39,12 +39,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spool.errors import LedgerError
-from spool.disk.layout import State
-from spool.ledger.metrics import Durations, HistoryTotals, catch_up, job_counts, oldest_ready
+from spool.base.errors import LedgerError
+from spool.disk import State
+from spool.ledger import Durations, HistoryTotals, catch_up, job_counts, oldest_ready
 from spool.runner.api.context import ApiContext, ApiError, require
 from spool.spool import Spool
-from spool.timetext import parse_time
+from spool.base.timetext import parse_time
 
 ANY_ROLE = ("submit", "work", "admin")
 log = logging.getLogger("spool.serve")

@@ -22,10 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from spool.disk.fsio import fs
+from spool.disk import fs
 from spool.handle import Handle
-from spool.disk.layout import CERT_NAME, KEY_NAME, TLS, tls_lock_name
-from spool.disk.locks import acquire
+from spool.disk import CERT_NAME, KEY_NAME, TLS, tls_lock_name
+from spool.disk import acquire
 from spool.tokens import write_tls_file
 
 VALID_DAYS = 3650

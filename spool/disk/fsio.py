@@ -28,7 +28,7 @@ import stat
 from typing import Any
 
 from spool.disk import linux
-from spool.errors import DiskFull, DurabilityError, InvalidJob
+from spool.base.errors import DiskFull, DurabilityError, InvalidJob
 
 _RENAME_NOREPLACE = 1
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

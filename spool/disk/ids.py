@@ -13,7 +13,7 @@ import re
 import threading
 from typing import TypeGuard
 
-from spool.clock import SYSTEM, Clock
+from spool.base.clock import SYSTEM, Clock
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

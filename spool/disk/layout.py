@@ -78,7 +78,7 @@ import re
 import time
 from pathlib import Path
 
-from spool.errors import NotASpool, SpoolError
+from spool.base.errors import NotASpool, SpoolError
 from spool.disk.fsio import fs
 
 MARKER = ".spool"

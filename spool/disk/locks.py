@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Literal, overload
 
-from spool.clock import SYSTEM, Clock
+from spool.base.clock import SYSTEM, Clock
 from spool.disk.fsio import fs
 
 

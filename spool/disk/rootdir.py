@@ -11,7 +11,7 @@ import errno
 import os
 from pathlib import Path
 
-from spool.errors import SpoolError
+from spool.base.errors import SpoolError
 from spool.disk.fsio import fs
 from spool.disk.layout import FOLDERS, FORMAT, MARKER
 

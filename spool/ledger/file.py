@@ -22,10 +22,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from spool.errors import DiskFull, LedgerError, LedgerUnusable, SpoolError
+from spool.base.errors import DiskFull, LedgerError, LedgerUnusable, SpoolError
 from spool.disk.fsio import fs
 from spool.disk.layout import LEDGER_NAME, Layout, ledger_aside_name, ledger_file_names, ledger_lock_name
-from spool.lazylog import lazy_logger
+from spool.base.lazylog import lazy_logger
 from spool.disk.locks import acquire
 
 _NO_CKPT_ON_CLOSE = 1006  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE

@@ -42,14 +42,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spool import crash
-from spool.errors import InvalidJob
+from spool.base import crash
+from spool.base.errors import InvalidJob
 from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id
 from spool.disk.layout import SCHEDULES, schedule_file_name
 from spool.schedule.format import schedule_of_key, slot_of_key
-from spool.store import stage, unstage
-from spool.timetext import format_time, parse_time
+from spool.moves.store import stage, unstage
+from spool.base.timetext import format_time, parse_time
 from spool.yaml.safe import dump_yaml, load_yaml
 
 if TYPE_CHECKING:

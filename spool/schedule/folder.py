@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spool.errors import InvalidJob, NotFound
+from spool.base.errors import InvalidJob, NotFound
 from spool.schedule.fired import forget, note_run, read_fired
 from spool.disk.fsio import fs
 from spool.disk.layout import SCHEDULES, is_ignored_name, schedule_file_name, schedule_of_file_name
@@ -38,9 +38,9 @@ from spool.schedule.format import (
     schedule_of_fields,
     slot_key,
 )
-from spool.store import stage, state_of, unstage
-from spool.submission import Submitted, submit
-from spool.timetext import format_time
+from spool.moves.store import stage, state_of, unstage
+from spool.moves.submission import Submitted, submit
+from spool.base.timetext import format_time
 from spool.yaml.safe import dump_yaml, load_yaml
 
 if TYPE_CHECKING:

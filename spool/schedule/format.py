@@ -31,11 +31,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from spool.errors import InvalidJob, UsageError
+from spool.base.errors import InvalidJob, UsageError
 from spool.disk.ids import is_valid_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job
 from spool.settings import parse_duration
-from spool.timetext import format_time, parse_time
+from spool.base.timetext import format_time, parse_time
 from spool.yaml.safe import load_yaml
 
 
@@ -59,7 +59,7 @@ MAX_SCHEDULE_BYTES = 64 * 1024
 
 def _croniter() -> Any:
     """croniter's class, imported on first use: ~17 ms that only a cron schedule needs (`spool
-    status` and `spool ls` import this module through spool.chainview for a job's schedule)."""
+    status` and `spool ls` import this module through spool.views.chainview for a job's schedule)."""
     from croniter import croniter  # start-up: ~17 ms, only for cron schedules
 
     return croniter

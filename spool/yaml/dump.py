@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.yaml.schema import CORE_SCHEMA, MAX_DEPTH, STR, YAML11
 
 __all__ = ["dump_yaml"]

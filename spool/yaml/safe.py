@@ -33,7 +33,7 @@ from yaml.events import (
     StreamEndEvent,
 )
 
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.yaml.dump import dump_yaml
 from spool.yaml.schema import CONVERT, CORE_SCHEMA, MAX_DEPTH
 

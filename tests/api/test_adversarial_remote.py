@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from spool.runner.api.tls import make_self_signed
-from spool.runner.remote import Refused, RemoteLease
-from spool.runner.remote_client import MAX_REPLY_BYTES, ApiClient, Unreachable
+from spool.runner.remote.worker import Refused, RemoteLease
+from spool.runner.remote.client import MAX_REPLY_BYTES, ApiClient, Unreachable
 from support import ROOT, SPOOL_CMD
 
 Answer = Callable[[ssl.SSLSocket], None]

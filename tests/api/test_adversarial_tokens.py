@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from spool import Spool
-from spool.errors import SpoolError
+from spool.base.errors import SpoolError
 from spool.tokens import TokenStore
 from support import run_spool
 

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import pytest
 
 from spool import Spool
-from spool.submission import submit
+from spool.moves.submission import submit
 from support import Procs, run_spool, wait_until
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from spool import Spool
 from spool.disk.layout import State
-from spool.transitions import expire
+from spool.moves.transitions import expire
 
 
 def _lease(served: Any, token: str, *, tasks: list[str] | None = None, wait: float = 5.0) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The fence a remote worker names (``spool.remote_leases``), and fencing off a worker, in process."""
+"""The fence a remote worker names (``spool.moves.remote_leases``), and fencing off a worker, in process."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.errors import LeaseLost
-from spool.fence import Held
+from spool.base.errors import LeaseLost
+from spool.moves.fence import Held
 from spool.disk.layout import State
-from spool.records import Lease
-from spool.remote_leases import fence_of, fence_worker, held_by_fence, leases_of
-from spool.transitions import claim_held, complete
+from spool.base.records import Lease
+from spool.moves.remote_leases import fence_of, fence_worker, held_by_fence, leases_of
+from spool.moves.transitions import claim_held, complete
 from support import run_spool
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from spool.ledger import metrics as ledger_metrics
-from spool.chains import make_ready
+from spool.moves.ready import make_ready
 from spool.ledger.metrics import HistoryTotals, catch_up, job_counts, oldest_ready
 from spool.spool import Spool
-from spool.transitions import Lease, claim, complete, fail
+from spool.moves.transitions import Lease, claim, complete, fail
 
 WORKER = "w-metrics"
 

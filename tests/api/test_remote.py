@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from spool import Spool
-from spool.errors import SpoolError
+from spool.base.errors import SpoolError
 from spool.disk.layout import State
-from spool.remote_leases import fence_worker
+from spool.moves.remote_leases import fence_worker
 from support import ROOT, SPOOL_CMD, kill_groups, wait_until
 
 LEASE_SECONDS = "1.5"

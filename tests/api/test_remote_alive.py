@@ -16,7 +16,7 @@ import pytest
 
 from spool import Spool
 from spool.disk.layout import State
-from spool.stats import collect
+from spool.views.stats import collect
 from support import run_spool, wait_until
 from test_remote import LEASE_SECONDS, Processes, _done, _holder, _wait_running
 

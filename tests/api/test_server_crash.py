@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from spool import Spool, crash
+from spool import Spool
+
+from spool.base import crash
 from spool.fsck import fsck
 from support import run_spool
 

@@ -145,7 +145,7 @@ def test_a_local_worker_may_not_take_a_work_tokens_name(spool_dir: Path) -> None
 def test_a_worker_started_from_python_keeps_the_same_rule(spool_dir: Path) -> None:
     """The rule lives in the worker, not only in the command line: ``Worker(sp, name=X)`` from
     Python is refused too (it used to be checked by ``spool worker`` alone)."""
-    from spool.errors import UsageError
+    from spool.base.errors import UsageError
     from spool.runner.worker import Worker
 
     assert run_spool("token", "add", "remote-y", "--role", "work", spool=spool_dir).returncode == 0

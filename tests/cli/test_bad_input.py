@@ -18,8 +18,8 @@ from spool.disk.ids import new_id
 from spool.disk.layout import State, job_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
-from spool.store import read_job
-from spool.transitions import claim
+from spool.moves.store import read_job
+from spool.moves.transitions import claim
 
 Run = Callable[..., Any]
 

@@ -18,8 +18,8 @@ from spool.cli.main import cli
 from spool.disk.ids import new_id
 from spool.disk.layout import State, key_name
 from spool.spool import Spool
-from spool.store import read_job
-from spool.transitions import Lease, claim, complete, fail
+from spool.moves.store import read_job
+from spool.moves.transitions import Lease, claim, complete, fail
 from support import run_spool
 
 Ran = Any  # conftest.Ran: code, out, err

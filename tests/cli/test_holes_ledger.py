@@ -24,9 +24,9 @@ import pytest
 
 from spool import Spool
 from spool.disk.layout import State
-from spool.recovery import list_folders
-from spool.store import read_job
-from spool.transitions import Lease, claim, complete
+from spool.moves.recovery import list_folders
+from spool.moves.store import read_job
+from spool.moves.transitions import Lease, claim, complete
 from support import ROOT, SPOOL_CMD, Procs, fill_disk, run_spool, wait_until
 
 FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2")

@@ -24,7 +24,7 @@ import pytest
 from support import Procs, run_spool, wait_until
 
 from spool import Spool
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.disk.layout import State
 
 Run = Callable[..., subprocess.CompletedProcess[str]]

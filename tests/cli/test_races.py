@@ -23,16 +23,16 @@ from typing import Any
 
 import pytest
 
-from spool import crash
+from spool.base import crash
 from spool.fsck import fsck
 from spool.disk.ids import new_id
 from spool.job import Job
 from spool.disk.layout import State, job_name, key_name, result_name
-from spool.recovery import list_folders
+from spool.moves.recovery import list_folders
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
-from spool.store import read_job
-from spool.transitions import Lease, claim, complete
+from spool.moves.store import read_job
+from spool.moves.transitions import Lease, claim, complete
 from support import ROOT, SPOOL_CMD
 
 FORK = multiprocessing.get_context("fork")

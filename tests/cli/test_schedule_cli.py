@@ -11,7 +11,7 @@ from typing import Any
 
 from spool.admin import cancel
 from spool.spool import Spool
-from spool.chains import advance_waiting
+from spool.moves.chains import advance_waiting
 from support import run_spool
 
 Ran = Any

@@ -18,15 +18,15 @@ NOT_FOR_SUBMIT = {
     "spool.cli.processes",
     "spool.fsck",
     "spool.admin",
-    "spool.recovery",
-    "spool.stats",
+    "spool.moves.recovery",
+    "spool.views.stats",
     "spool.runner.supervisor",
     "subprocess",
     "socket",
     # spool serve's libraries and modules: only that command (and a remote worker) loads them
     "spool.runner.api",
     "spool.tokens",
-    "spool.remote_leases",
+    "spool.moves.remote_leases",
     "starlette",
     "uvicorn",
     "cryptography",
@@ -35,7 +35,7 @@ NOT_FOR_SUBMIT = {
     "ssl",
 }
 
-# What a submit without a key or JSON needs none of: logging (spool.lazylog), hashes (a key's file
+# What a submit without a key or JSON needs none of: logging (spool.base.lazylog), hashes (a key's file
 # name), chance (a backoff's jitter), json (--json, -a NAME:=JSON), the batch path, schedules and zoneinfo.
 NOT_FOR_A_PLAIN_SUBMIT = {
     "logging",
@@ -43,7 +43,7 @@ NOT_FOR_A_PLAIN_SUBMIT = {
     "secrets",
     "random",
     "json",
-    "spool.batch",
+    "spool.moves.batch",
     "spool.schedule.format",
     "zoneinfo",
 }

@@ -19,7 +19,7 @@ from datetime import datetime
 import pytest
 from support import wait_until
 
-from spool.errors import NotFound
+from spool.base.errors import NotFound
 from spool.disk.layout import State
 
 HOUR = 3600.0

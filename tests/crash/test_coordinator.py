@@ -19,7 +19,7 @@ from pathlib import Path
 
 from support import run_spool, wait_until
 
-from spool.errors import InvalidJob, NotFound
+from spool.base.errors import InvalidJob, NotFound
 
 
 def test_the_coordinator_killed_and_restarted_under_load_loses_nothing(kit, tmp_path: Path) -> None:

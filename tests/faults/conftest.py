@@ -27,16 +27,16 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.fsck import fsck
 from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import State, key_name, result_name, worker_lock_name
 from spool.disk.locks import acquire
-from spool.recovery import list_folders
+from spool.moves.recovery import list_folders
 from spool.runner.coordinator import Coordinator
-from spool.store import read_job
-from spool.transitions import Lease, claim, complete
+from spool.moves.store import read_job
+from spool.moves.transitions import Lease, claim, complete
 
 FAST_CONFIG = """\
 lease_seconds: 0.4

@@ -65,7 +65,7 @@ def client_main(argv: list[str]) -> int:
     """``client SPOOL HISTORY NAME SEED KEYS STOP_FILE MAX_SUBMITS``: submit until told to stop."""
     spool_root, history, name, seed, keys, stop_file, max_submits = argv
     from spool import Spool
-    from spool.errors import SpoolError
+    from spool.base.errors import SpoolError
 
     rng = random.Random(f"{seed}:{name}")
     recorder = Recorder(Path(history), name)
@@ -155,8 +155,8 @@ def check(spool_root: Path, history: History) -> Verdict:
     from spool.fsck import sweep_tmp
     from spool.disk.fsio import fs
     from spool.disk.layout import State
-    from spool.recovery import list_folders
-    from spool.store import read_job
+    from spool.moves.recovery import list_folders
+    from spool.moves.store import read_job
 
     verdict = Verdict()
     sp = Spool(spool_root)
@@ -509,7 +509,7 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
             # The ledger is an index the coordinator reconciles a little on every pass.
             def converged() -> bool:
                 from spool.disk.layout import ADVANCEMENT
-                from spool.recovery import list_folders
+                from spool.moves.recovery import list_folders
 
                 listing = list_folders(sp)
                 return sp.ledger.states() == {

@@ -453,7 +453,7 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
     from spool.fsck import fsck
     from spool.job import decode
     from spool.disk.layout import State, job_name, result_name
-    from spool.recovery import list_folders
+    from spool.moves.recovery import list_folders
     from spool.runner.coordinator import Coordinator
 
     problems: list[str] = []

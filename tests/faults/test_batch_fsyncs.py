@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from powerloss import RecordingFS, installed
-from spool import Spool, batch
+from spool import Spool
+from spool.moves import batch
 
 
 def _record(root: Path, act: object, fs_class: type[RecordingFS] = RecordingFS) -> RecordingFS:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from history import ChaosRun, report, run_chaos, seed_from_env
-from spool.runner.child import Child
+from spool.runner.attempt.child import Child
 from support import Procs
 
 # Read at import: the suite's clean_environ fixture removes every SPOOL_* variable before a test runs.

@@ -1,6 +1,6 @@
 """The crash matrix: every crash point, killed there, recovered, then the promises checked on disk.
 
-For each point ``spool.crash.all_points()`` lists there is at least one scenario (``SCENARIOS``);
+For each point ``spool.base.crash.all_points()`` lists there is at least one scenario (``SCENARIOS``);
 a point without one fails the suite, so a new crash point needs a scenario here. A scenario:
 
 1. ``setup`` (in the test process): the spool before the crash, plus two bystanders, a pending
@@ -37,14 +37,16 @@ from typing import Any
 
 import pytest
 
-from spool import Spool, crash
+from spool import Spool
+
+from spool.base import crash
 from spool.fsck import fsck
 from spool.disk.layout import State, job_name, key_name, result_name, worker_lock_name
 from spool.disk.locks import acquire
 from spool.runner.coordinator import Coordinator
 from spool.admin import purge
 from spool.disk.fsio import fs
-from spool.transitions import Lease, claim, complete, fail, release
+from spool.moves.transitions import Lease, claim, complete, fail, release
 from support import wait_until
 
 Ctx = dict[str, Any]
@@ -465,7 +467,7 @@ def unrecorded_slot_job(sp: Spool, ctx: Ctx) -> None:
     """An hourly slot's job, since ended (cancelled), whose coordinator died between the slot's
     submit and its record: the job and its key are all that says the slot fired."""
     from spool.schedule.format import slot_key
-    from spool.submission import submit
+    from spool.moves.submission import submit
 
     hourly_schedule(sp, ctx)
     ctx["slot"] = time.time() // 3600 * 3600

@@ -38,14 +38,14 @@ from spool.runner.coordinator import Coordinator
 from support import Procs, run_spool, wait_until
 
 from spool import Spool
-from spool.errors import InvalidJob, NotFound
+from spool.base.errors import InvalidJob, NotFound
 from spool.fsck import fsck
 from spool.disk.ids import is_valid_id, new_id
 from spool.job import Job, JobFile
 from spool.disk.layout import State, key_name
-from spool.recovery import list_folders
-from spool.store import read_job
-from spool.transitions import claim, complete
+from spool.moves.recovery import list_folders
+from spool.moves.store import read_job
+from spool.moves.transitions import claim, complete
 from spool.yaml.safe import load_yaml
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -79,7 +79,7 @@ def make_bench(parent: str | None) -> Bench:
     done = sp.submit("echo", {"who": "done"}, key="sentinel-done")
     leased = claim(sp, "w", None)
     assert leased is not None and leased.id == done
-    from spool.transitions import Lease
+    from spool.moves.transitions import Lease
 
     complete(sp, Lease(done, "w", leased.attempt), b'{"ok": true}')
     pending = sp.submit("echo", {"who": "pending"}, key="sentinel-pending")

@@ -31,13 +31,13 @@ import pytest
 
 from faultfs import FaultFS, Op
 from spool import Spool
-from spool.errors import DiskFull, DurabilityError, SpoolError
+from spool.base.errors import DiskFull, DurabilityError, SpoolError
 from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id
 from spool.disk.layout import State, worker_lock_name
 from spool.disk.locks import acquire
-from spool.store import read_job
-from spool.transitions import Lease, claim, complete, fail
+from spool.moves.store import read_job
+from spool.moves.transitions import Lease, claim, complete, fail
 from support import ROOT, SPOOL_CMD, fill_disk, wait_until
 
 Ctx = dict[str, Any]

@@ -46,18 +46,21 @@ from hypothesis.stateful import (
     rule,
 )
 
-from spool import Spool, crash
+from spool import Spool
+
+from spool.base import crash
 from spool.admin import cancel, requeue
-from spool.chains import advance_waiting, make_ready
-from spool.errors import AlreadyTerminal, LeaseLost
+from spool.moves.chains import advance_waiting
+from spool.moves.ready import make_ready
+from spool.base.errors import AlreadyTerminal, LeaseLost
 from spool.fsck import fsck, sweep_tmp
 from spool.disk.fsio import fs
 from spool.disk.layout import State, job_lock_name
 from spool.disk.locks import acquire
-from spool.recovery import list_folders, resync_under_lock
-from spool.store import folders_of, read_job
-from spool.submission import lookup_key
-from spool.transitions import (
+from spool.moves.recovery import list_folders, resync_under_lock
+from spool.moves.store import folders_of, read_job
+from spool.moves.submission import lookup_key
+from spool.moves.transitions import (
     Lease,
     _claim_with_lock_held,
     cancel_leased,

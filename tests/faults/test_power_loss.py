@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from powerloss import History, Op, RecordingFS, Scenario, Snapshot, run_model
-from spool import Spool, store
+from spool import Spool
+from spool.moves import store
 from spool import job as jobs
-from spool.ingest import ingest
+from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_name
 from spool.runner.coordinator import Coordinator
 from spool.schedule.format import slot_of_key
-from spool.transitions import Lease, claim, complete, fail
+from spool.moves.transitions import Lease, claim, complete, fail
 
 RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'
 DROP = b"task: echo\nkey: drop-1\nargs: {text: dropped}\n"
@@ -305,13 +306,13 @@ def test_model_syncfs_makes_everything_before_it_durable_and_nothing_after() -> 
 def test_model_finds_the_job_torn_when_submit_stages_without_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import spool.submission
+    import spool.moves.submission
 
     def create_job_unsynced(sp: Any, state: State, job_file: Any, data: bytes | None = None) -> None:
         staged = store.stage(sp, jobs.encode(job_file) if data is None else data, sync=False)
         store.fs.rename_noreplace(sp.layout.fd("tmp"), staged, sp.layout.fd(state), job_name(job_file.id))
 
-    monkeypatch.setattr(spool.submission, "create_job", create_job_unsynced)
+    monkeypatch.setattr(spool.moves.submission, "create_job", create_job_unsynced)
     run = run_model(Scenario("keyed submit, job file not fsync'd", keyed_submit), tmp_path, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a submit whose job file is never fsync'd"
@@ -326,8 +327,8 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(
     (fail back to pending, the move to done, expiry, release) could come back empty after a
     power cut, and recovery then buried the job as invalid: key, task and counted try gone.
     Put the unsynced rewrite back and the model must find it again."""
-    import spool.moves
-    import spool.transitions
+    import spool.moves.outcomes
+    import spool.moves.transitions
 
     def rewrite_job_as_before(sp: Any, state: State, job_file: Any, *, sync: bool) -> None:
         staged = store.stage(sp, jobs.encode(job_file), sync=sync)
@@ -335,8 +336,8 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(
         if sync:
             store.fs.fsync_dir(sp.layout.fd(state))
 
-    monkeypatch.setattr(spool.transitions, "rewrite_job", rewrite_job_as_before)
-    monkeypatch.setattr(spool.moves, "rewrite_job", rewrite_job_as_before)  # fail's retry (retry_or_bury)
+    monkeypatch.setattr(spool.moves.transitions, "rewrite_job", rewrite_job_as_before)
+    monkeypatch.setattr(spool.moves.outcomes, "rewrite_job", rewrite_job_as_before)  # fail's retry (retry_or_bury)
     run = run_model(SCENARIO["submit+claim+fail to retry"], tmp_path, max_drops=1, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a rewrite whose content is never fsync'd"
@@ -347,7 +348,7 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path, mo
     """Bug 2: the move to done/ was not fsync'd, so the next claim's fsync of leased/ could make
     the job's removal from leased/ durable and its entry in done/ not: the job file vanished,
     and fsck --repair then removed its result as an orphan. Take the done/ fsync out again."""
-    import spool.moves
+    import spool.moves.outcomes
     from spool.job import encode
     from spool.disk.layout import job_name
 
@@ -358,7 +359,7 @@ def test_model_finds_the_done_job_lost_without_the_done_fsync(tmp_path: Path, mo
             store.fs.fsync_dir(sp.layout.fd(target))
         store.fs.unlink(sp.layout.fd(source), job_name(job_file.id))
 
-    monkeypatch.setattr(spool.moves, "publish_job", publish_without_done_fsync)  # finish_done's move
+    monkeypatch.setattr(spool.moves.outcomes, "publish_job", publish_without_done_fsync)  # finish_done's move
     run = run_model(SCENARIO["complete, then claim another"], tmp_path, max_drops=2, stop_after=1)
     print(run.summary())
     assert run.violations, "the model passed a move to done/ that is never fsync'd"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from spool import Spool
 from spool.attemptlog import AttemptLog
-from spool.runner.child import AttemptRequest, Child
+from spool.runner.attempt.child import AttemptRequest, Child
 from tests.faults.faultfs import FaultFS
 
 HERE = Path(__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""spool.batch: submit_many, in order, one job per key, everything checked before anything is written."""
+"""spool.moves.batch: submit_many, in order, one job per key, everything checked before anything is written."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from spool import batch
+from spool.moves import batch
 from spool.disk import fsio, linux
 from spool import job as jobs
-from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
+from spool.base.errors import DiskFull, InvalidJob, NotFound, TryLater
 from spool.disk.fsio import RealFS
 from spool.disk.layout import State, job_name, key_name
 from spool.spool import Spool, build_spec
-from spool.store import read_job
-from spool.submission import Submitted, lookup_key
-from spool.transitions import claim
+from spool.moves.store import read_job
+from spool.moves.submission import Submitted, lookup_key
+from spool.moves.transitions import claim
 
 
 def names(sp: Spool, folder: str) -> list[str]:

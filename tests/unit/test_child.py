@@ -19,7 +19,7 @@ import pytest
 
 import spool
 from spool.attemptlog import AttemptLog
-from spool.runner.child import ERROR_BYTES, AttemptRequest, Child, Outcome
+from spool.runner.attempt.child import ERROR_BYTES, AttemptRequest, Child, Outcome
 
 HERE = Path(__file__).resolve().parent
 ROOT = Path(spool.__file__).resolve().parents[1]
@@ -387,7 +387,7 @@ def test_close_lets_an_idle_child_exit(run: Runner) -> None:
 
 PARENT = """
 import sys
-from spool.runner.child import AttemptRequest, Child
+from spool.runner.attempt.child import AttemptRequest, Child
 child = Child(import_modules=["child_tasks"], allow_shell=True, max_result_bytes=1 << 20,
               sys_path=[{here!r}])
 class Log:

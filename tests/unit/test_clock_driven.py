@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from spool.admin import purge
-from spool.chains import make_ready
-from spool.clock import FakeClock
+from spool.moves.ready import make_ready
+from spool.base.clock import FakeClock
 from spool.job import is_ready
 from spool.disk.layout import State
-from spool.moves import backoff_seconds
-from spool.recovery import resync_under_lock
+from spool.moves.outcomes import backoff_seconds
+from spool.moves.recovery import resync_under_lock
 from spool.spool import Spool
-from spool.store import read_job
-from spool.timetext import format_time, parse_time
-from spool.transitions import Lease, claim, complete, expire, fail
+from spool.moves.store import read_job
+from spool.base.timetext import format_time, parse_time
+from spool.moves.transitions import Lease, claim, complete, expire, fail
 
 START = 1_800_000_000.0
 

@@ -17,8 +17,8 @@ from spool.disk.locks import Lock, acquire
 from spool.runner import coordinator as coordinator_module
 from spool.runner.coordinator import LEASE_WATCH_SECONDS, WORKER_PROBE_SECONDS, Coordinator
 from spool.spool import Spool
-from spool.store import move_job, read_job, write_dot_file
-from spool.transitions import Lease, claim, heartbeat
+from spool.moves.store import move_job, read_job, write_dot_file
+from spool.moves.transitions import Lease, claim, heartbeat
 
 WORKER = "w-test"
 

@@ -1,4 +1,4 @@
-"""The crash-point table in ``spool.crash`` against the source: every step a ``crash.point(...)``
+"""The crash-point table in ``spool.base.crash`` against the source: every step a ``crash.point(...)``
 reaches is in the table, and every step in the table is reached somewhere.
 
 The source is read, not imported, so a point in a module nothing imports still counts. A step
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from spool import crash
+from spool.base import crash
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("spool", "runner", "cli")
@@ -76,7 +76,7 @@ def test_every_step_reached_is_in_the_table() -> None:
     used, _ = scan()
     listed = {step for steps in crash.CRASH_POINTS.values() for step in steps}
     missing = {step: where for step, where in used.items() if step not in listed}
-    assert not missing, f"crash points reached but not in spool.crash.CRASH_POINTS: {missing}"
+    assert not missing, f"crash points reached but not in spool.base.crash.CRASH_POINTS: {missing}"
 
 
 def test_every_step_in_the_table_is_reached() -> None:
@@ -84,7 +84,7 @@ def test_every_step_in_the_table_is_reached() -> None:
     stale = sorted(
         {f"{role}:{step}" for role, steps in crash.CRASH_POINTS.items() for step in steps if step not in used}
     )
-    assert not stale, f"spool.crash.CRASH_POINTS lists steps no code reaches: {stale}"
+    assert not stale, f"spool.base.crash.CRASH_POINTS lists steps no code reaches: {stale}"
 
 
 def test_the_table_lists_each_point_once() -> None:

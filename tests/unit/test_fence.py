@@ -1,4 +1,4 @@
-"""spool.fence: a live attempt trusts the JobFile it kept only while leased/<id>.yaml holds exactly
+"""spool.moves.fence: a live attempt trusts the JobFile it kept only while leased/<id>.yaml holds exactly
 the bytes its claim wrote; any other bytes are parsed and checked as anyone else's file."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from spool import fence
-from spool.errors import InvalidJob, LeaseLost
+from spool.moves import fence
+from spool.base.errors import InvalidJob, LeaseLost
 from spool.job import decode
 from spool.disk.layout import State, heartbeat_name, job_name
-from spool.records import LeaseStatus
+from spool.base.records import LeaseStatus
 from spool.spool import Spool
-from spool.store import folders_of, read_job
-from spool.transitions import Lease, claim_held, complete, expire, fail
+from spool.moves.store import folders_of, read_job
+from spool.moves.transitions import Lease, claim_held, complete, expire, fail
 
 
 @pytest.fixture

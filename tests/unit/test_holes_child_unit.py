@@ -18,7 +18,7 @@ import pytest
 
 from spool.attemptlog import AttemptLog, LogReader, marker
 from spool.registry import Current
-from spool.runner.child import AttemptRequest, Child, Outcome
+from spool.runner.attempt.child import AttemptRequest, Child, Outcome
 from spool.settings import load_settings
 
 TASKS = """

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.errors import DiskFull, SpoolError
+from spool.base.errors import DiskFull, SpoolError
 from spool.job import Job, JobFile
 from spool.disk.layout import State
 from spool.ledger.schema import SCHEMA_VERSION
-from spool.store import read_job
-from spool.timetext import now_text
+from spool.moves.store import read_job
+from spool.base.timetext import now_text
 
 V1_JOBS = """CREATE TABLE jobs(
     id TEXT PRIMARY KEY, key TEXT NOT NULL UNIQUE, task TEXT NOT NULL, state TEXT NOT NULL,
@@ -53,7 +53,7 @@ def test_a_version_1_ledger_is_migrated_keeping_its_rows(spool_dir: Path) -> Non
 
 
 def test_sqlite_errors_leave_the_ledger_typed(sp: Spool) -> None:
-    from spool.errors import LedgerError, LedgerUnusable
+    from spool.base.errors import LedgerError, LedgerUnusable
     from spool.ledger.file import typed
 
     def error(code: int) -> sqlite3.Error:
@@ -143,7 +143,7 @@ def test_a_submit_whose_ledger_fails_after_the_commit_is_accepted(
     sp: Spool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The full-disk, purge-race and group-shared failures in one: the ledger refuses the row."""
-    from spool.errors import LedgerError
+    from spool.base.errors import LedgerError
 
     def broken(*args: object, **kwargs: object) -> None:
         raise LedgerError("ledger: attempt to write a readonly database")

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from spool import crash
+from spool.base import crash
 from spool.fsck import fsck
-from spool.ingest import set_result_aside
+from spool.moves.ingest import set_result_aside
 from spool.disk.ids import new_id
 from spool.disk.layout import State, drop_note_name, job_name
-from spool.recovery import reconcile, resync_under_lock
+from spool.moves.recovery import reconcile, resync_under_lock
 from spool.spool import Spool
-from spool.store import folders_of, job_lock, read_job
-from spool.transitions import Lease, claim, complete
+from spool.moves.store import folders_of, job_lock, read_job
+from spool.moves.transitions import Lease, claim, complete
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_an_ingest_interrupted_after_its_rename_keeps_its_id_by_its_note(sp: Spo
 
 
 def test_a_keyed_ingest_interrupted_after_its_rename_keeps_its_id_by_its_reservation(sp: Spool) -> None:
-    from spool.submission import reserve_key
+    from spool.moves.submission import reserve_key
 
     job_id = new_id()
     reserve_key(sp, "k-1", job_id)
@@ -130,7 +130,7 @@ def test_a_copy_of_a_done_job_dropped_in_pending_is_a_new_job_with_the_same_spec
 
 
 def test_which_copies_are_the_runners(sp: Spool) -> None:
-    from spool.recovery import copies_of
+    from spool.moves.recovery import copies_of
 
     job_id = sp.submit("echo", {"n": 1})
     os.link(path_of(sp, State.PENDING, job_id), path_of(sp, State.WAITING, job_id))  # link+unlink fallback
@@ -151,11 +151,11 @@ def test_which_copies_are_the_runners(sp: Spool) -> None:
 
 def kill_twice(sp: Spool, max_tries: int = 2) -> str:
     """A job dead after spending all its tries (each attempt's lease expired)."""
-    from spool.transitions import fail
+    from spool.moves.transitions import fail
 
     job_id = sp.submit("echo", {"n": 1}, max_tries=max_tries)
     for _ in range(max_tries):
-        from spool.chains import make_ready
+        from spool.moves.ready import make_ready
 
         make_ready(sp, job_id)
         claimed = claim(sp, "w1", None)
@@ -209,7 +209,7 @@ def test_a_job_moved_back_before_its_dependency_is_done_waits(sp: Spool) -> None
 
 def test_an_invalid_record_moved_back_by_hand_goes_back_to_dead(sp: Spool) -> None:
     sp.layout.path(State.PENDING, "bad.yaml").write_text("task: [oops]\n")
-    from spool.ingest import ingest
+    from spool.moves.ingest import ingest
 
     record = ingest(sp, "bad.yaml")
     assert record is not None and folders_of(sp, record) == [State.DEAD]

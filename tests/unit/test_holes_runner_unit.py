@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.errors import DiskFull, TryLater, UsageError
+from spool.base.errors import DiskFull, TryLater, UsageError
 from spool.disk.layout import State, cancel_name, heartbeat_name, job_lock_name, worker_lock_name
 from spool.disk.locks import acquire, is_held
 from spool.settings import load_settings
-from spool.store import clear_lease_files
-from spool.transitions import Lease, claim, heartbeat
+from spool.moves.store import clear_lease_files
+from spool.moves.transitions import Lease, claim, heartbeat
 
 # What this change adds (acquire_within, write_dot_file, spool.workers) is imported inside the
 # tests that use it, so that on the base commit each test fails on its own behaviour.
@@ -99,7 +99,7 @@ def test_a_heartbeat_over_a_planted_entry_sets_it_aside_and_lands(sp: Spool, tmp
 
 
 def test_a_cancel_request_lands_over_a_planted_directory(sp: Spool) -> None:
-    from spool.store import write_dot_file
+    from spool.moves.store import write_dot_file
 
     request = sp.layout.path(State.LEASED) / cancel_name("J1")
     request.mkdir()

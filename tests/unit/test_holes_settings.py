@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from spool import crash
-from spool.errors import UsageError
+from spool.base import crash
+from spool.base.errors import UsageError
 from spool.job import MAX_ATTEMPT_RECORDS, Job, JobFile, bounded_attempts, decode, encode, encode_measured, short_error
-from spool.records import Attempt
+from spool.base.records import Attempt
 from spool.settings import MAX_JOB_BYTES, MAX_RESULT_BYTES, environment_warnings, load_settings, parse_duration
-from spool.store import RUNNER_FILE_MAX_BYTES
+from spool.moves.store import RUNNER_FILE_MAX_BYTES
 
 
 def usage_error(environ: dict[str, str]) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spool.disk import ids
-from spool.errors import NotASpool, SpoolError
+from spool.base.errors import NotASpool, SpoolError
 from spool.disk.layout import (
     FOLDERS,
     MARKER,
@@ -36,7 +36,7 @@ def test_ids_are_26_safe_characters_and_strictly_increasing() -> None:
 def test_forked_children_do_not_repeat_the_parents_next_id() -> None:
     """A clock ahead of real time (a FakeClock in an earlier test, a wall clock stepped back) pins
     the process's ids to that millisecond; children forked then each made the same next id."""
-    from spool.clock import FakeClock
+    from spool.base.clock import FakeClock
 
     ids.new_id(FakeClock(wall=4_102_444_800.0))  # 2100-01-01: real time stays behind it
     children = []

@@ -4,27 +4,35 @@ Every import of spool/, runner/ and cli/ counts, wherever it sits (top level, in
 under ``if TYPE_CHECKING``): the graph they make has no cycle, its arrows point down
 (cli -> runner -> spool), and an import inside a function says why on its line or the line above
 (the only reason we accept is start-up time). spool/ reads time and chance only through
-``spool.clock``. No module is over 400 lines.
+``spool.base.clock``. No module is over 400 lines.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from support import ROOT
 
+from spool.base.surface import surface_of
+
 # The repository folder of each installed package (pyproject.toml's package-dir).
 PACKAGES = {
     "spool": ROOT / "spool",
+    "spool.base": ROOT / "spool" / "base",
     "spool.disk": ROOT / "spool" / "disk",
-    "spool.ledger": ROOT / "spool" / "ledger",
-    "spool.schedule": ROOT / "spool" / "schedule",
     "spool.yaml": ROOT / "spool" / "yaml",
+    "spool.ledger": ROOT / "spool" / "ledger",
+    "spool.moves": ROOT / "spool" / "moves",
+    "spool.schedule": ROOT / "spool" / "schedule",
+    "spool.views": ROOT / "spool" / "views",
     "spool.runner": ROOT / "runner",
+    "spool.runner.attempt": ROOT / "runner" / "attempt",
+    "spool.runner.remote": ROOT / "runner" / "remote",
     "spool.runner.api": ROOT / "runner" / "api",
     "spool.runner.api.dashboard": ROOT / "runner" / "api" / "dashboard",
     "spool.cli": ROOT / "cli",
@@ -63,7 +71,7 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
 
 
 def _targets(module: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
-    """The project modules an import statement loads (``from spool import crash`` is spool.crash;
+    """The project modules an import statement loads (``from spool import crash`` is spool.base.crash;
     ``from spool import Spool`` is the package ``spool`` itself)."""
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -107,11 +115,13 @@ def _layer(module: str) -> int:
     return 0
 
 
-def _cycles() -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    graph: dict[str, set[str]] = {module: set() for module in MODULES}
+def _cycles(unit_of: Callable[[str], str] = str) -> list[list[str]]:
+    """Strongly connected components with more than one unit (Tarjan); a unit is a module, or
+    what ``unit_of`` makes of it."""
+    graph: dict[str, set[str]] = {unit_of(module): set() for module in MODULES}
     for edge in EDGES:
-        graph[edge.source].add(edge.target)
+        if unit_of(edge.source) != unit_of(edge.target):
+            graph[unit_of(edge.source)].add(unit_of(edge.target))
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -166,6 +176,90 @@ def test_no_import_cycle_counting_local_and_type_checking_imports() -> None:
     assert not cycles, "import cycles:\n" + "\n".join(lines)
 
 
+# A subpackage with no subpackages of its own is one unit; a module loose in a package that has
+# subpackages (spool.job, spool.runner.worker, spool.runner.api.app) is a unit by itself.
+LEAF_PACKAGES = {p for p in PACKAGES if not any(q.startswith(p + ".") for q in PACKAGES)}
+
+
+def _unit_of(module: str) -> str:
+    package = _package_of(module)
+    return package if package in LEAF_PACKAGES else module
+
+
+def test_no_import_cycle_between_subpackages() -> None:
+    cycles = _cycles(_unit_of)
+    lines = []
+    for component in cycles:
+        members = set(component)
+        lines.append(" <-> ".join(component))
+        lines += [
+            f"    {_where(e)}"
+            for e in EDGES
+            if _unit_of(e.source) in members
+            and _unit_of(e.target) in members
+            and _unit_of(e.source) != _unit_of(e.target)
+        ]
+    assert not cycles, "import cycles between subpackages:\n" + "\n".join(lines)
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    """A folder is a floor a newcomer reads by its names; past about 15 they stop saying where a change goes."""
+    crowded = [
+        f"{folder.relative_to(ROOT)}: {n}" for folder in PACKAGES.values() if (n := len(list(folder.glob("*.py")))) > 16
+    ]
+    assert not crowded, "folders over 15 modules (besides __init__):\n" + "\n".join(crowded)
+
+
+# What runner/ and cli/ may import from spool/: the facade and the records and services a process
+# uses whole, the floor (spool.base), and each other subpackage only through its surface: the names
+# its __init__ lists under TYPE_CHECKING and loads on first use (spool.base.surface).
+SURFACE_MODULES = {
+    *("spool", "spool.spool", "spool.handle", "spool.job", "spool.progress", "spool.attemptlog"),
+    *("spool.settings", "spool.registry", "spool.tokens", "spool.workers", "spool.admin", "spool.fsck"),
+}
+SURFACE_PACKAGES = ("spool.disk", "spool.yaml", "spool.ledger", "spool.moves", "spool.schedule", "spool.views")
+
+
+def _allowed(origin: str, name: str | None) -> bool:
+    """May runner/ or cli/ write ``from origin import name`` (``import origin``: name None)?"""
+    if origin == "spool.base" or origin.startswith("spool.base."):
+        return True
+    if origin in SURFACE_PACKAGES:
+        return name is not None and name in surface_of(MODULES[origin])
+    if origin == "spool" and name is not None and f"spool.{name}" in MODULES:
+        return f"spool.{name}" in SURFACE_MODULES or f"spool.{name}".startswith("spool.base")
+    return origin in SURFACE_MODULES
+
+
+def test_runner_and_cli_reach_spool_only_through_its_surface() -> None:
+    stray = []
+    for module, path in MODULES.items():
+        if not _layer(module):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                wanted = [(node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                wanted = [(alias.name, None) for alias in node.names]
+            else:
+                continue
+            for origin, name in wanted:
+                if origin.split(".")[0] == "spool" and not _layer(origin) and not _allowed(origin, name):
+                    stray.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name or ''} from {origin}")
+    assert not stray, "runner/ and cli/ imports past spool's surface:\n" + "\n".join(stray)
+
+
+def test_every_surface_name_loads_what_its_init_says() -> None:
+    for package in SURFACE_PACKAGES:
+        loaded = importlib.import_module(package)
+        for name, (module, attribute) in surface_of(MODULES[package]).items():
+            where = importlib.import_module(f"{package}.{attribute}" if module == package else module)
+            expected = where if module == package else getattr(where, attribute)
+            assert getattr(loaded, name) is expected, f"{package}.{name}"
+    assert _allowed("spool.moves", "claim_held") and not _allowed("spool.moves.transitions", "claim_held")
+    assert not _allowed("spool.moves", "rewrite_job") and not _allowed("spool", "fsck_keys")
+
+
 def test_arrows_point_down_cli_then_runner_then_spool() -> None:
     upward = [_where(e) for e in EDGES if _layer(e.target) > _layer(e.source)]
     assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
@@ -215,7 +309,7 @@ CLOCK_CALLS = {
 def test_spool_reads_time_and_chance_only_through_its_clock() -> None:
     found = []
     for module, path in MODULES.items():
-        if _layer(module) or module == "spool.clock":
+        if _layer(module) or module == "spool.base.clock":
             continue
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
@@ -230,7 +324,7 @@ def test_spool_reads_time_and_chance_only_through_its_clock() -> None:
                 and (node.value.id, node.attr) in CLOCK_CALLS
             ):
                 found.append(f"{where} reads {node.value.id}.{node.attr}")
-    assert not found, "clock or randomness outside spool.clock:\n" + "\n".join(found)
+    assert not found, "clock or randomness outside spool.base.clock:\n" + "\n".join(found)
 
 
 OUTSIDE_POINTER = re.compile(r"RELIABILITY\.md|SPEC\.md|\bSPEC\b(?![_A-Za-z])")

@@ -8,10 +8,10 @@ from datetime import datetime, UTC
 import pytest
 
 from spool import job as jobs
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.job import Job, JobFile, decode, encode, tail
-from spool.records import Attempt, Lease
-from spool.timetext import format_time, parse_time
+from spool.base.records import Attempt, Lease
+from spool.base.timetext import format_time, parse_time
 
 ID = "01JDZ8Q3V7K2M4N5P6R7S8T9VW"
 

@@ -1,4 +1,4 @@
-"""spool.lazylog: a data module's logger that leaves :mod:`logging` unloaded until it matters, and
+"""spool.base.lazylog: a data module's logger that leaves :mod:`logging` unloaded until it matters, and
 then behaves as ``logging.getLogger(name)`` would, down to the line a record names."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from spool.lazylog import lazy_logger
+from spool.base.lazylog import lazy_logger
 
 
 def test_with_logging_loaded_every_record_passes_on_naming_its_caller(caplog: pytest.LogCaptureFixture) -> None:
@@ -31,7 +31,7 @@ def test_with_logging_loaded_every_record_passes_on_naming_its_caller(caplog: py
 
 PROBE = """
 import sys
-from spool.lazylog import lazy_logger
+from spool.base.lazylog import lazy_logger
 log = lazy_logger("spool.probe")
 log.info("nobody can have asked for this")
 log.debug("nor this")

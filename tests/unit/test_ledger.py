@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from spool.chains import advance_waiting, make_ready
+from spool.moves.chains import advance_waiting
+from spool.moves.ready import make_ready
 from spool.disk.layout import State, job_name
-from spool.recovery import list_folders, reconcile
+from spool.moves.recovery import list_folders, reconcile
 from spool.spool import Spool
-from spool.store import read_job
-from spool.submission import lookup_key
-from spool.transitions import Lease, claim, complete, fail
+from spool.moves.store import read_job
+from spool.moves.submission import lookup_key
+from spool.moves.transitions import Lease, claim, complete, fail
 from support import run_spool
 
 
@@ -50,7 +51,7 @@ def test_a_record_out_of_the_claim_order_writes_the_row_the_full_upsert_writes(
 ) -> None:
     # The one-statement UPDATE (a claim, a completion) against the SELECT + upsert it replaces:
     # the same row, its ready_seq kept; a missing row still gets its deps from the insert.
-    import spool.ledger as ledger_module
+    import spool.ledger.core as ledger_module
 
     dep = sp.submit("echo")
     job_id = sp.submit("echo", depends_on=[dep])
@@ -134,7 +135,7 @@ def build_every_state(sp: Spool) -> dict[str, tuple[str, str | None]]:
     submit("ready", priority=-1)
     (sp.root / "pending" / "bad drop.yaml").write_text("task: [\n")
     reconcile(sp)
-    from spool.ingest import ingest
+    from spool.moves.ingest import ingest
 
     ingest(sp, "bad drop.yaml")
     return {

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from spool.disk import fsio
-from spool.clock import FakeClock
-from spool.errors import UsageError
+from spool.base.clock import FakeClock
+from spool.base.errors import UsageError
 from spool.disk.fsio import RealFS, fs
 from spool.disk.layout import FOLDERS, MARKER, Layout, job_lock_name, worker_lock_name
 from spool.disk.locks import acquire, acquire_within, is_held

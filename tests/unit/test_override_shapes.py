@@ -172,7 +172,7 @@ def test_pyyaml_internals_have_the_shape_yamlsafe_relies_on() -> None:
 
 def test_the_overrides_still_take_effect() -> None:
     """The behaviour each override exists for, end to end through PyYAML's machinery."""
-    from spool.errors import InvalidJob
+    from spool.base.errors import InvalidJob
 
     with pytest.raises(InvalidJob, match="nesting is deeper than"):
         yamlsafe.load_yaml(b"[" * 60_000, max_bytes=1 << 20, source="t")

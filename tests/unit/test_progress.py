@@ -27,16 +27,15 @@ from spool.progress import (
     check,
     decode,
     encode,
-    from_mapping,
     read_progress,
     read_progresses,
     set_sink,
 )
 from spool.runner.coordinator import Coordinator
-from spool.runner.progress_writes import PROGRESS_WRITE_SECONDS, ProgressWrites
+from spool.runner.attempt.progress_writes import PROGRESS_WRITE_SECONDS, ProgressWrites
 from spool.spool import Spool
-from spool.store import write_dot_file
-from spool.transitions import Lease, claim, complete, heartbeat
+from spool.moves.store import write_dot_file
+from spool.moves.transitions import Lease, claim, complete, heartbeat
 
 WORKER = "w-progress"
 LONG_WORKER = "w" * 64  # the longest name the worker grammar allows
@@ -94,21 +93,6 @@ def test_a_fraction_that_is_not_a_number_is_a_type_error(fraction: object) -> No
 def test_a_message_that_is_not_a_string_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="progress message must be a str"):
         spool.progress(0.5, 7)  # type: ignore[arg-type]
-
-
-def test_from_mapping_takes_an_apis_json_and_says_what_is_wrong() -> None:
-    assert from_mapping({"fraction": 0.5, "message": "halfway"}) == Progress(0.5, "halfway")
-    assert from_mapping({"message": "only words"}) == Progress(None, "only words")
-    assert from_mapping({}) == Progress(None, "")
-    for bad, error in (
-        ([0.5], "progress must be an object"),
-        ({"fraction": 2}, "progress fraction must be from 0 to 1"),
-        ({"fraction": "half"}, "progress fraction must be a number"),
-        ({"message": None}, "progress message must be a str"),
-        ({"percent": 50}, "unknown field 'percent'"),
-    ):
-        with pytest.raises((TypeError, ValueError), match=error):
-            from_mapping(bad)
 
 
 def test_outside_an_attempt_progress_checks_and_does_nothing_and_inside_it_reaches_the_sink() -> None:

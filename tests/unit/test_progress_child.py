@@ -16,7 +16,7 @@ import pytest
 
 from spool.attemptlog import AttemptLog
 from spool.progress import Progress
-from spool.runner.child import AttemptRequest, Child, Outcome
+from spool.runner.attempt.child import AttemptRequest, Child, Outcome
 
 TASKS = """
 import os, select, threading, time

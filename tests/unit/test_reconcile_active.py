@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from spool import recovery
+from spool.moves import recovery
 from spool.disk import fsio
-from spool.clock import FakeClock
+from spool.base.clock import FakeClock
 from spool.disk.layout import State, job_name
-from spool.recovery import ACTIVE, FULL_SECONDS
+from spool.moves.recovery import ACTIVE, FULL_SECONDS
 from spool.spool import Spool
-from spool.transitions import Lease, claim, complete
+from spool.moves.transitions import Lease, claim, complete
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""spool.recovery and spool.fsck: every interrupted state ``settle`` names, made for real, then finished.
+"""spool.moves.recovery and spool.fsck: every interrupted state ``settle`` names, made for real, then finished.
 
 Each interrupted state is made by the real transition in a forked process that SIGKILLs itself at a
 crash point (``crash_at``), or, where no crash point separates the two halves of a move, by doing
@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from spool import crash
+from spool.base import crash
 from spool.fsck import fsck
 from spool.disk.fsio import fs
 from spool.disk.ids import new_id
-from spool.ingest import ingest
+from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
 from spool.disk.locks import acquire
-from spool.recovery import resync_under_lock
+from spool.moves.recovery import resync_under_lock
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
-from spool.store import folders_of, move_job, read_job
-from spool.submission import lookup_key
-from spool.transitions import Lease, claim, complete, expire, fail
+from spool.moves.store import folders_of, move_job, read_job
+from spool.moves.submission import lookup_key
+from spool.moves.transitions import Lease, claim, complete, expire, fail
 
 FLAGS = {"backoff_base_seconds": 0.001}
 

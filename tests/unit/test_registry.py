@@ -15,8 +15,8 @@ import pytest
 
 import spool
 from spool import builtin_tasks, registry
-from spool.clock import FakeClock
-from spool.errors import UsageError
+from spool.base.clock import FakeClock
+from spool.base.errors import UsageError
 from spool.registry import Current, Reject, current, handler_for, is_valid_task_name, registered, set_current, task
 
 

@@ -16,7 +16,7 @@ from spool.schedule import folder as scheduling
 from spool.admin import purge
 from spool.runner.scheduler import Scheduler
 from spool.schedule.format import InvalidSchedule, Schedule, parse_schedule, schedule_of_key, slot_key, slot_of_key
-from spool.timetext import format_time
+from spool.base.timetext import format_time
 
 
 def parse(text: str, name: str = "s") -> Schedule:
@@ -296,7 +296,7 @@ def test_catchup_all_after_a_long_downtime_is_bounded_and_walks_back_not_forward
 
 
 def test_backpressure_never_refuses_a_firing(spool_dir: Path) -> None:
-    from spool.errors import TryLater
+    from spool.base.errors import TryLater
 
     with Spool(spool_dir, environ={"SPOOL_MAX_PENDING": "1"}) as full:
         full.submit("echo", {})
@@ -314,7 +314,7 @@ def test_backpressure_never_refuses_a_firing(spool_dir: Path) -> None:
 def test_a_firing_cut_short_is_finished_by_the_next_coordinator(sp: Spool) -> None:
     from spool.fsck import fsck
     from spool.disk.ids import new_id
-    from spool.submission import lock_key, reserve_key
+    from spool.moves.submission import lock_key, reserve_key
 
     wall = Wall(at(2026, 1, 1, 10, 0, 0) + 0.5)
     write(sp, "tick", "task: echo\nevery: 10s\ncatchup: none\n", wall.now - 60)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import spool.settings as settings_module
-from spool.errors import UsageError
+from spool.base.errors import UsageError
 from spool.settings import Settings, load_settings, parse_duration
 
 

@@ -1,4 +1,4 @@
-"""spool.submission: submit and ingest, keys, backpressure, dependencies; nothing half-written on refusal."""
+"""spool.moves.submission: submit and ingest, keys, backpressure, dependencies; nothing half-written on refusal."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import pytest
 
 from spool.disk import fsio
 from spool.admin import cancel
-from spool.errors import DiskFull, InvalidJob, NotFound, TryLater
+from spool.base.errors import DiskFull, InvalidJob, NotFound, TryLater
 from spool.disk.fsio import RealFS
 from spool.disk.ids import is_valid_id, new_id
-from spool.ingest import ingest
+from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_name, key_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
-from spool.store import folders_of, read_job
-from spool.submission import Submitted, lookup_key
-from spool.transitions import Lease, claim, complete, fail
+from spool.moves.store import folders_of, read_job
+from spool.moves.submission import Submitted, lookup_key
+from spool.moves.transitions import Lease, claim, complete, fail
 
 
 def names(sp: Spool, folder: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""spool.timetext: the times a job file holds, written as before and always read back."""
+"""spool.base.timetext: the times a job file holds, written as before and always read back."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 from datetime import UTC, datetime, timedelta, timezone
 
 from spool.job import Job, JobFile, decode, encode
-from spool.timetext import format_time, parse_time
+from spool.base.timetext import format_time, parse_time
 
 ID = "01JDZ8Q3V7K2M4N5P6R7S8T9VW"
 

@@ -1,4 +1,4 @@
-"""spool.transitions, chains and admin: each move's checks, its commit, and what it leaves behind.
+"""spool.moves.transitions, chains and admin: each move's checks, its commit, and what it leaves behind.
 
 In-process on a real spool folder. Each test drives the transition functions directly, the way the
 worker, the coordinator and the CLI call them, and then looks at the folders and files.
@@ -18,8 +18,9 @@ import pytest
 
 from spool.disk import fsio
 from spool.admin import cancel, purge, requeue, requeue_all_dead
-from spool.chains import advance_waiting, make_ready
-from spool.errors import AlreadyTerminal, LeaseLost, NotFound, SpoolError
+from spool.moves.chains import advance_waiting
+from spool.moves.ready import make_ready
+from spool.base.errors import AlreadyTerminal, LeaseLost, NotFound, SpoolError
 from spool.disk.fsio import RealFS
 from spool.disk.ids import new_id
 from spool.job import JobFile
@@ -35,10 +36,20 @@ from spool.disk.layout import (
 )
 from spool.disk.locks import acquire
 from spool.spool import Spool
-from spool.store import folders_of, read_job
-from spool.submission import lookup_key
-from spool.moves import backoff_seconds
-from spool.transitions import Lease, cancel_leased, claim, complete, expire, fail, heartbeat, lease_status, release
+from spool.moves.store import folders_of, read_job
+from spool.moves.submission import lookup_key
+from spool.moves.outcomes import backoff_seconds
+from spool.moves.transitions import (
+    Lease,
+    cancel_leased,
+    claim,
+    complete,
+    expire,
+    fail,
+    heartbeat,
+    lease_status,
+    release,
+)
 
 
 @pytest.fixture

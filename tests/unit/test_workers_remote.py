@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from spool.clock import FakeClock
+from spool.base.clock import FakeClock
 from spool.ledger.schema import SCHEMA_VERSION
 from spool.spool import Spool
-from spool.stats import collect
+from spool.views.stats import collect
 from spool.workers import handlers_of, live_workers, unhandled_ready
 
 START = 1_800_000_000.0

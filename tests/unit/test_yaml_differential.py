@@ -23,9 +23,9 @@ import yaml
 
 from spool.yaml import dump as yamldump
 from spool.yaml import safe as yamlsafe
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.job import Job, JobFile, decode, encode, encode_measured
-from spool.records import Attempt, Lease
+from spool.base.records import Attempt, Lease
 from spool.yaml.safe import dump_yaml, load_yaml
 
 pytestmark = pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: one path only")

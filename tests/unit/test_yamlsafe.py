@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.yaml.safe import MAX_DEPTH, dump_yaml, load_yaml
 
 LIMIT = 65536

@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spool import browse
+from spool.views import browse
 from spool.schedule import folder as scheduling
-from spool.errors import InvalidJob
-from spool.timetext import format_time
+from spool.base.errors import InvalidJob
+from spool.base.timetext import format_time
 from spool.workers import FORGET_AFTER_SECONDS, WORKER_NAME, roster
 
 from .auth import Session

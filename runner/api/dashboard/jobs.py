@@ -14,11 +14,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from spool import browse
+from spool.views import browse
 from spool.schedule import folder as scheduling
-from spool.browse import Filter
-from spool.errors import InvalidJob, SpoolError
-from spool.disk.layout import State
+from spool.views import Filter
+from spool.base.errors import InvalidJob, SpoolError
+from spool.disk import State
 
 from .auth import FormError, Session
 from .story import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of

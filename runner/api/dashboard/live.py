@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spool import browse
-from spool.errors import LedgerError
+from spool.views import browse
+from spool.base.errors import LedgerError
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -26,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from spool import browse
-from spool.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
+from spool.views import browse
+from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
 
 from .auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
 from .live import Live

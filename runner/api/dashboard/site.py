@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from spool.stats import coordinator_state
+from spool.views import coordinator_state
 
 from . import admin_pages, jobs
 from ..context import MAX_STREAMS, ApiError, Slots

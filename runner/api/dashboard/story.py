@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from spool.attemptlog import LogReader
-from spool.browse import Filter
-from spool.errors import InvalidJob, LedgerError, SpoolError
-from spool.disk.fsio import fs
-from spool.disk.ids import is_valid_id
+from spool.views import Filter
+from spool.base.errors import InvalidJob, LedgerError, SpoolError
+from spool.disk import fs
+from spool.disk import is_valid_id
 from spool.job import JobFile
-from spool.disk.layout import State, log_name, result_name
+from spool.disk import State, log_name, result_name
 from spool.progress import read_progresses
 from spool.spool import Spool, status_view
-from spool.timetext import format_time
+from spool.base.timetext import format_time
 from spool.workers import WORKER_NAME
 
 SHOW_BYTES = 64 * 1024

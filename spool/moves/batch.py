@@ -59,16 +59,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spool import crash
-from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
+from spool.base import crash
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.disk.fsio import fs
 from spool.disk.ids import new_id
 from spool.job import JobFile, is_ready
 from spool.disk.layout import State, job_name, key_name
-from spool.lazylog import lazy_logger
+from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock
-from spool.store import stage, unstage, wake
-from spool.submission import (
+from spool.moves.store import stage, unstage, wake
+from spool.moves.submission import (
     Submitted,
     check_room,
     encode_within_limit,
@@ -80,7 +80,7 @@ from spool.submission import (
     reservation_bytes,
     unreserve_if_jobless,
 )
-from spool.timetext import now_text
+from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -3,7 +3,7 @@
 Each is one short read on the ledger's connection (``sp.ledger``), so a page costs the same at
 100,000 jobs as at ten: lists are keyset pages over the ``id`` primary key (ids are ULIDs, so
 ``id DESC`` is newest first) and never a folder listing. They only ask; every move stays with
-``spool.admin`` and ``spool.transitions``.
+``spool.admin`` and ``spool.moves.transitions``.
 
 The search matches a job's id (a prefix), its key (anywhere in it) or its args. The ledger holds
 no args, so args are matched by reading job files: at most ``ARGS_SCAN_FILES`` of them per page,
@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spool.errors import InvalidJob
+from spool.base.errors import InvalidJob
 from spool.disk.layout import State
 from spool.schedule.format import key_prefix
-from spool.store import read_job
+from spool.moves.store import read_job
 
 if TYPE_CHECKING:
     from spool.handle import Handle

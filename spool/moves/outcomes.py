@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spool import crash
+from spool.base import crash
 from spool.job import JobFile
 from spool.disk.layout import State
-from spool.store import clear_lease_files, move_job, publish_job, rewrite_job
-from spool.timetext import now_text
+from spool.moves.store import clear_lease_files, move_job, publish_job, rewrite_job
+from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle

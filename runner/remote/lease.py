@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spool import registry
-from spool.errors import SpoolError
-from spool.disk.ids import is_valid_id
+from spool.base.errors import SpoolError
+from spool.disk import is_valid_id
 from spool.job import MAX_SECONDS
 
 __all__ = ["Refused", "RemoteLease"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from spool.errors import InvalidJob, LedgerError
+from spool.base.errors import InvalidJob, LedgerError
 from spool.disk.layout import State
 from spool.schedule.format import schedule_of_key
-from spool.store import read_job, state_of
+from spool.moves.store import read_job, state_of
 
 if TYPE_CHECKING:
     from spool.handle import Handle

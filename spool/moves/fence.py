@@ -18,14 +18,14 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spool.errors import DiskFull, InvalidJob, LeaseLost
+from spool.base.errors import DiskFull, InvalidJob, LeaseLost
 from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import State, cancel_name, heartbeat_content, heartbeat_name
 from spool.progress import Progress, encode
-from spool.records import Lease, LeaseStatus
-from spool.recovery import resync
-from spool.store import copy_in, decode_job, only_in, read_job_bytes, write_dot_file
+from spool.base.records import Lease, LeaseStatus
+from spool.moves.recovery import resync
+from spool.moves.store import copy_in, decode_job, only_in, read_job_bytes, write_dot_file
 
 if TYPE_CHECKING:
     from spool.handle import Handle

@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from spool.errors import InvalidJob
-from spool.fence import Held
+from spool.base.errors import InvalidJob
+from spool.moves.fence import Held
 from spool.disk.fsio import fs
 from spool.disk.layout import State, heartbeat_name, is_ignored_name, job_id_of, parse_heartbeat, parse_heartbeat_name
-from spool.store import decode_job, read_job, read_job_bytes
-from spool.transitions import expire
+from spool.moves.store import decode_job, read_job, read_job_bytes
+from spool.moves.transitions import expire
 
 if TYPE_CHECKING:
     from spool.handle import Handle

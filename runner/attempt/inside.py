@@ -1,6 +1,6 @@
 """The attempt child's own side: ``python -m spool.runner.attempt CONFIG`` runs ``main`` here.
 
-The worker's side is ``runner.child``; the protocol the two speak is ``runner.pipes``. What
+The worker's side is ``runner.attempt.child``; the protocol the two speak is ``runner.attempt.pipes``. What
 the child's file descriptors are, and why:
 
 - 0 is /dev/null; 2 is the output pipe, whose read end the worker owns (it writes the attempt
@@ -30,12 +30,12 @@ from collections.abc import Sequence
 from subprocess import DEVNULL
 from typing import Any
 
-from spool.errors import UsageError
+from spool.base.errors import UsageError
 from spool.progress import Progress, encode, set_sink
-from spool.resultjson import NOT_JSON, ResultNotJSON, encode_result
+from spool.base.resultjson import NOT_JSON, ResultNotJSON, encode_result
 from spool.registry import Current, Reject, handler_for, import_task_modules, set_current
 from spool.runner.lifeline import die_with_parent
-from spool.runner.pipes import progress_line, write_all
+from spool.runner.attempt.pipes import progress_line, write_all
 
 ERROR_BYTES = 4096
 _HIGH_FDS = 4096  # the channel goes just below min(this, RLIMIT_NOFILE)
@@ -302,7 +302,3 @@ def main(argv: Sequence[str]) -> int:
         # PR_SET_PDEATHSIG reaches us. Nobody is left to answer: end quietly, no traceback.
         return 1
     return 0
-
-
-if __name__ == "__main__":  # the attempt child's program, started by ``runner.child.Child``
-    sys.exit(main(sys.argv[1:]))

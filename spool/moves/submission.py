@@ -1,6 +1,6 @@
 """How jobs are submitted: ``submit`` (CLI, API, Python), and the keys that make it idempotent.
 
-A file dropped in pending/ comes in through ``spool.ingest``, which shares the spec defaults,
+A file dropped in pending/ comes in through ``spool.moves.ingest``, which shares the spec defaults,
 the initial state and the keys with ``submit``.
 
 Keys make submits idempotent. A key the user chose is reserved in ``keys/<sha256(key)>``
@@ -16,16 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spool import crash
-from spool.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
+from spool.base import crash
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id, new_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready, yaml_size_floor
 from spool.disk.layout import State, key_lock_name, key_name
-from spool.lazylog import lazy_logger
+from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock, acquire
-from spool.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
-from spool.timetext import now_text
+from spool.moves.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
+from spool.base.timetext import now_text
 from spool.yaml.safe import dump_yaml
 
 if TYPE_CHECKING:

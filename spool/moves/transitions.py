@@ -21,16 +21,16 @@ import logging
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from spool import crash
-from spool.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
-from spool.fence import Held, check_fence, drop_first_beat, first_beat, heartbeat, lease_status
+from spool.base import crash
+from spool.base.errors import DiskFull, InvalidJob, LeaseLost, SpoolError
+from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat, heartbeat, lease_status
 from spool.disk.fsio import fs
 from spool.job import JobFile, tail
 from spool.disk.layout import State, cancel_name, result_name
-from spool.moves import bury, finish_done, retry_or_bury
-from spool.records import Attempt, Lease
-from spool.recovery import moved_back_by_hand, resync
-from spool.store import (
+from spool.moves.outcomes import bury, finish_done, retry_or_bury
+from spool.base.records import Attempt, Lease
+from spool.moves.recovery import moved_back_by_hand, resync
+from spool.moves.store import (
     clear_lease_files,
     copy_in,
     has_result,
@@ -43,7 +43,7 @@ from spool.store import (
     unstage,
     wake,
 )
-from spool.timetext import now_text
+from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -65,7 +65,7 @@ def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | N
 
 def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held | None:
     """PENDING -> LEASED: the best ready job of ``tasks``, or None; with the bytes written, so
-    the attempt's later steps can check their fence without a parse (``spool.fence``).
+    the attempt's later steps can check their fence without a parse (``spool.moves.fence``).
 
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
     attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
@@ -185,7 +185,7 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
     expires and the job is retried. Crash after it: the job is done; its file still in leased/
     is moved to done/ by whoever takes its lock next (``settle`` via the coordinator, or a
     claim). A stale attempt (fence mismatch) raises LeaseLost and links nothing: the first
-    result wins and a late one is dropped. ``held``: what the claim wrote (``spool.fence``).
+    result wins and a late one is dropped. ``held``: what the claim wrote (``spool.moves.fence``).
     """
     staged = stage(sp, result_json, sync=True)
     crash.point("complete-after-stage")

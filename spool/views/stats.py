@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from spool.errors import LedgerError
+from spool.base.errors import LedgerError
 from spool.disk.fsio import fs
 from spool.disk.layout import ADVANCEMENT, State, coordinator_lock_name, worker_of_lock_name
 from spool.disk.locks import is_held
-from spool.timetext import format_time, parse_time
+from spool.base.timetext import format_time, parse_time
 from spool.workers import SeenWorker, live_workers, roster, unhandled_ready
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def _shown(worker: SeenWorker) -> dict[str, Any]:
 
 
 def _from_files(sp: Handle, why: str) -> dict[str, Any]:
-    from spool.recovery import list_folders  # start-up: recovery (ingest, moves) only when the ledger failed
+    from spool.moves.recovery import list_folders  # start-up: recovery (ingest, moves) only when the ledger failed
 
     counts: dict[str, int] = {}
     for folders in list_folders(sp).jobs.values():
@@ -118,7 +118,7 @@ def _from_files(sp: Handle, why: str) -> dict[str, Any]:
 def ids_from_files(sp: Handle, state: str | None = None) -> list[str]:
     """Job ids as the folders list them, newest first (ids are time-sortable ULIDs): ``spool ls``
     without a ledger."""
-    from spool.recovery import list_folders  # start-up: recovery (ingest, moves) only when the ledger failed
+    from spool.moves.recovery import list_folders  # start-up: recovery (ingest, moves) only when the ledger failed
 
     jobs = list_folders(sp).jobs
     wanted = None if state is None else State(state)

@@ -15,15 +15,15 @@ import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from spool import crash
-from spool.errors import InvalidJob, NotFound
+from spool.base import crash
+from spool.base.errors import InvalidJob, NotFound
 from spool.disk.fsio import fs
 from spool.disk.ids import new_id
 from spool.job import Job, JobFile, decode, encode, is_ready
 from spool.disk.layout import State, drop_note_name, invalid_folder_name, job_name, key_name, result_name
-from spool.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, job_lock, rewrite_job, wake
-from spool.submission import initial_state, job_of_spec, lock_key, lookup_key, reservation, reserve_key
-from spool.timetext import now_text
+from spool.moves.store import FILE_SLACK_BYTES, RUNNER_FILE_MAX_BYTES, job_lock, rewrite_job, wake
+from spool.moves.submission import initial_state, job_of_spec, lock_key, lookup_key, reservation, reserve_key
+from spool.base.timetext import now_text
 from spool.yaml.safe import load_yaml
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from spool.errors import SpoolError, UsageError
+from spool.base.errors import SpoolError, UsageError
 
 USER_AGENT = "spool-remote-worker"
 _GATEWAY = (502, 504)  # a proxy's "the server behind me is down"

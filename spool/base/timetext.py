@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import datetime, UTC
 
-from spool.clock import SYSTEM, Clock
-from spool.errors import InvalidJob
+from spool.base.clock import SYSTEM, Clock
+from spool.base.errors import InvalidJob
 
 __all__ = ["format_time", "now_text", "parse_time"]
 

@@ -4,7 +4,7 @@ RQ's work horse, kept between jobs: the worker holds the lease and heartbeats be
 ``Child.poll``, then writes the result and moves the job; the child imports the task modules and
 calls handlers, so a handler that crashes, hangs or leaks costs only the child. ``Child`` is the
 worker's side; the child runs ``runner.attempt`` (``python -m spool.runner.attempt CONFIG``).
-They speak JSON lines over dedicated pipes (``runner.pipes``: the protocol, and why a line that
+They speak JSON lines over dedicated pipes (``runner.attempt.pipes``: the protocol, and why a line that
 is not the reply in flight fails the attempt as "garbled" and replaces the child, never raising
 in the worker).
 
@@ -44,9 +44,19 @@ from subprocess import DEVNULL
 from typing import Any
 
 from spool.progress import Progress
-from spool.runner import pipes
-from spool.runner.attempt import ERROR_BYTES, describe_exit, main
-from spool.runner.pipes import HELLO, Garbled, LogSink, Output, Replies, is_reply, preview, request_line, write_all
+from spool.runner.attempt import pipes
+from spool.runner.attempt.inside import ERROR_BYTES, describe_exit
+from spool.runner.attempt.pipes import (
+    HELLO,
+    Garbled,
+    LogSink,
+    Output,
+    Replies,
+    is_reply,
+    preview,
+    request_line,
+    write_all,
+)
 
 __all__ = ["ERROR_BYTES", "AttemptRequest", "Child", "LogSink", "Outcome"]
 
@@ -380,7 +390,3 @@ class Child:
         if pidfd >= 0:
             os.close(pidfd)
         return proc.wait()
-
-
-if __name__ == "__main__":  # the name the attempt child ran under before: runner.attempt's program
-    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """``spool worker --server URL --token T``: a worker for a spool on another host, over its API.
 
 The same handlers (``--import``, the ``tasks`` setting) run in the same attempt child
-(``runner.child.Child``) as a local worker's, so timeouts, crashes and output behave alike; only
+(``runner.attempt.child.Child``) as a local worker's, so timeouts, crashes and output behave alike; only
 the moves go over HTTPS, and the server makes them with the same transitions. The worker holds
 no state of its own about a lease beyond what the server handed out (id, attempt, fence).
 
@@ -35,14 +35,14 @@ from types import FrameType
 from typing import Any
 
 from spool import registry
-from spool.errors import SpoolError
+from spool.base.errors import SpoolError
 from spool.job import MAX_SECONDS
-from spool.resultjson import ResultNotJSON, encode_result
+from spool.base.resultjson import ResultNotJSON, encode_result
 from spool.progress import Progress
-from spool.runner.attempt_loop import Beat, watch
-from spool.runner.child import AttemptRequest, Child, Outcome
-from spool.runner.remote_client import ApiClient, Reply, Unreachable
-from spool.runner.remote_lease import Refused, RemoteLease
+from spool.runner.attempt.loop import Beat, watch
+from spool.runner.attempt.child import AttemptRequest, Child, Outcome
+from spool.runner.remote.client import ApiClient, Reply, Unreachable
+from spool.runner.remote.lease import Refused, RemoteLease
 from spool.settings import Settings
 
 log = logging.getLogger("spool.worker")
@@ -285,7 +285,7 @@ class RemoteWorker:
 
 
 class ApiLease:
-    """A remote attempt's lease keeper (``runner.attempt_loop.LeaseKeeper``): beats, progress and
+    """A remote attempt's lease keeper (``runner.attempt.loop.LeaseKeeper``): beats, progress and
     the outcome are calls to the server's lease endpoints, which write the files for us. A beat
     the server does not answer keeps the attempt running: only the coordinator expires a lease."""
 

@@ -34,18 +34,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spool import crash
-from spool.errors import InvalidJob
+from spool.base import crash
+from spool.base.errors import InvalidJob
 from spool.disk.fsio import fs
 from spool.disk.ids import is_generated_id, is_valid_id
-from spool.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine, set_result_aside
+from spool.moves.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine, set_result_aside
 from spool.job import JobFile, is_ready
 from spool.disk.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
-from spool.moves import finish_done, retry_or_bury
-from spool.records import Attempt
-from spool.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.store import result_is_earned, state_of
-from spool.timetext import now_text
+from spool.moves.outcomes import finish_done, retry_or_bury
+from spool.base.records import Attempt
+from spool.moves.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
+from spool.moves.store import result_is_earned, state_of
+from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle

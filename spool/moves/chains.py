@@ -1,7 +1,8 @@
-"""Moves the coordinator makes on its own clock: promote and skip chained jobs, make delayed ones ready.
+"""Chains: the coordinator promotes a waiting job when its parents are done, or skips it when one
+is dead or gone (``advance_waiting``).
 
-All take the job's lock without blocking (None: busy, come back later) and none is fsync'd
-except a skip, which is a move to dead.
+It takes the job's lock without blocking (None: busy, come back later); a promote is not
+fsync'd (its rename changes nothing in the file), a skip is: it is a move to dead.
 """
 
 from __future__ import annotations
@@ -9,13 +10,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from spool import crash
-from spool.errors import InvalidJob
+from spool.base import crash
+from spool.base.errors import InvalidJob
 from spool.disk.layout import State
-from spool.moves import bury
-from spool.recovery import moved_back_by_hand, resync
-from spool.store import has_result, job_lock, move_job, only_in, read_job, rewrite_job, state_of, wake
-from spool.timetext import now_text
+from spool.moves.outcomes import bury
+from spool.moves.recovery import moved_back_by_hand, resync
+from spool.moves.store import has_result, job_lock, move_job, only_in, read_job, state_of, wake
+from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -78,29 +79,3 @@ def advance_waiting(sp: Handle, job_id: str) -> State | None:
     if ready:
         wake(sp)
     return state
-
-
-def make_ready(sp: Handle, job_id: str) -> bool:
-    """A delayed or backed-off job in pending/ becomes claimable (not a move: same folder).
-
-    The coordinator calls it when the delay ran out on its own clock. The file loses its
-    ``backoff_seconds`` (no fsync: lost in a power cut, the backoff is simply waited again).
-    """
-    lock = job_lock(sp, job_id, blocking=False)
-    if lock is None:
-        return False
-    with lock:
-        try:
-            job_file = read_job(sp, State.PENDING, job_id)
-        except (FileNotFoundError, InvalidJob):
-            return False
-        if not only_in(sp, job_id, State.PENDING):
-            resync(sp, job_id)
-            return False
-        if job_file.backoff_seconds is not None:
-            job_file = job_file.replace(backoff_seconds=None)
-            rewrite_job(sp, State.PENDING, job_file, sync=False)
-        crash.point("ready-after-rewrite")
-        sp.ledger.record(job_file, State.PENDING, ready=True, event="ready")
-    wake(sp)
-    return True

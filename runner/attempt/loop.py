@@ -4,7 +4,7 @@ stop and cancel, and end it, whatever keeps the lease.
 ``watch`` is written once; what differs between transports is behind ``LeaseKeeper``, the seam
 (the shape of dramatiq's ``Broker`` or huey's ``BaseStorage``): a local worker's keeper writes the
 files (``runner.worker.FilesLease``), a remote worker's calls the HTTP API
-(``runner.remote.ApiLease``). A new transport (an engine, a queue with limits) is one more
+(``runner.remote.worker.ApiLease``). A new transport (an engine, a queue with limits) is one more
 keeper; the loop, its timing and its order of checks stay the same for all of them:
 
 1. the child is asked to run the attempt (``Child.begin``);
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from spool.progress import Progress
-from spool.runner.child import AttemptRequest, Child, Outcome
-from spool.runner.progress_writes import ProgressWrites
+from spool.runner.attempt.child import AttemptRequest, Child, Outcome
+from spool.runner.attempt.progress_writes import ProgressWrites
 
 POLL_SLICE_SECONDS = 0.5  # the child is polled at least this often, so a stop is seen promptly
 

@@ -11,9 +11,9 @@ import stat
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, overload
 
-from spool import crash
+from spool.base import crash
 from spool import job as jobs
-from spool.errors import InvalidJob, TryLater
+from spool.base.errors import InvalidJob, TryLater
 from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import (
@@ -29,7 +29,7 @@ from spool.disk.layout import (
     set_aside_name,
     tmp_name,
 )
-from spool.lazylog import lazy_logger
+from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock, acquire, acquire_within
 from spool.settings import MAX_JOB_BYTES
 
@@ -105,7 +105,7 @@ def read_job(sp: Handle, state: State, job_id: str) -> JobFile:
 
 def read_job_bytes(sp: Handle, state: State, job_id: str) -> bytes:
     """The raw bytes of ``<state>/<id>.yaml`` (FileNotFoundError when absent), for a caller that
-    can tell them from bytes it wrote itself before paying for a parse (``spool.fence``)."""
+    can tell them from bytes it wrote itself before paying for a parse (``spool.moves.fence``)."""
     return fs.read_file(sp.layout.fd(state), job_name(job_id), RUNNER_FILE_MAX_BYTES)
 
 
@@ -154,7 +154,7 @@ def rewrite_job(sp: Handle, state: State, job_file: JobFile, *, sync: bool) -> b
     a power cut could leave the name pointing at an empty or torn file, losing an acknowledged
     job (the power-loss model finds it). ``sync`` decides only whether the folder is fsync'd,
     i.e. whether the rewrite itself must survive; without it a power cut may bring back the
-    old, whole content. Returns the bytes written (a claim keeps them: ``spool.fence``).
+    old, whole content. Returns the bytes written (a claim keeps them: ``spool.moves.fence``).
     """
     data = _place(sp, job_file, state, replace=True)
     if sync:

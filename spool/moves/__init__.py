@@ -1,0 +1,43 @@
+"""The moves: every transition of a job between the folders, and the repairs of one cut short.
+
+``submission`` and ``batch`` put jobs in; ``ingest`` takes a file dropped in pending/;
+``transitions`` are a live attempt's moves (claim, complete, fail, release, expire);
+``outcomes`` the endings they share with ``recovery``, which finishes or undoes whatever a
+crash interrupted; ``chains`` (promote, skip) and ``ready`` (a delay ran out) are the
+coordinator's own moves; ``remote_leases`` the API's view of a lease;
+``store`` (a job's files and its lock) and ``fence`` (a live attempt's check that its file is
+still its own) are what they all build on. A person's moves (cancel, requeue, purge) are
+``spool.admin``, above ``spool.schedule`` (a purge records a schedule's firing first).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spool.base.surface import lazy_surface
+
+if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
+    from spool.moves.chains import advance_waiting as advance_waiting
+    from spool.moves.fence import Held as Held
+    from spool.moves.ingest import ingest as ingest_drop  # noqa: F401 (a surface name; ``ingest`` is the module)
+    from spool.moves.ready import make_ready as make_ready
+    from spool.moves.recovery import reconcile as reconcile, resync_under_lock as resync_under_lock
+    from spool.moves.remote_leases import (
+        fence_of as fence_of,
+        fence_worker as fence_worker,
+        held_by_fence as held_by_fence,
+    )
+    from spool.moves.store import read_job as read_job, state_of as state_of
+    from spool.moves.submission import job_of_spec as job_of_spec
+    from spool.moves.transitions import (
+        cancel_leased as cancel_leased,
+        claim_held as claim_held,
+        complete as complete,
+        expire as expire,
+        fail as fail,
+        heartbeat as heartbeat,
+        lease_status as lease_status,
+        release as release,
+    )
+
+__getattr__ = lazy_surface(__name__, __file__)

@@ -1,0 +1,15 @@
+"""Read-only views over a spool: listings and pages (``browse``), a job's chain (``chainview``),
+and the counts ``spool stats`` and the metrics show (``stats``). Nothing here writes a file."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spool.base.surface import lazy_surface
+
+if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
+    from spool.views import browse as browse
+    from spool.views.browse import Filter as Filter
+    from spool.views.stats import collect as collect, coordinator_state as coordinator_state
+
+__getattr__ = lazy_surface(__name__, __file__)
