@@ -195,7 +195,7 @@ class Worker:
 
     # -- one attempt -------------------------------------------------------------------------
 
-    def _heartbeat_seconds(self) -> float:
+    def heartbeat_interval(self) -> float:
         """A third of the term the coordinator publishes, unless set; a set heartbeat that cannot
         keep the published term (over half of it: a coordinator with a shorter lease) is
         overruled, with one warning per term, because only the coordinator's term decides."""
@@ -229,7 +229,7 @@ class Worker:
                 self.sp.layout.fd("logs"), self.sp.layout.fd("tmp"), name, self.sp.settings.max_log_bytes
             )
         except OSError as err:
-            self._report(
+            self.report_outcome(
                 lease,
                 held,
                 Outcome(
@@ -271,7 +271,7 @@ class Worker:
             return False
         return self._signals > 1 or time.monotonic() - self._stop_requested_at > self.sp.settings.grace_seconds
 
-    def _report(self, lease: Lease, held: Held, outcome: Outcome) -> None:
+    def report_outcome(self, lease: Lease, held: Held, outcome: Outcome) -> None:
         """Complete or fail the attempt. A full disk doesn't throw a finished attempt away: we
         keep the lease alive and retry until the move goes through or the lease is lost."""
         keep_alive = KEEP_ALIVE_BEATS  # counters of their own, never equal to the attempt's beats
@@ -296,7 +296,7 @@ class Worker:
                 return
             self._disk_full_pause(
                 f"attempt {lease.attempt} of {lease.job_id} ended; saving its outcome waits for room",
-                at_most=self._heartbeat_seconds(),
+                at_most=self.heartbeat_interval(),
             )
             keep_alive += 1
             heartbeat(self.sp, lease, keep_alive)
@@ -321,7 +321,7 @@ class FilesLease:
         self.worker, self.lease, self.held, self.attempt_log = worker, lease, held, attempt_log
 
     def heartbeat_seconds(self) -> float:
-        return self.worker._heartbeat_seconds()
+        return self.worker.heartbeat_interval()
 
     def beat(self, counter: int, progress: Progress | None, *, is_beat: bool) -> Beat:
         heartbeat(self.worker.sp, self.lease, counter, progress)
@@ -332,7 +332,7 @@ class FilesLease:
 
     def report(self, outcome: Outcome) -> None:
         self.attempt_log.close()
-        self.worker._report(self.lease, self.held, outcome)
+        self.worker.report_outcome(self.lease, self.held, outcome)
 
     def release(self) -> None:
         self.attempt_log.close()

@@ -22,22 +22,9 @@ from spool.moves.ingest import planted_result_error
 from spool.disk.ids import is_valid_id
 from spool.admin import finish_purge
 from spool.job import JobFile, is_ready
-from spool.disk.layout import (
-    WAKE_NAME,
-    State,
-    cancel_name,
-    coordinator_lock_name,
-    heartbeat_name,
-    is_dot_name,
-    job_lock_name,
-    job_name,
-    parse_drop_note_name,
-    parse_purge_marker,
-    result_id_of,
-    result_name,
-    tmp_writer_pid,
-    worker_of_lock_name,
-)
+from spool.disk.layout import WAKE_NAME, State, cancel_name, coordinator_lock_name, heartbeat_name, is_dot_name
+from spool.disk.layout import job_lock_name, job_name, parse_drop_note_name, parse_purge_marker, result_id_of
+from spool.disk.layout import result_name, tmp_writer_pid, worker_of_lock_name
 from spool.fsck_keys import check_keys, copies_now, repair_keys
 from spool.disk.locks import is_held
 from spool.moves.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
@@ -149,7 +136,8 @@ def _check_job(
     if not copies.keep:
         return
     if copies.stale:  # RACE: maybe mid-move when looked at: look again under the job's lock
-        copies = copies_now(sp, job_id) or copies
+        looked_again = copies_now(sp, job_id)  # None: the lock was busy, keep what was seen
+        copies = copies if looked_again is None else looked_again
     if not copies.keep:
         return  # purged meanwhile
     if copies.stale:

@@ -110,7 +110,7 @@ class RemoteWorker:
                         break
                     continue
                 if self._signals:
-                    self._release(lease)
+                    self.release_lease(lease)
                     break
                 self._run_attempt(lease)
         except Refused as err:
@@ -183,7 +183,7 @@ class RemoteWorker:
             return None
         raise Refused(f"the server refused the lease request (HTTP {reply.status}): {reply.error()}")
 
-    def _lease_call(self, lease: RemoteLease, step: str, body: dict[str, Any], *, patient: bool) -> Reply | None:
+    def lease_call(self, lease: RemoteLease, step: str, body: dict[str, Any], *, patient: bool) -> Reply | None:
         """A call about ``lease``; ``patient`` retries until the server answers (an outcome that
         must be saved), else one try (a heartbeat: the next one comes soon anyway)."""
         path = f"/v1/leases/{lease.job_id}/{step}"
@@ -234,14 +234,14 @@ class RemoteWorker:
             )
         return self._must_stop_now()
 
-    def _report(self, lease: RemoteLease, outcome: Outcome) -> None:
+    def report_outcome(self, lease: RemoteLease, outcome: Outcome) -> None:
         if outcome.ok:
             try:
                 encode_result(outcome.value)  # the child checked it already; a value that slips by
             except ResultNotJSON as err:  # fails here, in this try, as a local worker fails it
                 outcome = Outcome(ok=False, value=None, error=str(err), reject=False)
         if outcome.ok:
-            reply = self._lease_call(lease, "complete", {"result": outcome.value}, patient=True)
+            reply = self.lease_call(lease, "complete", {"result": outcome.value}, patient=True)
             if reply is not None and _refused_as_input(reply):
                 # The server refused the value itself (over its max_result_bytes, a rule of a newer
                 # server): the attempt failed, now, as a local worker's child fails such a result;
@@ -251,7 +251,7 @@ class RemoteWorker:
                 self._said(lease, "complete", reply)
                 return
         body = {"error": outcome.error or "failed", "reject": outcome.reject}
-        self._said(lease, "fail", self._lease_call(lease, "fail", body, patient=True))
+        self._said(lease, "fail", self.lease_call(lease, "fail", body, patient=True))
 
     def _said(self, lease: RemoteLease, step: str, reply: Reply | None) -> None:
         if reply is None:
@@ -271,13 +271,13 @@ class RemoteWorker:
         else:
             log.warning("attempt %d of %s dropped: %s", lease.attempt, lease.job_id, reply.error())
 
-    def _cancelled(self, lease: RemoteLease) -> None:
+    def note_cancelled(self, lease: RemoteLease) -> None:
         """A cancel request: the attempt is killed; the server ends the job cancelled."""
         body = {"error": "cancelled by request while running"}
-        self._said(lease, "fail", self._lease_call(lease, "fail", body, patient=True))
+        self._said(lease, "fail", self.lease_call(lease, "fail", body, patient=True))
 
-    def _release(self, lease: RemoteLease) -> None:
-        reply = self._lease_call(lease, "release", {}, patient=False)
+    def release_lease(self, lease: RemoteLease) -> None:
+        reply = self.lease_call(lease, "release", {}, patient=False)
         if reply is not None and reply.status != 200:
             log.warning("release of %s skipped: %s", lease.job_id, reply.error())
         elif reply is not None:
@@ -301,7 +301,7 @@ class ApiLease:
         body: dict[str, object] = {"counter": counter}
         if progress is not None:
             body["progress"] = progress.to_mapping()
-        reply = self.worker._lease_call(self.lease, "heartbeat", body, patient=False)
+        reply = self.worker.lease_call(self.lease, "heartbeat", body, patient=False)
         if is_beat:
             self.interval = _interval(reply, self.interval)  # a coordinator restarted with a shorter term
         if reply is None:
@@ -316,16 +316,16 @@ class ApiLease:
         return Beat.HELD
 
     def report(self, outcome: Outcome) -> None:
-        self.worker._report(self.lease, outcome)
+        self.worker.report_outcome(self.lease, outcome)
 
     def release(self) -> None:
-        self.worker._release(self.lease)
+        self.worker.release_lease(self.lease)
 
     def lost(self) -> None:
         log.warning("attempt %d of %s killed: %s", self.lease.attempt, self.lease.job_id, self.refusal)
 
     def cancelled(self) -> None:
-        self.worker._cancelled(self.lease)
+        self.worker.note_cancelled(self.lease)
 
 
 def _done_by(reply: Reply, attempt: int) -> bool:
