@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spool.base.errors import SpoolError
+from spool.base.errors import DiskFull, InvalidJob, NotFound, SpoolError, TryLater
 from spool.progress import progress
 from spool.registry import Reject, current, task
 
@@ -17,7 +17,18 @@ if TYPE_CHECKING:
 
 # ``spool.progress`` is the function (what a handler calls); its module is imported by name:
 # ``from spool.progress import Progress, read_progress``.
-__all__ = ["Spool", "SpoolError", "Reject", "current", "progress", "task"]
+__all__ = [
+    "Spool",
+    "SpoolError",
+    "InvalidJob",
+    "NotFound",
+    "TryLater",
+    "DiskFull",
+    "Reject",
+    "current",
+    "progress",
+    "task",
+]
 
 
 def __getattr__(name: str) -> object:
