@@ -82,8 +82,7 @@ class Coordinator:
         self.pauses = PauseWatch(max(self.lease_seconds / 2.0, 5.0), clock=clock)
         self.disk_full = DiskFullPause(log, "coordinator")
         self.drop_backlog: list[str] = []  # drops a pass left for the next (its ingest budget ran out)
-        self.last_reconcile = -1e18
-        self.last_published = -1e18
+        self.last_reconcile = self.last_published = -1e18
         self._stop = False
         self.unhandled = UnhandledWarner()
         self.last_lease_watch = -1e18
@@ -96,7 +95,7 @@ class Coordinator:
     # -- life --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from spool.runner.wake import Waker  # start-up: watchdog is imported only by a running coordinator
+        from spool.runner.wake import SETTLE_SECONDS, Waker  # start-up: watchdog only when running
 
         lock = _coordinator_lock(self.sp)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -125,7 +124,7 @@ class Coordinator:
                     # the latest). Beats may not land on a full disk either: fresh terms after it.
                     self.last_reconcile, wait = -1e18, self.disk_full.met("ingest, expiry and schedules wait")
                     self.leases.clear()
-                landed = waker.wait(self._next_wait() if wait is None else wait)
+                landed = waker.wait(self._next_wait() if wait is None else wait, settle_seconds=SETTLE_SECONDS)
             sweep_tmp(self.sp)  # what a worker that died since our last sweep staged is garbage
         except (DurabilityError, DiskFull, OSError) as err:
             # The disk failed under a move; a failed fsync is final, never retried. Exit for the

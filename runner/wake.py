@@ -29,6 +29,7 @@ import math
 import os
 import select
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spool.inotify")
 
+# At most ~100 coordinator passes a second while jobs land (each pass's fixed cost: the schedules,
+# the timers' ledger query, the chains, the lease watch's checks), and a drop, a promotion or a
+# delayed job's readiness at most this much later; workers never settle (a pickup is at once).
+SETTLE_SECONDS = 0.01
 _MAX_REMEMBERED = 10_000  # past that, the next reconcile's listing finds what landed
 _BUFFER = 64 * 1024  # bytes per read of the inotify fd (an event is 16 bytes + its name)
 _NAME_MAX = 256
@@ -64,9 +69,20 @@ class Waker:
         """True when watchdog's Observer threads deliver the events (its internals were missing)."""
         return isinstance(self._impl, _ThreadedWaker)
 
-    def wait(self, timeout_seconds: float) -> list[tuple[str, str]]:
-        """Block until something lands or ``timeout_seconds`` pass; return what landed."""
-        return self._impl.wait(timeout_seconds)
+    def wait(self, timeout_seconds: float, *, settle_seconds: float = 0.0) -> list[tuple[str, str]]:
+        """Block until something lands or ``timeout_seconds`` pass; return what landed.
+
+        ``settle_seconds``: while things land, return no sooner than that after the call,
+        gathering what lands meanwhile. A waiter whose pass costs the same for one landing as
+        for fifty (the coordinator's: ``SETTLE_SECONDS``) then makes one pass per
+        burst, not one per file; after a quiet spell the first landing still returns at once."""
+        started = time.monotonic()
+        landed = self._impl.wait(timeout_seconds)
+        # Never more than settle_seconds, whatever the clock does (faketime steps monotonic too).
+        rest = min(settle_seconds, timeout_seconds) - max(time.monotonic() - started, 0.0)
+        if landed and rest > 0:
+            landed += self._impl.gather(rest)
+        return landed
 
     def poke(self) -> None:
         """Wake the waiter now (a signal handler asking it to stop); safe in a signal handler."""
@@ -126,6 +142,8 @@ class _InotifyWaker:
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
         self._poll.register(self._poke_r, select.POLLIN)
+        self._poke_poll = select.poll()  # ``gather``: woken by a poke only, not by each landing
+        self._poke_poll.register(self._poke_r, select.POLLIN)
 
     def wait(self, timeout_seconds: float) -> list[tuple[str, str]]:
         # Rounded up: a wait that returns a hair early would only make its caller wait again.
@@ -133,6 +151,13 @@ class _InotifyWaker:
         if self._poke_r in ready:
             self._drain_pokes()
         return self._read_events() if self._fd in ready else []
+
+    def gather(self, seconds: float) -> list[tuple[str, str]]:
+        """What lands in the next ``seconds``, read once at the end (a poke ends it sooner). A
+        poll's relative timeout, not a sleep, whose deadline would be taken on a faked clock."""
+        if self._poke_poll.poll(math.ceil(seconds * 1000.0)):
+            self._drain_pokes()
+        return self._read_events()
 
     def _drain_pokes(self) -> None:
         try:
@@ -224,6 +249,13 @@ class _ThreadedWaker:
             self._event.clear()
             seen, self._seen = self._seen, []
         return seen
+
+    def gather(self, seconds: float) -> list[tuple[str, str]]:
+        landed: list[tuple[str, str]] = []
+        until = time.monotonic() + seconds
+        while (rest := until - time.monotonic()) > 0 and rest <= seconds:
+            landed += self.wait(rest)
+        return landed
 
     def poke(self) -> None:
         self._event.set()

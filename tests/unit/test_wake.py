@@ -171,3 +171,32 @@ def test_in_a_landings_only_folder_writes_in_place_do_not_wake(folders: Path) ->
         assert _wait_for(waker, ("pending", "c.yaml")) < 1.0
     finally:
         waker.stop()
+
+
+def test_a_settling_wait_gathers_a_burst_into_one_return_and_answers_a_quiet_spell_at_once(folders: Path) -> None:
+    """The coordinator's wait: while jobs land it returns no sooner than ``settle_seconds`` after
+    the call, with everything that landed meanwhile; after a quiet spell, at the first landing."""
+    waker = Waker([folders / "pending"])
+    try:
+        (folders / "pending" / "a.yaml").write_text("x")
+        later = threading.Timer(0.2, (folders / "pending" / "b.yaml").write_text, args=("x",))
+        started = time.monotonic()
+        later.start()
+        landed = waker.wait(5.0, settle_seconds=0.6)
+        took = time.monotonic() - started
+        later.join()
+        assert took >= 0.55 and {("pending", "a.yaml"), ("pending", "b.yaml")} <= set(landed), (took, landed)
+
+        quiet = threading.Timer(1.5, (folders / "pending" / "c.yaml").write_text, args=("x",))
+        started = time.monotonic()
+        quiet.start()
+        assert ("pending", "c.yaml") in waker.wait(10.0, settle_seconds=1.0)
+        quiet.join()
+        assert time.monotonic() - started < 1.5 + 1.0, "a landing after a quiet spell waited out the settle"
+        while waker.wait(0.3):  # c.yaml's write and close, after its creation woke us
+            pass
+        started = time.monotonic()
+        assert waker.wait(0.05, settle_seconds=1.0) == []
+        assert time.monotonic() - started < 1.0, "nothing landed: the timeout ends the wait, not the settle"
+    finally:
+        waker.stop()
