@@ -175,3 +175,36 @@ def test_bench_runs_huey_side_by_side(tmp_path: Path) -> None:
         assert run["rate"] > 0 and run["pickup"]["count"] == 3
     assert "Huey default poll" in done.stdout and "spool/Huey" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def _last_json(stdout: str) -> dict[str, object]:
+    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+
+
+def test_jobmap_seam_names_every_fsync_of_a_lifecycle(tmp_path: Path) -> None:
+    done = _run_benchmark(tmp_path, "jobmap.py", "seam", "--jobs", "3")
+    rows = _last_json(done.stdout)["rows"]
+    assert isinstance(rows, list)
+    syncs = {(r["phase"], r["folder"]): r["per_job"] for r in rows if r["call"] == "fsync_dir"}
+    assert syncs == {
+        ("submit", "pending"): 1,
+        ("claim", "leased"): 1,
+        ("complete", "results"): 1,
+        ("complete", "done"): 1,
+    }
+    assert all(r["asker"].startswith("spool/") for r in rows if r["call"] == "fsync_dir")
+    assert list(tmp_path.iterdir()) == [], "the spool is removed without --keep"
+
+
+def test_jobmap_drain_without_huey(tmp_path: Path) -> None:
+    done = _run_benchmark(tmp_path, "jobmap.py", "drain", "--jobs", "20", "--no-huey")
+    (round_,) = _last_json(done.stdout)["rounds"]  # type: ignore[misc]
+    assert round_["spool"]["rate"] > 0 and "worker" in round_["spool"]["cpu_ms_per_job"]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_jobmap_strace_counts_the_fsyncs_of_each_role(tmp_path: Path) -> None:
+    done = _run_benchmark(tmp_path, "jobmap.py", "strace", "--jobs", "20", "--calls", "fsync,fdatasync")
+    by_role = _last_json(done.stdout)["per_job_by_role"]
+    assert isinstance(by_role, dict)
+    assert by_role["producer"]["fsync"] >= 1.9 and by_role["worker"]["fsync"] >= 5
