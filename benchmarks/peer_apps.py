@@ -4,6 +4,7 @@ queues' workers and schema.
     python benchmarks/peer_apps.py produce SYSTEM JSON     # prints one JSON line
     python benchmarks/peer_apps.py worker pgqueuer|procrastinate
     python benchmarks/peer_apps.py install pgqueuer|procrastinate
+    python benchmarks/peer_apps.py pragmas huey               # SqliteHuey's journal_mode, synchronous
 
 Every system gets the same trivial job, submitted one at a time through its own Python API, each
 call returning once the system says the job is accepted: spool ``Spool.submit("echo", ...)``
@@ -172,6 +173,12 @@ def main(argv: list[str]) -> int:
         print(json.dumps(produce(system, json.loads(argv[2]))), flush=True)
     elif command == "worker":
         worker(system)
+    elif command == "pragmas":  # what SqliteHuey's own connection runs with
+        from benchmarks.huey_app import huey
+
+        conn = huey.storage.conn
+        pragmas = {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("journal_mode", "synchronous")}
+        print(json.dumps(pragmas), flush=True)
     elif command == "install":
         install(system)
     else:

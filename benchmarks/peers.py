@@ -302,6 +302,12 @@ def measure(work: Path, o: Any, huey: bool, say: Callable[[str], None] = lambda 
             s = System(name, work, cluster if name in PG_SYSTEMS else None)
             if name in PG_SYSTEMS:
                 s.install()
+            if name == "huey":
+                s.fresh("pragmas")
+                pragmas = subprocess.run(
+                    [sys.executable, str(APPS), "pragmas", "huey"], env=s.environ, capture_output=True, text=True
+                )
+                report["huey_sqlite"] = json.loads(pragmas.stdout.strip() or "{}")
             out: dict[str, Any] = {}
             s.fresh("a")
             out["a"] = shape_live(s, o.jobs, 1, o.timeout)

@@ -57,6 +57,14 @@ def print_table(r: dict[str, Any], out: TextIO) -> None:
     systems = r["systems"]
     pg = f"PostgreSQL {r['postgres']} (fsync=on, synchronous_commit=on, run as {r['postgres_user']})"
     print(f"\npeers (issue 19), 2 workers each; {pg if r['postgres'] else 'no PostgreSQL cluster'}", file=out)
+    if r.get("huey_sqlite"):
+        sq = r["huey_sqlite"]
+        names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+        print(
+            f"  Huey's SQLite connection: journal_mode={sq.get('journal_mode')}, "
+            f"synchronous={names.get(sq.get('synchronous'), sq.get('synchronous'))}",
+            file=out,
+        )
     for line in dict.fromkeys(r["skipped"].values()):  # one line for one reason
         print(f"  {line}", file=out)
     if not systems:
