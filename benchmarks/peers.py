@@ -71,6 +71,7 @@ class System:
         self.store = work
         self._db: Any = None
         self.offset = 0
+        self.lost = 0  # jobs accepted and never finished (see wait_done)
 
     @property
     def environ(self) -> dict[str, str]:
@@ -128,7 +129,7 @@ class System:
         try:
             if self._db is None:
                 self._db = self._connect()
-            return int(self._db.execute(self._done_sql()).fetchone()[0])
+            return int(self._db.execute(self._done_sql()).fetchall()[0][0])  # all: the read ends here
         except (sqlite3.OperationalError, OSError):
             self.close()  # not made yet (Huey's tables come with its first connection)
             return 0
@@ -163,10 +164,22 @@ class System:
         return popen([*(wrap or []), sys.executable, str(APPS), "produce", self.name, json.dumps(params)], self.environ)
 
 
+STALL = 20.0  # seconds without one more finished job: the rest are lost (Huey drops a task it failed to run)
+
+
 def wait_done(s: System, count: int, timeout: float, on_first: Callable[[], None] | None = None) -> float:
-    """Poll until ``count`` jobs are finished; the time it saw them. ``on_first`` at the first finished one."""
-    deadline, base = time.monotonic() + timeout, s.done()
+    """Poll until ``count`` jobs are finished; the time it saw the last one. ``on_first`` at the first one.
+
+    A system that stops finishing jobs for ``STALL`` seconds before ``count`` has lost the rest:
+    ``s.lost`` counts them and the time returned is when it finished its last one."""
+    deadline, base, seen = time.monotonic() + timeout, s.done(), time.time()
+    last = base
     while (now := s.done()) < count:
+        if now != last:
+            last, seen = now, time.time()
+        elif time.time() - seen > STALL:
+            s.lost += count - now
+            return seen
         if on_first is not None and now > base:
             on_first()
             on_first = None
@@ -203,7 +216,9 @@ def shape_live(s: System, jobs: int, producers: int, timeout: float) -> dict[str
         share = [jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)]
         procs = [s.produce(n, start_at) for n in share]
         reports = collect(procs, timeout)
+        lost = s.lost
         last = wait_done(s, target, timeout)
+        lost = s.lost - lost
         cpu1 = cpu_of(s.pids())
     finally:
         s.stop()
@@ -212,7 +227,8 @@ def shape_live(s: System, jobs: int, producers: int, timeout: float) -> dict[str
     return {
         "jobs": jobs,
         "producers": producers,
-        "drain": jobs / (last - first),
+        "lost": lost,
+        "drain": (jobs - lost) / (last - first),
         "submits": jobs / (max(r["submitted"] for r in reports) - first),
         "late_start_s": max(r["first"] for r in reports) - first,
         "submit_p50_ms": reports[0]["p50_ms"],
@@ -233,15 +249,18 @@ def shape_backlog(s: System, jobs: int, timeout: float) -> dict[str, Any]:
         def first_seen() -> None:
             mark.update(t=time.time(), done=s.done(), cpu=cpu_of(s.pids()))
 
+        lost = s.lost
         last = wait_done(s, target, timeout, first_seen)
+        lost = s.lost - lost
         cpu1 = cpu_of(s.pids())
     finally:
         s.stop()
     if "t" not in mark:  # all finished before the second poll: time it from the start
         mark.update(t=mark["started"], done=target - jobs, cpu=0.0)
-    counted = target - mark["done"]
+    counted = target - mark["done"] - lost
     return {
         "jobs": jobs,
+        "lost": lost,
         "drain": counted / max(last - mark["t"], 1e-6),
         "counted": counted,
         "submits": jobs / (load["submitted"] - load["first"]),

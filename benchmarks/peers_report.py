@@ -13,6 +13,7 @@ SHAPES = {
     "c": "(c) producers at once, workers draining",
 }
 NAMES = {"spool": "spool", "huey": "Huey", "pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}
+STALL_S = 20.0  # peers.STALL
 SYNCS = ("fsync", "fdatasync", "sync_file_range")
 _LINE = re.compile(r"^(\w+)\((.*)\)\s+=\s+\d+", re.MULTILINE)
 
@@ -95,6 +96,13 @@ def print_table(r: dict[str, Any], out: TextIO) -> None:
                     f"   {targets(shape, name)}"
                 )
             print(line, file=out)
+        for name, shapes in systems.items():
+            if shapes[shape].get("lost"):
+                print(
+                    f"    {NAMES[name]} lost {shapes[shape]['lost']} of {shapes[shape]['jobs']:,} accepted jobs: "
+                    f"none finished for {STALL_S:.0f} s (its rates count the finished ones; see its log)",
+                    file=out,
+                )
     traced = {name: shapes["strace"] for name, shapes in systems.items() if "strace" in shapes}
     if not traced:
         print("  fsync-family calls per job: n/a (no strace, or --peer-strace-jobs 0)", file=out)
