@@ -100,7 +100,7 @@ def print_table(r: dict[str, Any], out: TextIO) -> None:
             if shapes[shape].get("lost"):
                 print(
                     f"    {NAMES[name]} lost {shapes[shape]['lost']} of {shapes[shape]['jobs']:,} accepted jobs: "
-                    f"none finished for {STALL_S:.0f} s (its rates count the finished ones; see its log)",
+                    f"no result within {STALL_S:.0f} s of the last one (rates count the finished ones; see its log)",
                     file=out,
                 )
     traced = {name: shapes["strace"] for name, shapes in systems.items() if "strace" in shapes}
