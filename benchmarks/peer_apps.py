@@ -68,12 +68,16 @@ def _loop(submit: Callable[[int], object], p: dict[str, Any]) -> dict[str, Any]:
     """Wait for ``start_at`` (so several producers start together), then submit ``jobs`` one by one."""
     while time.time() < p.get("start_at", 0):
         time.sleep(0.001)
-    latencies, cpu0, first = [], _cpu(), time.time()
+    latencies, cpu0, first, refused = [], _cpu(), time.time(), []
     for n in range(p["offset"], p["offset"] + p["jobs"]):
         t0 = time.perf_counter()
-        submit(n)
+        try:
+            submit(n)
+        except Exception as error:  # noqa: BLE001 - not accepted (Huey: "database is locked"): count it, go on
+            refused.append(f"{type(error).__name__}: {error}")
+            continue
         latencies.append(time.perf_counter() - t0)
-    return _report(latencies, first, cpu0)
+    return {**_report(latencies, first, cpu0), "refused": len(refused), "refusals": sorted(set(refused))[:3]}
 
 
 def _report(latencies: list[float], first: float, cpu0: float) -> dict[str, Any]:

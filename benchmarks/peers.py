@@ -216,6 +216,8 @@ def shape_live(s: System, jobs: int, producers: int, timeout: float) -> dict[str
         share = [jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)]
         procs = [s.produce(n, start_at) for n in share]
         reports = collect(procs, timeout)
+        refused = sum(r.get("refused", 0) for r in reports)
+        target -= refused
         lost = s.lost
         last = wait_done(s, target, timeout)
         lost = s.lost - lost
@@ -228,8 +230,9 @@ def shape_live(s: System, jobs: int, producers: int, timeout: float) -> dict[str
         "jobs": jobs,
         "producers": producers,
         "lost": lost,
-        "drain": (jobs - lost) / (last - first),
-        "submits": jobs / (max(r["submitted"] for r in reports) - first),
+        "refused": refused,
+        "drain": (jobs - refused - lost) / (last - first),
+        "submits": (jobs - refused) / (max(r["submitted"] for r in reports) - first),
         "late_start_s": max(r["first"] for r in reports) - first,
         "submit_p50_ms": reports[0]["p50_ms"],
         "submit_p99_ms": reports[0]["p99_ms"],
@@ -239,8 +242,8 @@ def shape_live(s: System, jobs: int, producers: int, timeout: float) -> dict[str
 
 def shape_backlog(s: System, jobs: int, timeout: float) -> dict[str, Any]:
     """Shape (b): ``jobs`` loaded with nothing consuming, then 2 workers started and timed from the first finish."""
-    target = s.done() + jobs
     (load,) = collect([s.produce(jobs)], timeout)
+    target = s.done() + jobs - load.get("refused", 0)  # nothing consumes yet: done() is where it was
     mark: dict[str, Any] = {}
     s.start()
     try:
@@ -256,14 +259,15 @@ def shape_backlog(s: System, jobs: int, timeout: float) -> dict[str, Any]:
     finally:
         s.stop()
     if "t" not in mark:  # all finished before the second poll: time it from the start
-        mark.update(t=mark["started"], done=target - jobs, cpu=0.0)
+        mark.update(t=mark["started"], done=target - jobs + load.get("refused", 0), cpu=0.0)
     counted = target - mark["done"] - lost
     return {
         "jobs": jobs,
         "lost": lost,
+        "refused": load.get("refused", 0),
         "drain": counted / max(last - mark["t"], 1e-6),
         "counted": counted,
-        "submits": jobs / (load["submitted"] - load["first"]),
+        "submits": (jobs - load.get("refused", 0)) / (load["submitted"] - load["first"]),
         "start_to_first_s": mark["t"] - mark["started"],
         "cpu_ms": {"producers": load["cpu_s"] * 1000 / jobs, "system": (cpu1 - mark["cpu"]) * 1000 / max(counted, 1)},
     }

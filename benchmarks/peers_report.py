@@ -97,6 +97,12 @@ def print_table(r: dict[str, Any], out: TextIO) -> None:
                 )
             print(line, file=out)
         for name, shapes in systems.items():
+            if shapes[shape].get("refused"):
+                print(
+                    f"    {NAMES[name]} refused {shapes[shape]['refused']} of {shapes[shape]['jobs']:,} submits "
+                    "(an exception from its submit call; rates count the accepted ones)",
+                    file=out,
+                )
             if shapes[shape].get("lost"):
                 print(
                     f"    {NAMES[name]} lost {shapes[shape]['lost']} of {shapes[shape]['jobs']:,} accepted jobs: "
