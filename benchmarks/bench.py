@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import claim_cost  # noqa: E402
+from benchmarks import claim_cost, peers, peers_report  # noqa: E402
 from benchmarks.throughput import (  # noqa: E402
     Host,
     cpu_seconds_by_role,
@@ -71,6 +71,9 @@ from benchmarks.throughput import (  # noqa: E402
 from spool import Spool  # noqa: E402
 
 THIS = Path(__file__).resolve()
+# Huey deletes a task at dequeue; a worker whose next SQLite write then fails ("database is locked",
+# its 5 s busy timeout, seen on this loaded machine) never stores the result and nothing retries it.
+HUEY_STALL = 20.0  # seconds without a new result: that job's result is lost, count it and go on
 HUEY_POLLS = {"default poll": [], "5 ms poll": ["-d", "0.005", "-m", "0.005", "-b", "1"]}
 STRACE_CALLS = (
     "open,openat,creat,mkdir,mkdirat,link,linkat,rename,renameat,renameat2,fsync,fdatasync,sync_file_range,syncfs"
@@ -431,17 +434,23 @@ def child(kind: str, p: dict[str, Any]) -> dict[str, Any]:
             handles.append(noop(n))
             latencies.append(time.perf_counter() - t0)
         submitted, cpu = time.time(), _cpu_self() - cpu0
-        deadline = time.monotonic() + timeout
+        deadline, progress, lost = time.monotonic() + timeout, time.monotonic(), 0
         ends: list[float] = []
         for handle in reversed(handles):  # the last one first: by then nearly all are in
             while (value := handle.get()) is None:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"Huey: {len(ends)} of {p['jobs']} results after {timeout:.0f}s")
+                if time.monotonic() - progress > HUEY_STALL:  # ran or not, its result is not coming
+                    lost += 1
+                    break
                 time.sleep(0.01)
-            ends.append(value)
+            else:
+                ends.append(value)
+            progress = time.monotonic()
         return {
             "first": first,
             "submitted": submitted,
+            "lost": lost,
             "last": max(ends),
             "producer_cpu": cpu,
             "producer": _rates(latencies, submitted - first),
@@ -579,7 +588,7 @@ def huey_drain(work: Path, name: str, poll: Sequence[str], o: argparse.Namespace
         cpu0 = up["cpu_s"]
         r = run_child("drain-huey", {"jobs": o.jobs, "timeout": o.timeout}, o.timeout + 60, env=huey_env(db))
         cpu1 = host.cpu_by_role()
-        r["rate"] = o.jobs / (r["last"] - r["first"])
+        r["rate"] = (o.jobs - r["lost"]) / (r["last"] - r["first"])
         r["startup"] = up
         r["cpu_ms_per_job"] = {role: (cpu1[role] - cpu0.get(role, 0.0)) * 1000 / o.jobs for role in sorted(cpu1)}
         r["cpu_ms_per_job"]["producer"] = r["producer_cpu"] * 1000 / o.jobs
@@ -769,6 +778,10 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         report["huey_missing"] = True
     try:
         say(f"in {work} ({report['disk']['source']} {report['disk']['fstype']}, journal {report['disk']['journal']})")
+        if o.peers_only:
+            report["peers"] = measure_peers(work, o, huey, say)
+            report["load_after"] = os.getloadavg()
+            return _finish(report, o, out)
         report["submit"] = measure_submits(work, o, huey)
         say(f"submits: spool {report['submit']['spool']['rate']:.0f}/s")
         root = work / "spool"
@@ -780,6 +793,8 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
             for name, poll in HUEY_POLLS.items():
                 report["huey_runs"][name] = huey_drain(work, name, poll, o)
                 say(f"Huey {name} drain {report['huey_runs'][name]['rate']:.0f}/s")
+        if not o.no_peers:
+            report["peers"] = measure_peers(work, o, huey, say)
         report["claims"] = measure_claims(work, o, big)
         say("claim cost done")
         kept = work / "kept-spool"
@@ -792,17 +807,32 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         report["fsync_seam"] = fsyncs_in_process(work / "fsync-spool", 20)
         if o.strace_jobs:
             report["strace"] = measure_syscalls(work, o)
-        report["load_after"] = os.getloadavg()
     finally:
+        report["load_after"] = os.getloadavg()
         kill_everything(work)
         if o.keep:
             say(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+    return _finish(report, o, out)
+
+
+def _finish(report: dict[str, Any], o: argparse.Namespace, out: TextIO) -> dict[str, Any]:
     print_table(report, o, out)
     if o.json:
         print(json.dumps(report, default=str), file=out)
     return report
+
+
+def measure_peers(work: Path, o: argparse.Namespace, huey: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """Issue 19's three shapes for spool, Huey, pgqueuer and procrastinate (``benchmarks/peers.py``)."""
+    if o.peer_strace_jobs and shutil.which("strace") is None:
+        o.peer_strace_jobs = 0
+    if o.backlog is None:
+        o.backlog = 2_000 if o.quick else 10_000
+    if os.geteuid() == 0:
+        os.chmod(work, 0o711)  # the PostgreSQL cluster runs as another user, under this folder
+    return peers.measure(work, o, huey, say)
 
 
 def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
@@ -818,6 +848,9 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         f"(stat -f: {d['stat_f']}), journal: {d['journal']}; options {d['options']}",
         file=out,
     )
+    if "submit" not in r:  # --peers-only
+        peers_report.print_table(r["peers"], out)
+        return
     if r.get("huey"):
         print(
             f"Huey {r['huey']} SqliteHuey, huey_consumer -k process -w 2; 5 ms poll = -d 0.005 -m 0.005 -b 1", file=out
@@ -880,6 +913,9 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         [runs[n]["rate"] for n in names],
         target="spool >= 1.5 x Huey default poll",
     )
+    for n in names:
+        if runs[n].get("lost"):
+            row(f"  Huey {n}: results never stored (of {r['jobs']})", f"{runs[n]['lost']} (counted out of its rate)")
     row(
         "  producer's submit rate meanwhile, jobs/s",
         dr["producer"]["rate"],
@@ -968,6 +1004,10 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     f = r["fsync_seam"]
     row("fsyncs per job at the fsio seam", f["lifecycle"], fmt="{:g}")  # a syncfs counts as one
     row("  submit / claim / complete", f"{f['submit']:g} / {f['claim']:g} / {f['complete']:g}")
+    if "peers" in r:
+        peers_report.print_table(r["peers"], out)
+    else:
+        print("\npeers (issue 19): skipped (--no-peers)", file=out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -997,6 +1037,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--depth", type=int, default=0, help="override the 100,000 (or --quick 10,000) of the depth rows"
     )
     parser.add_argument("--strace-jobs", type=int, default=200, help="jobs drained under strace (0: skip)")
+    parser.add_argument("--no-peers", action="store_true", help="skip issue 19's peer shapes (peers.py)")
+    parser.add_argument("--peers-only", action="store_true", help="only issue 19's peer shapes")
+    parser.add_argument("--backlog", type=int, default=None, help="jobs of shape (b) (10,000; --quick 2,000)")
+    parser.add_argument("--producers", type=int, default=4, help="producer processes of shape (c)")
+    parser.add_argument("--peer-strace-jobs", type=int, default=300, help="peer jobs under strace (0: skip)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     options = parser.parse_args(argv)

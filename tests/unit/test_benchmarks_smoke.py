@@ -116,6 +116,7 @@ _BENCH_TINY = (
     "60",
     "--recoveries",
     "1",
+    "--no-peers",
     "--json",
 )
 _BENCH_ROWS = (
@@ -208,3 +209,39 @@ def test_jobmap_strace_counts_the_fsyncs_of_each_role(tmp_path: Path) -> None:
     by_role = _last_json(done.stdout)["per_job_by_role"]
     assert isinstance(by_role, dict)
     assert by_role["producer"]["fsync"] >= 1.9 and by_role["worker"]["fsync"] >= 5
+
+
+def test_bench_runs_the_peers_side_by_side(tmp_path: Path) -> None:
+    """Issue 19's shapes, tiny: every system that can run here, and one line for each that cannot."""
+    strace_jobs = "4" if shutil.which("strace") else "0"
+    args = ("--peers-only", "--jobs", "12", "--backlog", "16", "--peer-strace-jobs", strace_jobs, "--json")
+    done = _run_benchmark(tmp_path, "bench.py", *args)
+    peers = json.loads(done.stdout.strip().splitlines()[-1])["peers"]
+    expected = {"spool"} | ({"huey"} if _importable("huey") else set())
+    for name in ("pgqueuer", "procrastinate"):
+        if name in peers["skipped"]:
+            assert peers["skipped"][name] in done.stdout  # one clear line, and the rest ran
+        else:
+            expected.add(name)
+    assert set(peers["systems"]) == expected, done.stdout
+    for name, shapes in peers["systems"].items():
+        for shape in ("a", "b", "c"):
+            assert shapes[shape]["drain"] > 0 and shapes[shape]["submits"] > 0, (name, shape)
+            assert shapes[shape]["cpu_ms"]["system"] >= 0, (name, shape)  # clock ticks: 0 for a dozen Huey jobs
+        if strace_jobs != "0":
+            assert (
+                sum(
+                    shapes["strace"]["producer"].get(c, 0) + shapes["strace"]["system"].get(c, 0)
+                    for c in ("fsync", "fdatasync", "sync_file_range")
+                )
+                > 0
+            ), name
+    for title in ("(a) one producer", "(b) backlog", "(c) producers at once", "spool/peer drain"):
+        assert title in done.stdout
+    assert list(tmp_path.iterdir()) == [], "the work folder (and any PostgreSQL cluster in it) is removed"
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
