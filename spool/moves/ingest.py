@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import stat
+from contextlib import nullcontext
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -108,50 +109,43 @@ def _ingest_invalid(
     error: str,
     source: State | str = State.PENDING,
     crash_step: str = "ingest-after-rename",
-) -> str | None:
-    """``_ingest_invalid_locked`` under the new id's lock: between the rename and the record,
-    dead/<id>.yaml holds the file's own text, and a reconcile in another process (the
-    coordinator's, a repair's) must not take that for an interrupted ingest and finish it
-    with its own error while we are still writing ours."""
-    with job_lock(sp, job_id):
-        return _ingest_invalid_locked(sp, name, job_id, error, source, crash_step)
-
-
-def _ingest_invalid_locked(
-    sp: Handle,
-    name: str,
-    job_id: str,
-    error: str,
-    source: State | str = State.PENDING,
-    crash_step: str = "ingest-after-rename",
+    *,
+    lock_held: bool = False,
 ) -> str | None:
     """A drop that can't be a job: rename it to dead/<id>.yaml, then rewrite it as a record.
-    Caller holds the lock of ``job_id``.
+
+    Under ``job_id``'s lock (taken here unless ``lock_held``: ``finish_ingest``'s caller holds
+    it): between the rename and the record, dead/<id>.yaml holds the file's own text, and a
+    reconcile in another process (the coordinator's, a repair's) must not take that for an
+    interrupted ingest and finish it with its own error while we are still writing ours.
 
     Commit point: the rename (never replacing). A crash after it leaves dead/<id>.yaml holding
     the file's own text: whoever settles it next (the coordinator's full reconcile, a repair)
     finishes it as an interrupted ingest of an invalid drop (``finish_ingest``), text kept."""
-    source_fd = sp.layout.fd(source)
-    where = source.value if isinstance(source, State) else source
-    original = _raw_text(sp, source, name)
-    info = fs.lstat(source_fd, name)
-    # A folder can't be rewritten into a record file: hide it under a dot-name (never read
-    # again, so never ingested twice) and write the record as a new file. A crash between the
-    # two leaves the folder hidden and no record.
-    hidden, target_fd = (
-        (invalid_folder_name(job_id), source_fd)
-        if info and stat.S_ISDIR(info.st_mode)
-        else (job_name(job_id), sp.layout.fd(State.DEAD))
-    )
-    try:
-        fs.rename_noreplace(source_fd, name, target_fd, hidden)
-    except FileNotFoundError:
-        return None
-    crash.point(crash_step)
-    _write_invalid_record(sp, job_id, name, error, original)
-    fs.fsync_dir(source_fd)
-    log.warning("ingest: %s/%s is invalid (%s) -> dead/%s", where, printable(name), printable(error), job_name(job_id))
-    return job_id
+    with nullcontext() if lock_held else job_lock(sp, job_id):
+        source_fd = sp.layout.fd(source)
+        where = source.value if isinstance(source, State) else source
+        original = _raw_text(sp, source, name)
+        info = fs.lstat(source_fd, name)
+        # A folder can't be rewritten into a record file: hide it under a dot-name (never read
+        # again, so never ingested twice) and write the record as a new file. A crash between the
+        # two leaves the folder hidden and no record.
+        hidden, target_fd = (
+            (invalid_folder_name(job_id), source_fd)
+            if info and stat.S_ISDIR(info.st_mode)
+            else (job_name(job_id), sp.layout.fd(State.DEAD))
+        )
+        try:
+            fs.rename_noreplace(source_fd, name, target_fd, hidden)
+        except FileNotFoundError:
+            return None
+        crash.point(crash_step)
+        _write_invalid_record(sp, job_id, name, error, original)
+        fs.fsync_dir(source_fd)
+        log.warning(
+            "ingest: %s/%s is invalid (%s) -> dead/%s", where, printable(name), printable(error), job_name(job_id)
+        )
+        return job_id
 
 
 def set_result_aside(sp: Handle, job_file: JobFile) -> str | None:
@@ -274,7 +268,7 @@ def finish_ingest(sp: Handle, state: State, job_id: str) -> None:
         if state is State.DEAD:
             _write_invalid_record(sp, job_id, name, str(err), _raw_text(sp, state, name))
         else:
-            _ingest_invalid_locked(sp, name, job_id, str(err), source=state)
+            _ingest_invalid(sp, name, job_id, str(err), source=state, lock_held=True)
         return
     note = drop_note_name(job_id)
     try:
