@@ -59,6 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import claim_cost, peers, peers_report  # noqa: E402
+from benchmarks.procs import CHILDREN, kill, popen  # noqa: E402
 from benchmarks.throughput import (  # noqa: E402
     Host,
     cpu_seconds_by_role,
@@ -79,7 +80,6 @@ STRACE_CALLS = (
     "open,openat,creat,mkdir,mkdirat,link,linkat,rename,renameat,renameat2,fsync,fdatasync,sync_file_range,syncfs"
 )
 
-_CHILDREN: list[subprocess.Popen[Any]] = []
 _HOSTS: list[Any] = []
 
 
@@ -132,56 +132,19 @@ def disk_info(path: Path) -> dict[str, str]:
 # -- child processes -------------------------------------------------------------------------------
 
 
-def _popen(cmd: Sequence[str], env: dict[str, str], log: Path | None = None) -> subprocess.Popen[str]:
-    parent = os.getpid()
-
-    def tie_to_parent() -> None:
-        from spool.runner.lifeline import die_with_parent
-
-        die_with_parent(parent)
-
-    stdout = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115
-    proc = subprocess.Popen(
-        list(cmd),
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=subprocess.STDOUT if log else subprocess.PIPE,
-        text=log is None,
-        start_new_session=True,
-        preexec_fn=tie_to_parent,
-    )  # noqa: PLW1509
-    if log:
-        stdout.close()  # type: ignore[union-attr]
-    _CHILDREN.append(proc)
-    return proc
-
-
 def run_child(
     kind: str, params: dict[str, Any], timeout: float, env: dict[str, str] | None = None, wrap: Sequence[str] = ()
 ) -> dict[str, Any]:
     """``bench.py _child KIND JSON`` in a fresh process; returns the JSON line it prints."""
-    proc = _popen([*wrap, sys.executable, str(THIS), "_child", kind, json.dumps(params)], env or process_env())
+    proc = popen([*wrap, sys.executable, str(THIS), "_child", kind, json.dumps(params)], env or process_env())
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill(proc, signal.SIGKILL)
         raise RuntimeError(f"{kind} took more than {timeout:.0f}s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} failed ({proc.returncode}): {stderr.strip()[-3000:]}")
     return json.loads(stdout.strip().splitlines()[-1])
-
-
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def kill_everything(work: Path) -> None:
@@ -191,8 +154,8 @@ def kill_everything(work: Path) -> None:
             host.stop(timeout=15)
         except Exception:  # noqa: BLE001 - the killpg below is the backstop
             pass
-    for proc in _CHILDREN:
-        _kill_group(proc)
+    for proc in CHILDREN:
+        kill(proc, signal.SIGKILL)
     marker = str(work).encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -209,7 +172,7 @@ class HueyHost:
 
     def __init__(self, db: Path, poll: Sequence[str], log: Path) -> None:
         self.db, self.log_path = db, log
-        self.proc = _popen(
+        self.proc = popen(
             [
                 sys.executable,
                 "-m",
@@ -259,7 +222,7 @@ class HueyHost:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        _kill_group(self.proc)
+        kill(self.proc, signal.SIGKILL)
 
 
 def huey_env(db: Path) -> dict[str, str]:

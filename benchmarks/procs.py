@@ -2,36 +2,35 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from benchmarks.throughput import process_env
+from spool.runner.lifeline import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def env(**extra: str) -> dict[str, str]:
-    """This environment without SPOOL_* settings, the checkout importable, bytecode caching on."""
-    out = {k: v for k, v in os.environ.items() if not k.startswith("SPOOL_") and k != "PYTHONDONTWRITEBYTECODE"}
-    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    out.setdefault("PYTHONPYCACHEPREFIX", "/tmp/spool-bench-pycache")
-    return {**out, **extra}
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    """``throughput.process_env`` (no SPOOL_* settings, the checkout importable, bytecode cached), plus ``extra``."""
+    return {**process_env(), **extra}
 
 
 CHILDREN: list[subprocess.Popen[Any]] = []
 
 
-def popen(cmd: list[str], environ: dict[str, str], log: Path | None = None) -> subprocess.Popen[str]:
+def popen(cmd: Sequence[str], environ: dict[str, str], log: Path | None = None) -> subprocess.Popen[str]:
+    """Start ``cmd`` in a session of its own, tied to our life (``spool.runner.lifeline``), kept in
+    ``CHILDREN`` for whoever cleans up; its output goes to ``log`` or to pipes."""
+    parent = os.getpid()
     out = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115
     proc = subprocess.Popen(
-        cmd,
+        list(cmd),
         cwd=ROOT,
         env=environ,
         stdin=subprocess.DEVNULL,
@@ -39,7 +38,7 @@ def popen(cmd: list[str], environ: dict[str, str], log: Path | None = None) -> s
         stderr=subprocess.STDOUT if log else subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        preexec_fn=lambda: die_with_parent(parent),
     )
     if log:
         out.close()  # type: ignore[union-attr]
