@@ -32,8 +32,9 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,19 @@ def _options(o: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(timeout=o.timeout, pickups=0, recoveries=0, jobs=o.jobs)
 
 
+def _drain_row(info: Path | None, jobs: int, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One system's drain (bench.py's), with the journal commits it made per job."""
+    before = jbd2_commits(info)
+    done = run()
+    after = jbd2_commits(info)
+    return {
+        "rate": done["rate"],
+        "producer_rate": done["producer"]["rate"],
+        "cpu_ms_per_job": done["cpu_ms_per_job"],
+        "commits_per_job": None if before is None or after is None else (after - before) / jobs,
+    }
+
+
 def drain(o: argparse.Namespace, work: Path) -> dict[str, Any]:
     info = jbd2_info(work)
     rounds = []
@@ -77,26 +91,12 @@ def drain(o: argparse.Namespace, work: Path) -> dict[str, Any]:
         row: dict[str, Any] = {"load": os.getloadavg()[0]}
         root = work / f"spool-{n}"
         Spool.init(root, environ={}).close()
-        c0 = jbd2_commits(info)
-        spool_run = bench.spool_drain(work, root, _options(o), o.jobs, f"drain-{n}")
-        c1 = jbd2_commits(info)
-        row["spool"] = {
-            "rate": spool_run["rate"],
-            "producer_rate": spool_run["producer"]["rate"],
-            "cpu_ms_per_job": spool_run["cpu_ms_per_job"],
-            "commits_per_job": None if c0 is None or c1 is None else (c1 - c0) / o.jobs,
-        }
+        spool_run = partial(bench.spool_drain, work, root, _options(o), o.jobs, f"drain-{n}")
+        row["spool"] = _drain_row(info, o.jobs, spool_run)
         shutil.rmtree(root, ignore_errors=True)
         if not o.no_huey and bench.huey_importable():
-            c0 = jbd2_commits(info)
-            huey_run = bench.huey_drain(work, f"default poll {n}", [], _options(o))
-            c1 = jbd2_commits(info)
-            row["huey"] = {
-                "rate": huey_run["rate"],
-                "producer_rate": huey_run["producer"]["rate"],
-                "cpu_ms_per_job": huey_run["cpu_ms_per_job"],
-                "commits_per_job": None if c0 is None or c1 is None else (c1 - c0) / o.jobs,
-            }
+            huey_run = partial(bench.huey_drain, work, f"default poll {n}", [], _options(o))
+            row["huey"] = _drain_row(info, o.jobs, huey_run)
             row["ratio"] = row["spool"]["rate"] / row["huey"]["rate"]
         rounds.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
