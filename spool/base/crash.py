@@ -29,6 +29,11 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "bury-after-rename",
         "release-after-rename",
         "result-aside-after-rename",  # a claim found a result the job never earned: moved to dead/, not yet a record
+        "claim-batch-after-sync",  # a batch claim's files staged in tmp/ and synced, nothing renamed
+        "claim-batch-after-member",  # after each member's two renames (killed after the first), leased/ not fsync'd
+        "complete-batch-after-sync",  # a batch's results and done files staged and synced, nothing linked
+        "complete-batch-after-link",  # after each member's result link (killed after the first), results/ not fsync'd
+        "complete-batch-after-rename",  # after each rename into done/ (killed after the first), done/ not fsync'd
     ),
     "coordinator": (
         "expire-after-rename",

@@ -175,7 +175,9 @@ class Ledger(LedgerQueries):
                 (job_file.id, now, event, job_file.attempt, worker, detail),
             )
 
-    def record_many(self, entries: Iterable[tuple[JobFile, State, bool]], *, event: str) -> None:
+    def record_many(
+        self, entries: Iterable[tuple[JobFile, State, bool]], *, event: str, worker: str | None = None
+    ) -> None:
         """``record`` for many jobs (file, state, ready) in one transaction, in order (a batch's
         ready jobs take their places in the claim order as the batch listed them)."""
         now = self._clock.wall()
@@ -184,7 +186,7 @@ class Ledger(LedgerQueries):
                 _upsert(db, job_file, state, ready, now)
                 db.execute(
                     "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
-                    (job_file.id, now, event, job_file.attempt, None, None),
+                    (job_file.id, now, event, job_file.attempt, worker, None),
                 )
 
     def reserve_next(self, tasks: Collection[str] | None) -> str | None:
@@ -193,22 +195,32 @@ class Ledger(LedgerQueries):
         The row goes to 'leased' before the file moves; if the caller dies before its rename,
         the coordinator's reconcile puts the row back to match the file (pending).
         """
+        reserved = self.reserve_many(tasks, 1)
+        return reserved[0] if reserved else None
+
+    def reserve_many(self, tasks: Collection[str] | None, most: int) -> list[str]:
+        """``reserve_next`` for up to ``most`` jobs in one transaction, best first (a worker's
+        batch claim: ``spool.moves.group``)."""
         where, params = "state = 'pending' AND ready = 1", []
         if tasks is not None:
             if not tasks:
-                return None
+                return []
             where += f" AND task IN ({','.join('?' * len(tasks))})"
             params = list(tasks)
         # INDEXED BY: left to itself SQLite picks by_state (state = ?) and sorts every pending row
         # on each claim (~0.5 s at 100,000 pending; benchmarks/claim_cost.py); claim_order is
-        # already in claim order, so the first matching entry is the answer.
+        # already in claim order, so the first matching entries are the answer.
         with self._write() as db:
-            row = db.execute(
-                f"UPDATE jobs SET state = 'leased', ready = 0 WHERE id = (SELECT id FROM jobs INDEXED BY claim_order "
-                f"WHERE {where} ORDER BY priority DESC, ready_seq LIMIT 1) RETURNING id",
-                params,
-            ).fetchone()
-        return row[0] if row else None
+            ids = [
+                row[0]
+                for row in db.execute(
+                    f"SELECT id FROM jobs INDEXED BY claim_order WHERE {where} "
+                    f"ORDER BY priority DESC, ready_seq LIMIT {int(most)}",
+                    params,
+                )
+            ]
+            db.executemany("UPDATE jobs SET state = 'leased', ready = 0 WHERE id = ?", [(i,) for i in ids])
+        return ids
 
     def unreserve(self, job_id: str) -> None:
         """Undo ``reserve_next`` for a job the caller could not take (its lock was busy)."""

@@ -1,7 +1,8 @@
 """The moves: every transition of a job between the folders, and the repairs of one cut short.
 
 ``submission`` and ``batch`` put jobs in; ``ingest`` takes a file dropped in pending/;
-``transitions`` are a live attempt's moves (claim, complete, fail, release, expire);
+``transitions`` are a live attempt's moves (claim, complete, fail, release, expire), ``group``
+the same claim and complete for several jobs at once (a worker's group commit);
 ``outcomes`` the endings they share with ``recovery``, which finishes or undoes whatever a
 crash interrupted; ``chains`` (promote, skip) and ``ready`` (a delay ran out) are the
 coordinator's own moves; ``remote_leases`` the API's view of a lease;
@@ -18,7 +19,8 @@ from spool.base.surface import lazy_surface
 
 if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
     from spool.moves.chains import advance_waiting as advance_waiting
-    from spool.moves.fence import Held as Held
+    from spool.moves.fence import Held as Held, start_queued as start_queued
+    from spool.moves.group import Finished as Finished, claim_many as claim_many, complete_many as complete_many
     from spool.moves.ingest import ingest as ingest_drop  # noqa: F401 (a surface name; ``ingest`` is the module)
     from spool.moves.ready import make_ready as make_ready
     from spool.moves.recovery import reconcile as reconcile, resync_under_lock as resync_under_lock

@@ -109,7 +109,7 @@ def heartbeat(sp: Handle, lease: Lease, counter: int, progress: Progress | None 
         log.warning("heartbeat of %s attempt %d not written: %s", lease.job_id, lease.attempt, err)
 
 
-def first_beat(sp: Handle, job_id: str, attempt: int, worker: str) -> None:
+def first_beat(sp: Handle, job_id: str, attempt: int, worker: str, *, queued: bool = False) -> None:
     """The new lease's heartbeat file (counter 0 and the worker, as ``heartbeat`` writes it),
     written under the job's lock before the claim's rename, so the coordinator knows the lease's
     attempt and worker without parsing the job file. Not fsync'd: a hint, like every beat.
@@ -122,11 +122,23 @@ def first_beat(sp: Handle, job_id: str, attempt: int, worker: str) -> None:
     heartbeat's attempt once the claimer's lock is freed, and ``expire`` settles it as the lost
     claim it is. A failed write (a full disk) costs only
     the hint: the coordinator then reads the job file, as for a lease with no beat yet.
+
+    ``queued``: a batch claim's member that waits for the members before it; ``start_queued``
+    clears the mark just before its handler starts, and an expiry that still finds it gives the
+    try back (``store.queued_beat``).
     """
     try:
-        write_dot_file(sp, State.LEASED, heartbeat_name(job_id, attempt), heartbeat_content(0, worker))
+        write_dot_file(sp, State.LEASED, heartbeat_name(job_id, attempt), heartbeat_content(0, worker, queued=queued))
     except (OSError, DiskFull) as err:
         log.warning("claim of %s: its first heartbeat was not written (%s)", job_id, err)
+
+
+def start_queued(sp: Handle, lease: Lease) -> None:
+    """A queued member's handler starts now: its heartbeat loses the mark (counter 0 still, so
+    the coordinator's watch sees a change and gives the lease a fresh term). Written before the
+    child is asked to run: a crash after it counts the try, as for any claim. A failed write
+    leaves the mark, so a crash during this attempt gives its try back: the lenient side."""
+    heartbeat(sp, lease, 0)
 
 
 def drop_first_beat(sp: Handle, job_id: str, attempt: int) -> None:

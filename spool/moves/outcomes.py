@@ -108,3 +108,24 @@ def retry_or_bury(
     )
     rewrite_job(sp, State.PENDING, retry, sync=False)
     return State.PENDING, retry
+
+
+def give_back(sp: Handle, job_file: JobFile, *, ended: str, crash_step: str | None = None) -> JobFile:
+    """LEASED -> PENDING with the try given back, ready at once: a release at a graceful stop, or
+    a batch claim's member whose handler never started (``store.queued_beat``). Caller holds the
+    lock and clears the lease's dot-files.
+
+    Commit point: the rename. Not fsync'd: lost in a power cut, the lease expires instead (which
+    spends the try). A crash after the rename leaves a pending file with its lease: ``settle``
+    closes the record as 'lost' and keeps the try counted (never past ``max_tries - 1``).
+    """
+    move_job(sp, job_file.id, State.LEASED, State.PENDING)
+    if crash_step is not None:
+        crash.point(crash_step)
+    released = job_file.replace(
+        lease=None,
+        tries=max(job_file.tries - 1, 0),
+        attempts=job_file.end_attempt(outcome="released", ended=ended),
+    )
+    rewrite_job(sp, State.PENDING, released, sync=False)
+    return released

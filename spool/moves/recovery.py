@@ -6,6 +6,7 @@ lock, whoever comes next:
 
     leased/ with a result           -> done/ (the result is the commit point of done)
     leased/ with no lease recorded  -> a claim died before recording: a spent try, then expired
+                                       (a batch member whose heartbeat says queued: moved back)
     pending/ or waiting/ with a lease, or an open attempt -> the lease cleared, the record closed 'lost'
     dead/ with no reason            -> reason 'failed'
     dead/ with a result             -> done/ (done wins; a dead job never gains a result otherwise)
@@ -44,7 +45,7 @@ from spool.disk.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, jo
 from spool.moves.outcomes import finish_done, retry_or_bury
 from spool.base.records import Attempt
 from spool.moves.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.moves.store import result_is_earned, state_of
+from spool.moves.store import queued_beat, result_is_earned, state_of
 from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
@@ -215,7 +216,11 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
         or job_file.attempt == 0
         or (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)
     ):
-        return _count_lost_claim(sp, job_file, now)
+        if not queued_beat(sp, job_id, job_file.attempt + 1):
+            return _count_lost_claim(sp, job_file, now)
+        move_job(sp, job_id, State.LEASED, State.PENDING)  # never started: its try never counted
+        clear_lease_files(sp, job_id)
+        return State.PENDING, job_file
     open_record = bool(job_file.attempts) and job_file.attempts[-1].is_open
     if state in (State.PENDING, State.WAITING) and (job_file.lease or open_record):
         # Only a release (which spends no try) reaches its rename on a last try: never leave a

@@ -18,13 +18,16 @@ from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import (
     ADVANCEMENT,
+    HEARTBEAT_MAX_BYTES,
     WAKE_NAME,
     State,
     cancel_name,
+    heartbeat_lines,
     heartbeat_name,
     is_lease_file_of,
     job_lock_name,
     job_name,
+    parse_heartbeat,
     result_name,
     set_aside_name,
     tmp_name,
@@ -262,6 +265,17 @@ def clear_lease_files(sp: Handle, job_id: str, attempt: int | None = None) -> No
             fs.unlink(leased, name, missing_ok=True)
         except (IsADirectoryError, PermissionError):  # EISDIR on Linux; EPERM where POSIX says so
             set_aside(sp, State.LEASED, name)
+
+
+def queued_beat(sp: Handle, job_id: str, attempt: int) -> bool:
+    """Whether the lease of ``attempt`` is a batch member whose handler never started (its
+    heartbeat still says ``queued``): an expiry or a settle gives its try back. No file, or one
+    that does not read: False, the try stays counted (the strict side, as before batches)."""
+    try:
+        content = fs.read_file(sp.layout.fd(State.LEASED), heartbeat_name(job_id, attempt), HEARTBEAT_MAX_BYTES)
+    except (OSError, InvalidJob):
+        return False
+    return parse_heartbeat(content) is not None and heartbeat_lines(content)[0].split()[2:] == [b"queued"]
 
 
 def write_dot_file(sp: Handle, state: State, name: str, data: bytes) -> None:

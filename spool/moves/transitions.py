@@ -27,7 +27,7 @@ from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat, he
 from spool.disk.fsio import fs
 from spool.job import JobFile, tail
 from spool.disk.layout import State, cancel_name, result_name
-from spool.moves.outcomes import bury, finish_done, retry_or_bury
+from spool.moves.outcomes import bury, finish_done, give_back, retry_or_bury
 from spool.base.records import Attempt, Lease
 from spool.moves.recovery import moved_back_by_hand, resync
 from spool.moves.store import (
@@ -37,6 +37,7 @@ from spool.moves.store import (
     job_lock,
     move_job,
     only_in,
+    queued_beat,
     read_job,
     rewrite_job,
     stage,
@@ -59,8 +60,7 @@ __all__ += ["lease_status", "release"]
 
 def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | None:
     """PENDING -> LEASED: the best ready job of ``tasks``, or None (``claim_held``'s JobFile)."""
-    held = claim_held(sp, worker, tasks)
-    return held.job_file if held is not None else None
+    return held.job_file if (held := claim_held(sp, worker, tasks)) is not None else None
 
 
 def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held | None:
@@ -125,8 +125,9 @@ def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
 _BEYOND_PENDING = (State.LEASED, State.DEAD, State.DONE)
 
 
-def _claim_with_lock_held(sp: Handle, job_id: str, worker: str) -> Held | None:
-    """The claim itself; the caller holds the job's lock (``resync_under_lock`` takes it)."""
+def claimable(sp: Handle, job_id: str) -> JobFile | None:
+    """pending/<id>.yaml if it may be claimed as it is; else None, with the job settled. The
+    caller holds the job's lock."""
     try:
         job_file = read_job(sp, State.PENDING, job_id)
     except (FileNotFoundError, InvalidJob):
@@ -143,6 +144,27 @@ def _claim_with_lock_held(sp: Handle, job_id: str, worker: str) -> Held | None:
     # A cancel request is only ever written for a lease that holds: one still here is an earlier
     # lease's, left by a crash between a move out of leased/ and its cleanup. It must not kill this one.
     fs.unlink(sp.layout.fd(State.LEASED), cancel_name(job_id), missing_ok=True)
+    return job_file
+
+
+def as_claimed(sp: Handle, job_file: JobFile, worker: str) -> JobFile:
+    """The claimed file's content: attempt+1, tries+1, the lease, the attempt's open record."""
+    now = now_text(sp.clock)
+    attempt = job_file.attempt + 1
+    return job_file.replace(
+        attempt=attempt,
+        tries=job_file.tries + 1,
+        lease=Lease(job_file.id, worker, attempt, claimed_at=now),
+        backoff_seconds=None,
+        attempts=job_file.end_attempt(outcome="lost", ended=now) + (Attempt(attempt, worker, started=now),),
+    )
+
+
+def _claim_with_lock_held(sp: Handle, job_id: str, worker: str) -> Held | None:
+    """The claim itself; the caller holds the job's lock (``resync_under_lock`` takes it)."""
+    job_file = claimable(sp, job_id)
+    if job_file is None:
+        return None
     attempt = job_file.attempt + 1
     first_beat(sp, job_id, attempt, worker)
     crash.point("claim-after-heartbeat")
@@ -153,15 +175,7 @@ def _claim_with_lock_held(sp: Handle, job_id: str, worker: str) -> Held | None:
         resync(sp, job_id)
         return None
     crash.point("claim-after-rename")
-    now = now_text(sp.clock)
-    records = job_file.end_attempt(outcome="lost", ended=now)
-    claimed = job_file.replace(
-        attempt=attempt,
-        tries=job_file.tries + 1,
-        lease=Lease(job_id, worker, attempt, claimed_at=now),
-        backoff_seconds=None,
-        attempts=records + (Attempt(attempt, worker, started=now),),
-    )
+    claimed = as_claimed(sp, job_file, worker)
     try:
         data = rewrite_job(sp, State.LEASED, claimed, sync=True)
     except DiskFull:
@@ -202,9 +216,7 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
             sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     finally:
         unstage(sp, staged)
-    # No done/.wake: nothing waits on one (the coordinator's watch ignores dot-files outside
-    # pending/ and already sees the done file land; Spool.wait polls). It cost 3 syscalls and
-    # a coordinator pass per job.
+    # No done/.wake: nothing waits on one (the coordinator sees the done file land; Spool.wait polls).
     log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
 
 
@@ -288,7 +300,8 @@ def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
             resync(sp, job_id)
             return None
         state, final = _expire_locked(sp, job_file, why)
-        sp.ledger.record(final, state, ready=False, event="expire", detail=why)
+        ready = state is State.PENDING and final.backoff_seconds is None  # a queued member given back
+        sp.ledger.record(final, state, ready=ready, event="expire", detail=why)
     crash.point("after-expire")
     log.info("expire %s attempt=%d -> %s (%s)", job_id, attempt, state.value, why)
     if state is State.DONE:
@@ -327,6 +340,8 @@ def _expire_locked(sp: Handle, job_file: JobFile, why: str) -> tuple[State, JobF
                 ended=ended,
             ),
         )
+    elif queued_beat(sp, job_id, job_file.attempt):  # a batch member that never started: no try spent
+        state, final = State.PENDING, give_back(sp, job_file, ended=ended, crash_step="expire-after-rename")
     else:
         state, final = retry_or_bury(
             sp, job_file, error=why, outcome="expired", ended=ended, reason="expired", crash_step="expire-after-rename"
@@ -349,14 +364,7 @@ def release(sp: Handle, lease: Lease, held: Held | None = None) -> None:
         if has_result(sp, lease.job_id):
             finish_done(sp, job_file)
             return
-        move_job(sp, lease.job_id, State.LEASED, State.PENDING)
-        crash.point("release-after-rename")
-        released = job_file.replace(
-            lease=None,
-            tries=max(job_file.tries - 1, 0),
-            attempts=job_file.end_attempt(outcome="released", ended=now_text(sp.clock)),
-        )
-        rewrite_job(sp, State.PENDING, released, sync=False)
+        released = give_back(sp, job_file, ended=now_text(sp.clock), crash_step="release-after-rename")
         clear_lease_files(sp, lease.job_id, lease.attempt)
         sp.ledger.record(released, State.PENDING, ready=True, event="release", worker=lease.worker)
     log.info("release %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)

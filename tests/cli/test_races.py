@@ -204,6 +204,16 @@ WORKER_POINTS = {  # point -> the task whose run reaches it
 # Points whose job ends dead, that only a graceful stop reaches, or that need a planted result:
 # the in-process crash matrix (tests/faults/test_crash_matrix.py) covers them.
 IN_PROCESS_ONLY = ["worker:bury-after-rename", "worker:release-after-rename", "worker:result-aside-after-rename"]
+# A batch's points need a worker that has timed short attempts and meets several ready jobs: the
+# in-process matrix claims and completes batches of three at each (and tests/crash/test_worker_batches.py
+# runs real batching workers).
+IN_PROCESS_ONLY += [
+    "worker:claim-batch-after-sync",
+    "worker:claim-batch-after-member",
+    "worker:complete-batch-after-sync",
+    "worker:complete-batch-after-link",
+    "worker:complete-batch-after-rename",
+]
 
 
 def test_the_matrix_covers_every_point_of_the_worker() -> None:

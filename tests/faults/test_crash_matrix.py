@@ -46,6 +46,8 @@ from spool.disk.locks import acquire
 from spool.runner.coordinator import Coordinator
 from spool.admin import purge
 from spool.disk.fsio import fs
+from spool.moves.fence import start_queued
+from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.transitions import Lease, claim, complete, fail, release
 from support import wait_until
 
@@ -155,6 +157,55 @@ def as_worker(
             then(sp, Lease(job_file.id, CRASHED_WORKER, job_file.attempt))
 
     return act
+
+
+def echo_jobs(count: int) -> Callable[[Spool, Ctx], None]:
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        ctx["jobs"] = [sp.submit("echo", {"n": n}) for n in range(count)]
+
+    return setup
+
+
+def as_batch_worker(*, start: bool = False, complete_all: bool = False) -> Callable[[Spool, Ctx], None]:
+    """Claim three jobs in one batch like ``spool worker`` (runner.batching); with ``start``,
+    start the waiting members (their heartbeats lose the ``queued`` mark), with ``complete_all``
+    then complete all three in one ``complete_many``."""
+
+    def act(sp: Spool, ctx: Ctx) -> None:
+        ctx["lock"] = acquire(sp.layout.fd("locks"), worker_lock_name(CRASHED_WORKER), blocking=True)
+        members = claim_many(sp, CRASHED_WORKER, ["echo"], 3)
+        assert len(members) == 3, "a batch of three"
+        leases = [Lease(held.job_file.id, CRASHED_WORKER, held.job_file.attempt) for held in members]
+        if start or complete_all:
+            for lease in leases[1:]:
+                start_queued(sp, lease)
+        if complete_all:
+            result = json.dumps({"by": CRASHED_WORKER}).encode()
+            assert (
+                complete_many(sp, [Finished(lease, held, result) for lease, held in zip(leases, members)]) == [None] * 3
+            )
+
+    return act
+
+
+def tries_spent(*expected: int) -> Callable[[Spool, Ctx, dict[str, Any]], None]:
+    """The tries each job had spent when it ended, sorted: a batch member whose handler never
+    started spent none (its try was given back), so its one run is its only try."""
+
+    def check(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+        assert sorted(job_file.tries for _state, job_file in jobs.values()) == list(expected), jobs
+
+    return check
+
+
+def results_by(worker: str, count: int) -> Callable[[Spool, Ctx, dict[str, Any]], None]:
+    """``count`` of the jobs kept the result ``worker`` linked (the first result wins)."""
+
+    def check(sp: Spool, ctx: Ctx, jobs: dict[str, Any]) -> None:
+        values = [json.loads(sp.layout.path("results", result_name(job_id)).read_bytes()) for job_id in jobs]
+        assert sum(value["by"] == worker for value in values) == count, values
+
+    return check
 
 
 def completes(sp: Spool, lease: Lease) -> None:
@@ -592,18 +643,71 @@ SCENARIOS: dict[str, list[Scenario]] = {
     ],
     "worker:after-claim": [
         Scenario("retried", as_worker(), setup=echo_job()),
+        # A batch: the first member started, the two waiting ones never did: their tries come back.
+        Scenario("batch", as_batch_worker(), setup=echo_jobs(3), expect=("done",) * 3, check=tries_spent(1, 1, 2)),
         Scenario("lease-expires", as_worker(liveness_lock=False), setup=echo_job()),
         Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
+    ],
+    "worker:claim-batch-after-sync": [
+        Scenario("untouched", as_batch_worker(), setup=echo_jobs(3), expect=("done",) * 3, check=tries_spent(1, 1, 1)),
+    ],
+    "worker:claim-batch-after-member": [
+        # The first member claimed (its try counted, as any claim's); the others never renamed.
+        Scenario(
+            "first-claimed", as_batch_worker(), setup=echo_jobs(3), expect=("done",) * 3, check=tries_spent(1, 1, 2)
+        ),
+    ],
+    "worker:complete-batch-after-sync": [
+        # Every member started: each spent its try, as a single attempt killed before its result.
+        Scenario(
+            "retried",
+            as_batch_worker(complete_all=True),
+            setup=echo_jobs(3),
+            expect=("done",) * 3,
+            check=tries_spent(2, 2, 2),
+        ),
+    ],
+    "worker:complete-batch-after-link": [
+        Scenario(
+            "first-kept",
+            as_batch_worker(complete_all=True),
+            setup=echo_jobs(3),
+            expect=("done",) * 3,
+            check=results_by(CRASHED_WORKER, 1),
+        ),
+    ],
+    "worker:complete-batch-after-rename": [
+        Scenario(
+            "all-kept",
+            as_batch_worker(complete_all=True),
+            setup=echo_jobs(3),
+            expect=("done",) * 3,
+            check=results_by(CRASHED_WORKER, 3),
+        ),
     ],
     "worker:complete-after-stage": [
         Scenario("retried", as_worker(completes), setup=echo_job()),
     ],
     "worker:after-result": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
+        Scenario(
+            "batch-kept",
+            as_batch_worker(complete_all=True),
+            setup=echo_jobs(3),
+            expect=("done",) * 3,
+            check=results_by(CRASHED_WORKER, 3),
+        ),
         Scenario("last-try", as_worker(completes), setup=echo_job(max_tries=1), check=result_by(CRASHED_WORKER)),
     ],
     "worker:complete-after-move": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
+        Scenario(
+            "batch-kept",
+            as_batch_worker(complete_all=True),
+            setup=echo_jobs(3),
+            expect=("done",) * 3,
+            check=results_by(CRASHED_WORKER, 3),
+        ),
     ],
     "worker:fail-after-rename": [
         Scenario("retried", as_worker(fails), setup=echo_job()),
