@@ -24,7 +24,7 @@ from types import FrameType
 
 from spool import registry
 from spool.attemptlog import AttemptLog
-from spool.base.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, UsageError
+from spool.base.errors import DiskFull, DurabilityError, LeaseLost, LedgerError, SpoolError, UsageError
 from spool.disk import State, log_name, worker_lock_name
 from spool.disk import Lock, acquire_within
 from spool.base.records import LeaseStatus
@@ -34,10 +34,11 @@ from spool.runner.attempt.child import AttemptRequest, Child, Outcome
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.wake import Waker
 from spool.spool import Spool
+from spool.runner.batching import Batches
 from spool.moves import (
     Held,
     cancel_leased,
-    claim_held,
+    claim_many,
     complete,
     fail,
     heartbeat,
@@ -93,6 +94,7 @@ class Worker:
         self._overruled_term: float | None = None  # the published term we last warned about
         self._disk_full = DiskFullPause(log, f"worker {self.name}")  # while claims or completions meet ENOSPC
         self._ledger_waiting = False  # said once that the ledger failed
+        self._batches = Batches(sp, self.name, self.save_outcome)  # group commit (runner.batching)
 
     # -- life --------------------------------------------------------------------------------
 
@@ -115,7 +117,9 @@ class Worker:
         try:
             while not self._signals:
                 try:
-                    held = self._claim()
+                    if self._batches.due() <= time.monotonic():
+                        self._batches.run()
+                    held = self._batches.next_queued() or self._claim()
                     self._ledger_waiting = False
                     if held is not None:
                         self._run_attempt(held)
@@ -123,6 +127,7 @@ class Worker:
                     self._ledger_trouble(err)
                     held = None
                 if held is None:
+                    self._batches.flush()  # nothing to run: save what waits before waiting
                     if self.burst:
                         break
                     self._waker.wait(self.sp.settings.poll_seconds)
@@ -138,6 +143,7 @@ class Worker:
             log.error("worker %s stops, the spool's storage failed: %s", self.name, err)
             return 75 if isinstance(err, DiskFull) else 1
         finally:
+            self._end_batches()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.child.close()
@@ -145,6 +151,15 @@ class Worker:
             self._lock.release()
         log.info("worker %s stopped", self.name)
         return 0
+
+    def _end_batches(self) -> None:
+        """At any exit: give back the batch's waiting jobs and save the results that wait. After
+        a failed sync this may fail too: then the leases expire, as after a crash."""
+        try:
+            self._batches.give_back()
+            self._batches.flush()
+        except (SpoolError, OSError) as err:
+            log.error("worker %s: could not save or give back what its batch held: %s", self.name, err)
 
     def _advertise(self) -> None:
         """Say what we handle in our own liveness lock (``spool.workers``), for status and stats."""
@@ -174,12 +189,15 @@ class Worker:
         each exit would cost the job we were claiming a try, and the next worker meets the same
         disk. A claim that met the full disk took nothing (``claim`` puts the job back)."""
         try:
-            held = claim_held(self.sp, self.name, self.tasks)
+            claimed = claim_many(self.sp, self.name, self.tasks, self._batches.claim_size())
         except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
         self._disk_full.cleared("claiming resumes")
-        return held
+        if not claimed:
+            return None
+        self._batches.queued.extend(claimed[1:])
+        return claimed[0]
 
     def _disk_full_pause(self, what: str, at_most: float = math.inf) -> None:
         """Log once per full-disk episode, then back off (0.2 s doubling to 5 s, or ``at_most``)."""
@@ -264,7 +282,11 @@ class Worker:
             tries_left=job.max_tries - job_file.tries,
             log=attempt_log,
         )
-        watch(self.child, request, FilesLease(self, lease, held, attempt_log), self._must_stop_now)
+        self._batches.attempt_starts()
+        try:
+            watch(self.child, request, FilesLease(self, lease, held, attempt_log), self._must_stop_now, self._batches)
+        finally:
+            self._batches.attempt_ended()
 
     def _must_stop_now(self) -> bool:
         if not self._signals or self._stop_requested_at is None:
@@ -272,7 +294,15 @@ class Worker:
         return self._signals > 1 or time.monotonic() - self._stop_requested_at > self.sp.settings.grace_seconds
 
     def report_outcome(self, lease: Lease, held: Held, outcome: Outcome) -> None:
-        """Complete or fail the attempt. A full disk doesn't throw a finished attempt away: we
+        """Complete or fail the attempt: a result waits briefly to be saved with the next ones
+        (``runner.batching``), a failure is saved at once."""
+        if outcome.ok:
+            self._batches.hold(lease, held, outcome)
+        else:
+            self.save_outcome(lease, held, outcome)
+
+    def save_outcome(self, lease: Lease, held: Held | None, outcome: Outcome) -> None:
+        """Complete or fail the attempt now. A full disk doesn't throw a finished attempt away: we
         keep the lease alive and retry until the move goes through or the lease is lost."""
         keep_alive = KEEP_ALIVE_BEATS  # counters of their own, never equal to the attempt's beats
         while True:

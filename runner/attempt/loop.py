@@ -69,15 +69,36 @@ class LeaseKeeper(Protocol):
         ...
 
 
-def watch(child: Child, request: AttemptRequest, keeper: LeaseKeeper, must_stop_now: Callable[[], bool]) -> None:
-    """Run one attempt to its end (see the module's steps); returns once the keeper has it."""
+class Chores(Protocol):
+    """The worker's own work that may not wait for an attempt to end (``runner.worker``: saving
+    the outcomes of attempts that ended before this one, giving back a batch's waiting jobs)."""
+
+    def due(self) -> float:
+        """When (``time.monotonic()``) the chores next need a turn; ``math.inf`` for never."""
+        ...
+
+    def run(self) -> None:
+        """Do what is due."""
+        ...
+
+
+def watch(
+    child: Child,
+    request: AttemptRequest,
+    keeper: LeaseKeeper,
+    must_stop_now: Callable[[], bool],
+    chores: Chores | None = None,
+) -> None:
+    """Run one attempt to its end (see the module's steps); returns once the keeper has it.
+    ``chores`` get their turns while the child runs, between two polls."""
     child.begin(request)
     beats = 0
     next_beat = time.monotonic() + keeper.heartbeat_seconds()
     shown = ProgressWrites()  # the handler's spool.progress(), sent promptly but coalesced
     while True:
         wake = min(next_beat, shown.due())  # a progress value waiting to be written wakes us too
-        timeout = max(0.0, min(wake - time.monotonic(), POLL_SLICE_SECONDS))
+        chores_due = chores.due() if chores is not None else wake
+        timeout = max(0.0, min(wake - time.monotonic(), chores_due - time.monotonic(), POLL_SLICE_SECONDS))
         outcome = child.poll(timeout, until_progress=wake == next_beat)
         shown.offer(child.take_progress())
         if outcome is not None:
@@ -87,6 +108,8 @@ def watch(child: Child, request: AttemptRequest, keeper: LeaseKeeper, must_stop_
             child.kill()
             keeper.release()
             return
+        if chores is not None and time.monotonic() >= chores.due():
+            chores.run()
         beat_due = time.monotonic() >= next_beat
         if not beat_due and shown.due() > time.monotonic():
             continue

@@ -205,10 +205,13 @@ def test_jobmap_drain_without_huey(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
 def test_jobmap_strace_counts_the_fsyncs_of_each_role(tmp_path: Path) -> None:
-    done = _run_benchmark(tmp_path, "jobmap.py", "strace", "--jobs", "20", "--calls", "fsync,fdatasync")
+    done = _run_benchmark(tmp_path, "jobmap.py", "strace", "--jobs", "20", "--calls", "fsync,fdatasync,syncfs")
     by_role = _last_json(done.stdout)["per_job_by_role"]
     assert isinstance(by_role, dict)
-    assert by_role["producer"]["fsync"] >= 1.9 and by_role["worker"]["fsync"] >= 5
+    assert by_role["producer"]["fsync"] >= 1.9  # one by one: the job file, then pending/
+    # A worker's group commit shares its syncs across jobs (2 to claim and 4 to complete each, alone).
+    worker = by_role["worker"]
+    assert 0 < worker.get("fsync", 0) + worker.get("syncfs", 0) <= 6.1, worker
 
 
 def test_bench_runs_the_peers_side_by_side(tmp_path: Path) -> None:

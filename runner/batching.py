@@ -1,0 +1,140 @@
+"""A worker's group commit (``spool.moves.group``): the jobs a batch claim took that wait for
+their turn, and the ended attempts whose results wait to be saved together.
+
+When attempts are short, one job's syncs cost more than its handler: a worker then claims a few
+ready jobs at once, as many as should run within ``BATCH_SECONDS`` by the attempts it timed
+(never more than ``CLAIM_BATCH_MOST``; one while it knows nothing), and saves results that ended
+within ``HOLD_SECONDS`` of each other in one ``complete_many``. Long attempts never batch, and
+what a batch holds never waits long:
+
+- a result waits at most ``HOLD_SECONDS`` (``OUTBOX_MOST`` results at most), even while the next
+  attempt runs: the attempt loop gives these chores their turns between polls of the child;
+- the members still waiting when the running attempt passes ``QUEUED_WAIT_SECONDS`` are given
+  back (``release``: no try spent) for another worker to take, as they are when the worker stops;
+- a failure, a release or a cancel is saved at once, as before (they are rare, and one job's).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+from spool.base.errors import DiskFull, LeaseLost
+from spool.base.records import Lease, LeaseStatus
+from spool.moves import Finished, Held, cancel_leased, complete_many, lease_status, release, start_queued
+from spool.runner.attempt.child import Outcome
+from spool.spool import Spool
+
+log = logging.getLogger("spool.worker")
+
+CLAIM_BATCH_MOST = 16
+BATCH_SECONDS = 0.02  # a batch claim takes what its attempts should run within this
+HOLD_SECONDS = 0.005  # how long a result may wait for others to share its syncs
+OUTBOX_MOST = 16
+QUEUED_WAIT_SECONDS = 0.25  # a batch's waiting members are given back when the attempt before them runs longer
+_TIMING_WEIGHT = 0.2  # of the newest attempt in the running mean of attempt durations
+
+
+class Batches:
+    """One worker's waiting members and waiting results. ``save_one`` saves one outcome the
+    patient way (``Worker.save_outcome``: a full disk waits for room)."""
+
+    def __init__(self, sp: Spool, worker: str, save_one: Callable[[Lease, Held | None, Outcome], None]) -> None:
+        self.sp, self.worker, self._save_one = sp, worker, save_one
+        self.queued: deque[Held] = deque()
+        self._outbox: list[tuple[Finished, Outcome]] = []
+        self._outbox_due = math.inf
+        self._attempt_seconds: float | None = None  # running mean; None: nothing timed yet
+        self._attempt_started = math.inf
+
+    # -- claiming ------------------------------------------------------------------------------
+
+    def claim_size(self) -> int:
+        """How many jobs the next claim may take."""
+        if self._attempt_seconds is None:
+            return 1
+        return max(1, min(CLAIM_BATCH_MOST, int(BATCH_SECONDS / max(self._attempt_seconds, 1e-4))))
+
+    def next_queued(self) -> Held | None:
+        """The next waiting member whose lease still holds, started (its heartbeat unmarked)."""
+        while self.queued:
+            held = self.queued.popleft()
+            lease = Lease(held.job_file.id, self.worker, held.job_file.attempt)
+            status = lease_status(self.sp, lease, held)
+            if status is LeaseStatus.HELD:
+                start_queued(self.sp, lease)
+                return held
+            if status is LeaseStatus.CANCEL:
+                try:
+                    cancel_leased(self.sp, lease, held)
+                except LeaseLost as err:
+                    log.warning("cancel of %s: %s", lease.job_id, err)
+            else:
+                log.warning("%s: given back or taken while it waited in a batch; skipped", lease.job_id)
+        return None
+
+    def give_back(self) -> None:
+        """Release every waiting member: no try spent, ready at once for any worker."""
+        while self.queued:
+            held = self.queued.popleft()
+            lease = Lease(held.job_file.id, self.worker, held.job_file.attempt)
+            try:
+                release(self.sp, lease, held)
+            except LeaseLost as err:
+                log.warning("release of %s skipped: %s", lease.job_id, err)
+
+    # -- attempts and results ------------------------------------------------------------------
+
+    def attempt_starts(self) -> None:
+        self._attempt_started = time.monotonic()
+
+    def attempt_ended(self) -> None:
+        took = time.monotonic() - self._attempt_started
+        self._attempt_started = math.inf
+        mean = self._attempt_seconds
+        self._attempt_seconds = took if mean is None else mean + _TIMING_WEIGHT * (took - mean)
+
+    def hold(self, lease: Lease, held: Held | None, outcome: Outcome) -> None:
+        """Keep a result to save with the next ones (within ``HOLD_SECONDS``)."""
+        result_json = json.dumps(outcome.value, allow_nan=False).encode()
+        if not self._outbox:
+            self._outbox_due = time.monotonic() + HOLD_SECONDS
+        self._outbox.append((Finished(lease, held, result_json), outcome))
+        if len(self._outbox) >= OUTBOX_MOST:
+            self.flush()
+
+    def flush(self) -> None:
+        """Save every waiting result: together, or one by one where the disk is full."""
+        waiting, self._outbox, self._outbox_due = self._outbox, [], math.inf
+        if not waiting:
+            return
+        if len(waiting) == 1:
+            finished, outcome = waiting[0]
+            self._save_one(finished.lease, finished.held, outcome)
+            return
+        try:
+            dropped = complete_many(self.sp, [finished for finished, _outcome in waiting])
+        except DiskFull:
+            for finished, outcome in waiting:  # the patient way: each waits for room
+                self._save_one(finished.lease, finished.held, outcome)
+            return
+        for (finished, _outcome), lost in zip(waiting, dropped):
+            if lost is not None:
+                log.warning("attempt %d of %s dropped: %s", finished.lease.attempt, finished.lease.job_id, lost)
+
+    # -- the attempt loop's chores (``runner.attempt.loop.Chores``) ---------------------------
+
+    def due(self) -> float:
+        give_back_at = self._attempt_started + QUEUED_WAIT_SECONDS if self.queued else math.inf
+        return min(self._outbox_due, give_back_at)
+
+    def run(self) -> None:
+        now = time.monotonic()
+        if now >= self._outbox_due:
+            self.flush()
+        if self.queued and now >= self._attempt_started + QUEUED_WAIT_SECONDS:
+            self.give_back()
