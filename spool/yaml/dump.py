@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from spool.base.errors import InvalidJob
+from spool.yaml.plain import NotPlain, plain_yaml
 from spool.yaml.schema import CORE_SCHEMA, MAX_DEPTH, STR, YAML11
 
 __all__ = ["dump_yaml"]
@@ -153,7 +154,13 @@ def dump_yaml(obj: object) -> bytes:
     """Write ``obj`` (JSON-like values, tuples as lists) as block-style UTF-8 YAML.
 
     Raises ``InvalidJob`` past ``MAX_DEPTH`` levels of nesting and ``TypeError`` for other types.
+    A mapping of plain scalars (a job file's runner part, its spec most often) is written by
+    ``spool.yaml.plain`` as the emitters would write it, without them.
     """
+    try:
+        return plain_yaml(obj, _RESOLVERS_BY_FIRST)
+    except NotPlain:
+        pass
     if isinstance(obj, (dict, list)):  # a bare scalar: libyaml leaves out the `...` after it
         try:
             out = _dump_with(_FastDumper, obj)
