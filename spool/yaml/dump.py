@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from spool.base.errors import InvalidJob
-from spool.yaml.plain import NotPlain, plain_yaml
+from spool.yaml.plain import NotPlain, Plain
 from spool.yaml.schema import CORE_SCHEMA, MAX_DEPTH, STR, YAML11
 
 __all__ = ["dump_yaml"]
@@ -84,6 +84,15 @@ for _first_char, _entries in yaml.resolver.Resolver.yaml_implicit_resolvers.item
 _Dumper.add_implicit_resolver(YAML11, re.compile(r"(?:y|Y|n|N)\Z"), list("yYnN"))
 assert None not in _Dumper.yaml_implicit_resolvers and not _Dumper.yaml_path_resolvers
 _RESOLVERS_BY_FIRST: dict[str, list[tuple[str, re.Pattern[str]]]] = _Dumper.yaml_implicit_resolvers
+
+
+def _joined(patterns: list[re.Pattern[str]]) -> re.Pattern[str]:
+    """One pattern that matches (at the start) where any of ``patterns`` does, each with its flags."""
+    return re.compile("|".join(f"(?{'x' if p.flags & re.VERBOSE else ''}:{p.pattern})" for p in patterns))
+
+
+# Job files without the emitters where they are plain enough (spool.yaml.plain), over the same table.
+PLAIN = Plain({first: _joined([p for _tag, p in entries]) for first, entries in _RESOLVERS_BY_FIRST.items()})
 
 _Dumper.add_representer(type(None), yaml.SafeDumper.represent_none)
 _Dumper.add_representer(bool, yaml.SafeDumper.represent_bool)
@@ -158,7 +167,7 @@ def dump_yaml(obj: object) -> bytes:
     ``spool.yaml.plain`` as the emitters would write it, without them.
     """
     try:
-        return plain_yaml(obj, _RESOLVERS_BY_FIRST)
+        return PLAIN.dump(obj)
     except NotPlain:
         pass
     if isinstance(obj, (dict, list)):  # a bare scalar: libyaml leaves out the `...` after it

@@ -1,4 +1,5 @@
-"""``plain_yaml``: the emitters' bytes for the plainest documents, written without an emitter.
+"""``Plain``: the emitters' bytes for the plainest documents, written without an emitter, and
+such bytes read back (proved by writing them again).
 
 A job file is a mapping of a few dozen scalars: ids, names, counts, times, ``null``. For such a
 document ``dump_yaml`` spends ~60 us per call in PyYAML's representer and libyaml's emitter; the
@@ -12,7 +13,7 @@ the caller uses the emitters, the reference):
   starting with a letter, digit, ``_`` or ``/`` and not ending with ``:`` (no space, quote, indicator
   or line break: nothing the emitter folds, escapes or splits), ``dict`` and ``list``/``tuple``;
 - such a string is written plain when the resolvers read it back as a string (the emitter asks
-  the same table, ``resolvers``: ``spool.yaml.dump``'s), else in single quotes (a time, ``on``,
+  the same table, ``Plain.traps``), else in single quotes (a time, ``on``,
   ``1.5`` as text...);
 - block style with an indent of 2: a nested mapping two columns in, a sequence's ``- `` at its
   key's column (PyYAML's indentless sequences), ``{}`` and ``[]`` for empty ones; a sequence in
@@ -24,35 +25,82 @@ tests/unit/test_yaml_plain.py holds it to ``spool.yaml.dump``'s emitters byte fo
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-Resolvers = Mapping[str, Sequence[tuple[str, re.Pattern[str]]]]  # first character -> (tag, pattern)
+Traps = Mapping[str, re.Pattern[str]]  # first character -> the plain strings that read back otherwise
 
-__all__ = ["NotPlain", "plain_yaml"]
+__all__ = ["NotPlain", "Plain"]
 
 MAX_NEST = 6  # deeper documents go to the emitters (which also enforce MAX_DEPTH)
 
 _WORD = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./+:-]*")
 
 
+_UNKNOWN = object()
+
+
 class NotPlain(Exception):
     """The value is not one this module writes; the emitters must."""
 
 
-def plain_yaml(obj: object, resolvers: Resolvers) -> bytes:
-    """``obj`` as ``dump_yaml`` writes it, or ``NotPlain``. ``resolvers``: the emitter's implicit
-    resolvers by first character (which plain strings would read back as something else)."""
-    if type(obj) is not dict or not obj:
-        raise NotPlain
-    out: list[str] = []
-    _Writer(resolvers, out).mapping(obj, 0, "", 0)
-    return "".join(out).encode("ascii")
+class Plain:
+    """The plain writer and reader over one table of ``traps``: by first character, one pattern
+    joining the emitter's implicit resolvers (a plain string it matches reads back as something
+    else: ``spool.yaml.dump`` builds the one spool uses)."""
+
+    def __init__(self, traps: Traps) -> None:
+        self.traps = traps
+        self.verdicts: dict[str, str | None] = {}  # word -> itself, or None when it is quoted
+
+    def dump(self, obj: object) -> bytes:
+        """``obj`` as ``dump_yaml`` writes it, or ``NotPlain``."""
+        if type(obj) is not dict or not obj:
+            raise NotPlain
+        out: list[str] = []
+        _Writer(self, out).mapping(obj, 0, "", 0)
+        return "".join(out).encode("ascii")
+
+    def load(self, data: bytes) -> dict[str, Any]:
+        """The value ``dump`` would have written as ``data``, or ``NotPlain``.
+
+        A reading of the lines by the rules above, then proved: the value is written again and
+        must give ``data`` byte for byte. ``dump``'s bytes are the emitters' (tested), and what
+        the emitters write ``load_yaml`` reads back to the same value (``dump_yaml``'s contract,
+        tested), so for such bytes the value *is* what ``load_yaml`` would return; any other
+        document (a comment, other spacing, a tag, a duplicate key, a scalar read otherwise)
+        fails the proof and goes to the parsers.
+        """
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            raise NotPlain from None
+        if not text.endswith("\n"):
+            raise NotPlain
+        reader = _Reader(text[:-1].split("\n"))
+        value = reader.mapping(0, 0)
+        if reader.at != len(reader.lines) or self.dump(value) != data:
+            raise NotPlain
+        return value
+
+    def word(self, text: str) -> str | None:
+        """``text`` itself when it is written plain, None when in single quotes; NotPlain when it
+        is neither kind of string this module writes."""
+        known = self.verdicts.get(text, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
+        if not _WORD.fullmatch(text) or text.endswith(":"):
+            raise NotPlain
+        traps = self.traps.get(text[:1])
+        verdict = None if traps is not None and traps.match(text) else text
+        if len(text) <= 40 and len(self.verdicts) < 4096:  # keys, names, states: few, seen again and again
+            self.verdicts[text] = verdict
+        return verdict
 
 
 class _Writer:
-    def __init__(self, resolvers: Resolvers, out: list[str]) -> None:
-        self.resolvers = resolvers
+    def __init__(self, plain: Plain, out: list[str]) -> None:
+        self.word = plain.word
         self.out = out
 
     def mapping(self, obj: dict[Any, Any], indent: int, lead: str, depth: int) -> None:
@@ -117,12 +165,74 @@ class _Writer:
             return word if word is not None else f"'{value}'"
         raise NotPlain
 
-    def word(self, text: str) -> str | None:
-        """``text`` itself when it is written plain, None when in single quotes; NotPlain when it
-        is neither kind of string this module writes."""
-        if not _WORD.fullmatch(text) or text.endswith(":"):
+
+# -- reading it back -------------------------------------------------------------------------------
+
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*")
+_WORDS = {"null": None, "true": True, "false": False}
+
+
+class _Reader:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.at = 0
+
+    def mapping(self, indent: int, depth: int) -> dict[str, Any]:
+        """The entries on the lines at ``indent`` from here (at least one)."""
+        if depth >= MAX_NEST:
             raise NotPlain
-        for _tag, pattern in self.resolvers.get(text[:1], ()):
-            if pattern.match(text):
-                return None  # reads back as something else (a time, a number, a bool): quoted
-        return text
+        out: dict[str, Any] = {}
+        lines, pad = self.lines, " " * indent
+        while self.at < len(lines):
+            line = lines[self.at]
+            if not line.startswith(pad) or line[indent : indent + 1] in (" ", "-", ""):
+                break
+            self.at += 1
+            entry = line[indent:]
+            if entry.endswith(":"):  # a nested block follows: a mapping 2 in or a sequence here
+                key = entry[:-1]
+                following = lines[self.at] if self.at < len(lines) else ""
+                if following.startswith(pad + "- "):
+                    out[key] = self.sequence(indent, depth + 1)
+                else:
+                    out[key] = self.mapping(indent + 2, depth + 1)
+            else:
+                key, sep, rest = entry.partition(": ")
+                if not sep:
+                    raise NotPlain
+                out[key] = {} if rest == "{}" else [] if rest == "[]" else _scalar(rest)
+        if not out:
+            raise NotPlain
+        return out
+
+    def sequence(self, indent: int, depth: int) -> list[Any]:
+        if depth >= MAX_NEST:
+            raise NotPlain
+        out: list[Any] = []
+        lines, lead = self.lines, " " * indent + "- "
+        while self.at < len(lines) and lines[self.at].startswith(lead):
+            item = lines[self.at][len(lead) :]
+            if item == "{}":
+                self.at += 1
+                out.append({})
+            elif ": " in item or item.endswith(":"):  # a mapping whose first entry is on this line
+                lines[self.at] = " " * (indent + 2) + item
+                out.append(self.mapping(indent + 2, depth + 1))
+            else:
+                self.at += 1
+                out.append(_scalar(item))
+        return out
+
+
+def _scalar(text: str) -> object:
+    """What the writer meant by ``text`` (the proof in ``Plain.load`` checks it)."""
+    if text in _WORDS:
+        return _WORDS[text]
+    if len(text) <= 100 and _INT.fullmatch(text):  # longer: int() may refuse (max_str_digits)
+        return int(text)
+    if len(text) <= 100 and _FLOAT.fullmatch(text):
+        return float(text)
+    if len(text) > 1 and text[0] == "'" == text[-1]:
+        return text[1:-1]
+    return text

@@ -1,4 +1,4 @@
-"""spool.yaml.plain writes what PyYAML's emitters write, byte for byte, or declines.
+"""spool.yaml.plain writes what PyYAML's emitters write, byte for byte, or declines; reads it back.
 
 The reference is ``spool.yaml.dump``'s pure-Python emitter (and libyaml's where it is used). The
 generators below mostly make values the plain writer takes, so every rule of it is held to the
@@ -13,13 +13,16 @@ import re
 import string
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool.base.records import Attempt, Lease
 from spool.job import Job, JobFile, encode
 from spool.yaml import dump as yamldump
-from spool.yaml.plain import NotPlain, plain_yaml
+from spool.base.errors import InvalidJob
+from spool.yaml import safe as yamlsafe
+from spool.yaml.plain import NotPlain, Plain
 from spool.yaml.safe import dump_yaml, load_yaml
 
 ID = "01JDZ8Q3V7K2M4N5P6R7S8T9VW"
@@ -41,16 +44,53 @@ def reference(value: object) -> bytes:
 
 
 def check(value: object) -> bool:
-    """The plain writer gives the reference's bytes or declines; True when it wrote them."""
+    """The plain writer gives the reference's bytes or declines; True when it wrote them. The
+    plain reader reads them back as the pure-Python parser does, and its mutants too."""
     try:
-        out = plain_yaml(value, yamldump._RESOLVERS_BY_FIRST)
+        out = yamldump.PLAIN.dump(value)
     except NotPlain:
         assert dump_yaml(value) == reference(value)
         return False
     assert out == reference(value), value
     assert out == yamldump._dump_with(yamldump._FastDumper, value)
-    assert repr(load_yaml(out, max_bytes=1 << 20, source="s")) == repr(_as_loaded(value))
+    assert repr(yamldump.PLAIN.load(out)) == repr(_as_loaded(value)) == pure_load(out)
     return True
+
+
+def pure_load(data: bytes) -> str:
+    """The reference parser's answer (its value's repr, or "refused")."""
+    try:
+        return repr(yamlsafe._load_single(yamlsafe._Loader(data.decode("utf-8"))))
+    except (yaml.YAMLError, UnicodeDecodeError, InvalidJob):
+        return "refused"
+
+
+def check_read(data: bytes) -> bool:
+    """The plain reader declines ``data`` or reads it as the pure-Python parser does."""
+    try:
+        value = yamldump.PLAIN.load(data)
+    except NotPlain:
+        return False
+    assert repr(value) == pure_load(data), data
+    assert repr(load_yaml(data, max_bytes=1 << 20, source="s")) == repr(value)
+    return True
+
+
+def mutate(rng: random.Random, data: bytes) -> bytes:
+    """One small edit where it matters to a line reader: a space, a colon, a dash, a quote, a line."""
+    text = data.decode("ascii")
+    at = rng.randrange(len(text) + 1)
+    roll = rng.random()
+    if roll < 0.6:
+        return (
+            text[:at] + rng.choice([" ", ":", "- ", "'", "\n", "#", "  ", "0", "e", ".", "-", "{}"]) + text[at:]
+        ).encode()
+    if roll < 0.8:
+        return (text[:at] + text[at + 1 :]).encode()
+    lines = text.split("\n")
+    line = rng.randrange(len(lines))
+    lines.insert(line, lines[line])
+    return "\n".join(lines).encode()
 
 
 def _as_loaded(value: object) -> object:
@@ -88,10 +128,15 @@ def random_value(rng: random.Random, depth: int = 0) -> object:
 def test_generated_plain_values_are_written_as_the_emitters_write_them(seed: int) -> None:
     rng = random.Random(seed)
     written = 0
+    read_mutants = 0
     for _ in range(3000):
         value = {key(rng): random_value(rng) for _ in range(rng.randint(1, 5))}
-        written += check(value)
+        if check(value):
+            written += 1
+            data = yamldump.PLAIN.dump(value)
+            read_mutants += sum(check_read(mutate(rng, data)) for _ in range(3))
     assert written > 1000  # the plain writer took a good share: its rules were exercised
+    assert read_mutants > 100  # and some mutants were still plain: read as the reference reads them
 
 
 @settings(max_examples=300, deadline=None)
@@ -129,5 +174,50 @@ def test_every_job_file_shape_is_written_as_before() -> None:
 )
 def test_what_it_declines(value: object) -> None:
     with pytest.raises(NotPlain):
-        plain_yaml(value, yamldump._RESOLVERS_BY_FIRST)
+        yamldump.PLAIN.dump(value)
     assert dump_yaml(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a: 1\na: 2\n",  # a duplicate key
+        b"a: 1 # c\n",
+        b"a:  1\n",
+        b"a: !!str 1\n",
+        b"a: &x 1\nb: *x\n",
+        b"a: 0123\n",
+        b"a: 1_000\n",
+        b"a: -0\n",
+        b"a: yes\n",
+        b"a: 'on\n",
+        b"a: 'x'\n",  # quoted where the writer would not quote
+        b"a:\n  b: 1\n c: 2\n",
+        b"a:\n- 1\n  - 2\n",
+        b"a: 1",
+        b"---\na: 1\n",
+        b"a: 1\n...\n",
+        b"a: " + b"9" * 5000 + b"\n",
+        b"a:\n" + b"".join(b"  " * n + b"b:\n" for n in range(1, 3000)) + b"  " * 3000 + b"c: 1\n",
+    ],
+)
+def test_what_the_reader_declines_the_parsers_decide(data: bytes) -> None:
+    with pytest.raises(NotPlain):
+        yamldump.PLAIN.load(data)
+
+
+def test_the_joined_traps_match_where_any_resolver_does_and_the_verdicts_kept_are_the_same() -> None:
+    rng = random.Random(4)
+    texts = WORDS + [
+        "".join(rng.choice("0123456789-:._eE+xobTZyn") for _ in range(rng.randint(1, 12))) for _ in range(5000)
+    ]
+    fresh = Plain(yamldump.PLAIN.traps)
+    for text in texts:
+        entries = yamldump._RESOLVERS_BY_FIRST.get(text[:1], [])
+        joined = yamldump.PLAIN.traps.get(text[:1])
+        assert bool(joined and joined.match(text)) == any(p.match(text) for _tag, p in entries), text
+        try:
+            verdict = fresh.word(text)
+        except NotPlain:
+            continue
+        assert fresh.word(text) == verdict == Plain(yamldump.PLAIN.traps).word(text)  # kept, and as found anew
