@@ -198,8 +198,7 @@ def initial_state(sp: Handle, job: Job, known: dict[str, State | None] | None = 
 def check_room(sp: Handle, adding: int = 1) -> None:
     """Backpressure: ready jobs plus drops the coordinator last counted, plus the ``adding`` new
     jobs, must stay within max_pending."""
-    drops = int(sp.ledger.meta("drops") or 0)
-    ready = sp.ledger.ready_pending_count()
+    ready, drops = sp.ledger.backlog()
     if ready + drops + adding > sp.settings.max_pending:
         what = "" if adding == 1 else f", and this batch would add {adding}"
         raise TryLater(
