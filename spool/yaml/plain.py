@@ -10,16 +10,17 @@ the caller uses the emitters, the reference):
 
 - a top-level ``dict`` with ``str`` keys; values ``None`` (``null``), ``bool``, ``int``,
   ``float`` whose ``repr`` has a ``.`` and no exponent, ``str`` made of ``[A-Za-z0-9_./+:-]``
-  starting with a letter, digit, ``_`` or ``/`` and not ending with ``:`` (no space, quote, indicator
-  or line break: nothing the emitter folds, escapes or splits), ``dict`` and ``list``/``tuple``;
+  starting with a letter, digit, ``_`` or ``/`` and not ending with ``:`` (no space, quote,
+  indicator or line break: nothing the emitter folds, escapes or splits), ``dict``, ``list``, ``tuple``;
 - such a string is written plain when the resolvers read it back as a string (the emitter asks
-  the same table, ``Plain.traps``), else in single quotes (a time, ``on``,
-  ``1.5`` as text...);
+  the same table, ``Plain.traps``), else in single quotes (a time, ``on``, ``1.5`` as text...);
 - block style with an indent of 2: a nested mapping two columns in, a sequence's ``- `` at its
   key's column (PyYAML's indentless sequences), ``{}`` and ``[]`` for empty ones; a sequence in
   a sequence is left to the emitters, and so is nesting past ``MAX_NEST`` levels.
 
-tests/unit/test_yaml_plain.py holds it to ``spool.yaml.dump``'s emitters byte for byte.
+``Plain.load`` reads such bytes back and proves its reading by writing it again (its docstring
+says why that is enough on untrusted input). tests/unit/test_yaml_plain.py holds the writer to
+``spool.yaml.dump``'s emitters byte for byte, and the reader to the pure-Python parser.
 """
 
 from __future__ import annotations
