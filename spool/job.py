@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from spool.base.errors import InvalidJob
@@ -51,6 +52,23 @@ class Job:
     timeout: float = 3600.0
     not_before: str | None = None
     depends_on: tuple[str, ...] = ()
+
+    @cached_property
+    def front_yaml(self) -> bytes:
+        """The file's first two runs (format and id, the spec) as YAML: the same bytes at submit,
+        claim and done, so a Job (frozen, its ``args`` never changed once made) encodes them once."""
+        head, spec = self.front_parts()
+        return dump_yaml({**head, **spec})
+
+    def front_parts(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The file's first two runs as mappings: format and id, then the user's spec."""
+        head: dict[str, Any] = {"spool_format": SPOOL_FORMAT, "id": self.id}
+        spec: dict[str, Any] = {"key": self.key, "task": self.task, "args": dict(self.args)}
+        spec.update(priority=self.priority, max_tries=self.max_tries, timeout=self.timeout)
+        if self.not_before is not None:
+            spec["not_before"] = self.not_before
+        spec["depends_on"] = list(self.depends_on)
+        return head, spec
 
     @property
     def has_own_key(self) -> bool:
@@ -186,19 +204,11 @@ class JobFile:
 
     def mapping_parts(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """The file's fields in three runs, in file order: format and id, the user's spec, the runner's."""
-        job = self.job
-        head: dict[str, Any] = {"spool_format": SPOOL_FORMAT, "id": job.id}
-        spec: dict[str, Any] = {
-            "key": job.key,
-            "task": job.task,
-            "args": dict(job.args),
-            "priority": job.priority,
-            "max_tries": job.max_tries,
-            "timeout": job.timeout,
-        }
-        if job.not_before is not None:
-            spec["not_before"] = job.not_before
-        spec["depends_on"] = list(job.depends_on)
+        head, spec = self.job.front_parts()
+        return head, spec, self.runner_part()
+
+    def runner_part(self) -> dict[str, Any]:
+        """The runner's fields, the file's third run, in file order."""
         out: dict[str, Any] = {"submitted_at": self.submitted_at}
         if self.dropped_as is not None:
             out["dropped_as"] = self.dropped_as
@@ -213,7 +223,7 @@ class JobFile:
         if self.attempts_dropped + dropped:
             out["attempts_dropped"] = self.attempts_dropped + dropped
         out["attempts"] = records
-        return head, spec, out
+        return out
 
 
 def bounded_attempts(records: tuple[Attempt, ...]) -> tuple[int, list[dict[str, Any]]]:
@@ -257,7 +267,10 @@ RUNNER_FIELDS = (
 
 
 def encode(job_file: JobFile) -> bytes:
-    return dump_yaml(job_file.to_mapping())
+    """The job file's bytes: ``dump_yaml(job_file.to_mapping())``, in two runs (block-style YAML of
+    a mapping is its top-level entries one after another), the first one the Job's own
+    (``Job.front_yaml``, encoded once)."""
+    return job_file.job.front_yaml + dump_yaml(job_file.runner_part())
 
 
 def encode_measured(job_file: JobFile) -> tuple[bytes, int]:
@@ -324,21 +337,6 @@ def decode(data: bytes, *, source: str, expected_id: str | None, max_bytes: int)
         attempts=tuple(Attempt.from_mapping(record) for record in attempts),
         attempts_dropped=attempts_dropped,
     )
-
-
-def yaml_size_floor(value: Any) -> int:
-    """A lower bound on plain data's size as YAML, without encoding it (encoding 20 MB takes 15 s).
-
-    Every string and key is written whole, each character as at least one byte, and every item
-    or entry takes at least one more; so a spec this says is over a limit is over it.
-    """
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, Mapping):
-        return sum(len(key) + 1 + yaml_size_floor(item) for key, item in value.items())
-    if isinstance(value, list):
-        return sum(1 + yaml_size_floor(item) for item in value)
-    return 1
 
 
 def tail(text: str, limit_bytes: int = MAX_ERROR_BYTES) -> str:

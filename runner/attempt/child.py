@@ -60,7 +60,10 @@ from spool.runner.attempt.pipes import (
 
 __all__ = ["ERROR_BYTES", "AttemptRequest", "Child", "LogSink", "Outcome"]
 
-MAX_ATTEMPTS_PER_CHILD = 1000
+# A fresh child re-imports the task modules (0.04-0.11 s of CPU: ~0.1 ms a job at 1,000); a
+# trivial handler's child stays at one RSS over 20,000 attempts (issue 19's note, section 6), so
+# what the retirement bounds is a leaking handler's growth, 10,000 attempts of it.
+MAX_ATTEMPTS_PER_CHILD = 10_000
 _DRAIN_BYTES = 16 << 20  # most output taken after a reply or a death (a grandchild may spew on)
 
 

@@ -27,6 +27,16 @@ class LedgerQueries:
         sql = "SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1"
         return self._read(sql)[0][0]
 
+    def backlog(self) -> tuple[int, int]:
+        """(ready jobs in pending/, drops the coordinator last counted): backpressure's two numbers
+        (``spool.moves.submission.check_room``), in one read."""
+        sql = (
+            "SELECT (SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1), "
+            "(SELECT value FROM meta WHERE name = 'drops')"
+        )
+        ready, drops = self._read(sql)[0]
+        return ready, int(drops or 0)
+
     def counts(self) -> dict[str, int]:
         return dict(self._read("SELECT state, count(*) FROM jobs GROUP BY state"))
 

@@ -20,7 +20,7 @@ from spool.base import crash
 from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
 from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id, new_id
-from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready, yaml_size_floor
+from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready
 from spool.disk.layout import State, key_lock_name, key_name
 from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock, acquire
@@ -126,14 +126,28 @@ def encode_within_limit(sp: Handle, job_file: JobFile, runner_parts: dict[str, b
     floor = yaml_size_floor(job_file.job.args)  # far over: refuse without the slow encode
     if floor > limit:
         raise InvalidJob(f"job is at least {floor:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
-    head, spec, runner = job_file.mapping_parts()
-    front = dump_yaml({**head, **spec})
+    front = job_file.job.front_yaml  # kept on the Job: a claim or done of it in this process reuses it
     if len(front) <= limit:  # the spec is part of it: within the limit too
-        return front + _runner_part(runner, runner_parts)
+        return front + _runner_part(job_file.runner_part(), runner_parts)
     data, spec_bytes = encode_measured(job_file)
     if spec_bytes > limit:
         raise InvalidJob(f"job is {spec_bytes:,} bytes as YAML, over max_job_bytes {limit:,}; nothing was written")
     return data
+
+
+def yaml_size_floor(value: Any) -> int:
+    """A lower bound on plain data's size as YAML, without encoding it (encoding 20 MB takes 15 s).
+
+    Every string and key is written whole, each character as at least one byte, and every item
+    or entry takes at least one more; so a spec this says is over a limit is over it.
+    """
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(len(key) + 1 + yaml_size_floor(item) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(1 + yaml_size_floor(item) for item in value)
+    return 1
 
 
 def _runner_part(runner: dict[str, Any], known: dict[str, bytes] | None) -> bytes:
@@ -184,8 +198,7 @@ def initial_state(sp: Handle, job: Job, known: dict[str, State | None] | None = 
 def check_room(sp: Handle, adding: int = 1) -> None:
     """Backpressure: ready jobs plus drops the coordinator last counted, plus the ``adding`` new
     jobs, must stay within max_pending."""
-    drops = int(sp.ledger.meta("drops") or 0)
-    ready = sp.ledger.ready_pending_count()
+    ready, drops = sp.ledger.backlog()
     if ready + drops + adding > sp.settings.max_pending:
         what = "" if adding == 1 else f", and this batch would add {adding}"
         raise TryLater(

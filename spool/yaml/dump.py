@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from spool.base.errors import InvalidJob
+from spool.yaml.plain import NotPlain, Plain
 from spool.yaml.schema import CORE_SCHEMA, MAX_DEPTH, STR, YAML11
 
 __all__ = ["dump_yaml"]
@@ -84,6 +85,15 @@ _Dumper.add_implicit_resolver(YAML11, re.compile(r"(?:y|Y|n|N)\Z"), list("yYnN")
 assert None not in _Dumper.yaml_implicit_resolvers and not _Dumper.yaml_path_resolvers
 _RESOLVERS_BY_FIRST: dict[str, list[tuple[str, re.Pattern[str]]]] = _Dumper.yaml_implicit_resolvers
 
+
+def _joined(patterns: list[re.Pattern[str]]) -> re.Pattern[str]:
+    """One pattern that matches (at the start) where any of ``patterns`` does, each with its flags."""
+    return re.compile("|".join(f"(?{'x' if p.flags & re.VERBOSE else ''}:{p.pattern})" for p in patterns))
+
+
+# Job files without the emitters where they are plain enough (spool.yaml.plain), over the same table.
+PLAIN = Plain({first: _joined([p for _tag, p in entries]) for first, entries in _RESOLVERS_BY_FIRST.items()})
+
 _Dumper.add_representer(type(None), yaml.SafeDumper.represent_none)
 _Dumper.add_representer(bool, yaml.SafeDumper.represent_bool)
 _Dumper.add_representer(int, yaml.SafeDumper.represent_int)
@@ -153,7 +163,13 @@ def dump_yaml(obj: object) -> bytes:
     """Write ``obj`` (JSON-like values, tuples as lists) as block-style UTF-8 YAML.
 
     Raises ``InvalidJob`` past ``MAX_DEPTH`` levels of nesting and ``TypeError`` for other types.
+    A mapping of plain scalars (a job file's runner part, its spec most often) is written by
+    ``spool.yaml.plain`` as the emitters would write it, without them.
     """
+    try:
+        return PLAIN.dump(obj)
+    except NotPlain:
+        pass
     if isinstance(obj, (dict, list)):  # a bare scalar: libyaml leaves out the `...` after it
         try:
             out = _dump_with(_FastDumper, obj)

@@ -34,7 +34,8 @@ from yaml.events import (
 )
 
 from spool.base.errors import InvalidJob
-from spool.yaml.dump import dump_yaml
+from spool.yaml.dump import PLAIN, dump_yaml
+from spool.yaml.plain import NotPlain
 from spool.yaml.schema import CONVERT, CORE_SCHEMA, MAX_DEPTH
 
 __all__ = ["MAX_DEPTH", "dump_yaml", "load_yaml"]
@@ -187,6 +188,10 @@ def load_yaml(data: bytes, *, max_bytes: int, source: str) -> object:
     """
     if len(data) > max_bytes:
         raise InvalidJob(f"{source}: {len(data)} bytes is over the limit of {max_bytes}")
+    try:
+        return PLAIN.load(data)  # a file as spool writes it, most often
+    except NotPlain:
+        pass
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

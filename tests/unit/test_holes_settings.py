@@ -165,7 +165,7 @@ def test_encode_measured_is_encode_and_measures_the_spec() -> None:
     ],
 )
 def test_the_size_floor_is_never_above_the_real_size(args: dict[str, object]) -> None:
-    from spool.job import yaml_size_floor
+    from spool.moves.submission import yaml_size_floor
     from spool.yaml.safe import dump_yaml
 
     assert yaml_size_floor(args) <= len(dump_yaml(args))

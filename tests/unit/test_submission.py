@@ -184,6 +184,13 @@ def test_drops_not_yet_ingested_count_against_max_pending(small: Spool) -> None:
         small.submit("echo")
 
 
+def test_backpressure_reads_ready_jobs_and_drops_in_one_read(small: Spool) -> None:
+    assert small.ledger.backlog() == (0, 0)  # no drops counted yet: no meta row
+    small.submit("echo")
+    small.ledger.set_meta(drops=2)
+    assert small.ledger.backlog() == (small.ledger.ready_pending_count(), 2) == (1, 2)
+
+
 class DiskFullFS(RealFS):
     """The real filesystem, with a full disk for every new file."""
 

@@ -1,0 +1,239 @@
+"""``Plain``: the emitters' bytes for the plainest documents, written without an emitter, and
+such bytes read back (proved by writing them again).
+
+A job file is a mapping of a few dozen scalars: ids, names, counts, times, ``null``. For such a
+document ``dump_yaml`` spends ~60 us per call in PyYAML's representer and libyaml's emitter; the
+text they write is fixed by rules simple enough to state here, and this writes it in a few us.
+
+The rules, for what this module takes and nothing else (anything else raises ``NotPlain`` and
+the caller uses the emitters, the reference):
+
+- a top-level ``dict`` with ``str`` keys; values ``None`` (``null``), ``bool``, ``int``,
+  ``float`` whose ``repr`` has a ``.`` and no exponent, ``str`` made of ``[A-Za-z0-9_./+:-]``
+  starting with a letter, digit, ``_`` or ``/`` and not ending with ``:`` (no space, quote,
+  indicator or line break: nothing the emitter folds, escapes or splits), ``dict``, ``list``, ``tuple``;
+- such a string is written plain when the resolvers read it back as a string (the emitter asks
+  the same table, ``Plain.traps``), else in single quotes (a time, ``on``, ``1.5`` as text...);
+- block style with an indent of 2: a nested mapping two columns in, a sequence's ``- `` at its
+  key's column (PyYAML's indentless sequences), ``{}`` and ``[]`` for empty ones; a sequence in
+  a sequence is left to the emitters, and so is nesting past ``MAX_NEST`` levels.
+
+``Plain.load`` reads such bytes back and proves its reading by writing it again (its docstring
+says why that is enough on untrusted input). tests/unit/test_yaml_plain.py holds the writer to
+``spool.yaml.dump``'s emitters byte for byte, and the reader to the pure-Python parser.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+Traps = Mapping[str, re.Pattern[str]]  # first character -> the plain strings that read back otherwise
+
+__all__ = ["NotPlain", "Plain"]
+
+MAX_NEST = 6  # deeper documents go to the emitters (which also enforce MAX_DEPTH)
+
+_WORD = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./+:-]*")
+
+
+_UNKNOWN = object()
+
+
+class NotPlain(Exception):
+    """The value is not one this module writes; the emitters must."""
+
+
+class Plain:
+    """The plain writer and reader over one table of ``traps``: by first character, one pattern
+    joining the emitter's implicit resolvers (a plain string it matches reads back as something
+    else: ``spool.yaml.dump`` builds the one spool uses)."""
+
+    def __init__(self, traps: Traps) -> None:
+        self.traps = traps
+        self.verdicts: dict[str, str | None] = {}  # word -> itself, or None when it is quoted
+
+    def dump(self, obj: object) -> bytes:
+        """``obj`` as ``dump_yaml`` writes it, or ``NotPlain``."""
+        if type(obj) is not dict or not obj:
+            raise NotPlain
+        out: list[str] = []
+        _Writer(self, out).mapping(obj, 0, "", 0)
+        return "".join(out).encode("ascii")
+
+    def load(self, data: bytes) -> dict[str, Any]:
+        """The value ``dump`` would have written as ``data``, or ``NotPlain``.
+
+        A reading of the lines by the rules above, then proved: the value is written again and
+        must give ``data`` byte for byte. ``dump``'s bytes are the emitters' (tested), and what
+        the emitters write ``load_yaml`` reads back to the same value (``dump_yaml``'s contract,
+        tested), so for such bytes the value *is* what ``load_yaml`` would return; any other
+        document (a comment, other spacing, a tag, a duplicate key, a scalar read otherwise)
+        fails the proof and goes to the parsers.
+        """
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            raise NotPlain from None
+        if not text.endswith("\n"):
+            raise NotPlain
+        reader = _Reader(text[:-1].split("\n"))
+        value = reader.mapping(0, 0)
+        if reader.at != len(reader.lines) or self.dump(value) != data:
+            raise NotPlain
+        return value
+
+    def word(self, text: str) -> str | None:
+        """``text`` itself when it is written plain, None when in single quotes; NotPlain when it
+        is neither kind of string this module writes."""
+        known = self.verdicts.get(text, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
+        if not _WORD.fullmatch(text) or text.endswith(":"):
+            raise NotPlain
+        traps = self.traps.get(text[:1])
+        verdict = None if traps is not None and traps.match(text) else text
+        if len(text) <= 40 and len(self.verdicts) < 4096:  # keys, names, states: few, seen again and again
+            self.verdicts[text] = verdict
+        return verdict
+
+
+class _Writer:
+    def __init__(self, plain: Plain, out: list[str]) -> None:
+        self.word = plain.word
+        self.out = out
+
+    def mapping(self, obj: dict[Any, Any], indent: int, lead: str, depth: int) -> None:
+        """Each entry on its line at ``indent``; the first one after ``lead`` (``- `` in a sequence)."""
+        if depth >= MAX_NEST:
+            raise NotPlain
+        out, pad, prefix = self.out, " " * indent, lead
+        for key, value in obj.items():
+            if type(key) is not str or len(key) > 60 or self.word(key) != key:
+                raise NotPlain  # a key that needs quotes, or is too long for a simple key
+            kind = type(value)
+            if kind is dict:
+                if value:
+                    out.append(f"{prefix}{key}:\n")
+                    self.mapping(value, indent + 2, " " * (indent + 2), depth + 1)
+                else:
+                    out.append(f"{prefix}{key}: {{}}\n")
+            elif kind is list or kind is tuple:
+                if value:
+                    out.append(f"{prefix}{key}:\n")
+                    self.sequence(value, indent, depth + 1)
+                else:
+                    out.append(f"{prefix}{key}: []\n")
+            else:
+                out.append(f"{prefix}{key}: {self.scalar(value)}\n")
+            prefix = pad
+
+    def sequence(self, items: list[Any] | tuple[Any, ...], indent: int, depth: int) -> None:
+        if depth >= MAX_NEST:
+            raise NotPlain
+        pad = " " * indent
+        for item in items:
+            kind = type(item)
+            if kind is dict:
+                if item:
+                    self.mapping(item, indent + 2, pad + "- ", depth + 1)
+                else:
+                    self.out.append(f"{pad}- {{}}\n")
+            elif kind is list or kind is tuple:
+                raise NotPlain
+            else:
+                self.out.append(f"{pad}- {self.scalar(item)}\n")
+
+    def scalar(self, value: object) -> str:
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        kind = type(value)
+        if kind is int:
+            return str(value)
+        if kind is float:
+            text = repr(value)
+            if "." in text and "e" not in text and "n" not in text:  # not 1e+16, inf, nan
+                return text
+            raise NotPlain
+        if kind is str:
+            assert isinstance(value, str)
+            word = self.word(value)
+            return word if word is not None else f"'{value}'"
+        raise NotPlain
+
+
+# -- reading it back -------------------------------------------------------------------------------
+
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?[0-9]+\.[0-9]*")
+_WORDS = {"null": None, "true": True, "false": False}
+
+
+class _Reader:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.at = 0
+
+    def mapping(self, indent: int, depth: int) -> dict[str, Any]:
+        """The entries on the lines at ``indent`` from here (at least one)."""
+        if depth >= MAX_NEST:
+            raise NotPlain
+        out: dict[str, Any] = {}
+        lines, pad = self.lines, " " * indent
+        while self.at < len(lines):
+            line = lines[self.at]
+            if not line.startswith(pad) or line[indent : indent + 1] in (" ", "-", ""):
+                break
+            self.at += 1
+            entry = line[indent:]
+            if entry.endswith(":"):  # a nested block follows: a mapping 2 in or a sequence here
+                key = entry[:-1]
+                following = lines[self.at] if self.at < len(lines) else ""
+                if following.startswith(pad + "- "):
+                    out[key] = self.sequence(indent, depth + 1)
+                else:
+                    out[key] = self.mapping(indent + 2, depth + 1)
+            else:
+                key, sep, rest = entry.partition(": ")
+                if not sep:
+                    raise NotPlain
+                out[key] = {} if rest == "{}" else [] if rest == "[]" else _scalar(rest)
+        if not out:
+            raise NotPlain
+        return out
+
+    def sequence(self, indent: int, depth: int) -> list[Any]:
+        if depth >= MAX_NEST:
+            raise NotPlain
+        out: list[Any] = []
+        lines, lead = self.lines, " " * indent + "- "
+        while self.at < len(lines) and lines[self.at].startswith(lead):
+            item = lines[self.at][len(lead) :]
+            if item == "{}":
+                self.at += 1
+                out.append({})
+            elif ": " in item or item.endswith(":"):  # a mapping whose first entry is on this line
+                lines[self.at] = " " * (indent + 2) + item
+                out.append(self.mapping(indent + 2, depth + 1))
+            else:
+                self.at += 1
+                out.append(_scalar(item))
+        return out
+
+
+def _scalar(text: str) -> object:
+    """What the writer meant by ``text`` (the proof in ``Plain.load`` checks it)."""
+    if text in _WORDS:
+        return _WORDS[text]
+    if len(text) <= 100 and _INT.fullmatch(text):  # longer: int() may refuse (max_str_digits)
+        return int(text)
+    if len(text) <= 100 and _FLOAT.fullmatch(text):
+        return float(text)
+    if len(text) > 1 and text[0] == "'" == text[-1]:
+        return text[1:-1]
+    return text
