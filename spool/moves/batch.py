@@ -67,7 +67,7 @@ from spool.job import JobFile, is_ready
 from spool.disk.layout import State, job_name, key_name
 from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock
-from spool.moves.store import stage, unstage, wake
+from spool.moves.store import stage, sync_staged, unstage, wake
 from spool.moves.submission import (
     Submitted,
     check_room,
@@ -235,7 +235,7 @@ def _write_round(sp: Handle, new: list[_Member]) -> None:
     try:
         job_files = [_stage_unsynced(sp, member.data, left) for member in new]
         reservations = [_stage_unsynced(sp, reservation_bytes(member.job_file.id), left) for member in reserving]
-        _sync_staged(sp, list(left))
+        sync_staged(sp, list(left))
         crash.point("batch-after-sync")
         for member, staged in zip(reserving, reservations):
             move_reservation(sp, member.job_file.job.key, staged)
@@ -263,15 +263,6 @@ def _stage_unsynced(sp: Handle, data: bytes, left: dict[str, None]) -> str:
     staged = stage(sp, data, sync=False)
     left[staged] = None
     return staged
-
-
-def _sync_staged(sp: Handle, staged: list[str]) -> None:
-    """Make the round's staged files durable: one ``syncfs``, or an fsync of each where it is missing."""
-    tmp_fd = sp.layout.fd("tmp")
-    if fs.syncfs(tmp_fd):
-        return
-    for name in staged:
-        fs.fsync_file(tmp_fd, name)
 
 
 def _index_batch(sp: Handle, committed: list[_Member]) -> None:

@@ -5,16 +5,16 @@ result, results/, the done file, done/); on a journaled disk nearly each one com
 filesystem's journal. A worker that meets a deep queue, or finishes short attempts one after
 another, shares those syncs across the jobs: each job still moves with its own rename or link
 and its own checks under its own lock, in the order one job's move makes them; what a batch
-shares is the journal commit of every file's content (all written before the first fsync) and
-one fsync of each folder.
+shares is the sync of every file's content (one ``syncfs``, or an fsync of each where it is
+missing, as ``submit_many`` does: ``store.sync_staged``) and one fsync of each folder.
 
 **claim_many** (PENDING -> LEASED for up to ``most`` jobs):
 
 1. The best ready jobs are reserved in one ledger transaction; each is locked without blocking
    (a busy one is put back) and checked as one claim checks it (``claimable``). Each lock is
    held until the batch ends.
-2. Each member's claimed content (attempt+1, tries+1, the lease) is written in tmp/, then each
-   is fsync'd (``_sync``). Crash point ``claim-batch-after-sync``: only
+2. Each member's claimed content (attempt+1, tries+1, the lease) is written in tmp/ without an
+   fsync, then one sync makes them all durable. Crash point ``claim-batch-after-sync``: only
    staged files in tmp/, swept at start; nothing was claimed.
 3. Per member: its first heartbeat (the members after the first marked ``queued``: their
    handlers wait for the ones before), the rename pending/ -> leased/ (the member's commit
@@ -35,7 +35,7 @@ before them runs long, so no member waits out a lease term.
 
 1. Every member is locked (blocking, in id order, so two callers can't deadlock) and its fence
    checked (a stale one is dropped: LeaseLost, as for ``complete``). Its result and its done
-   file are written in tmp/, then each is fsync'd (``_sync``). Crash point
+   file are written in tmp/ without an fsync; one sync makes them all durable. Crash point
    ``complete-batch-after-sync``: nothing changed, every lease still holds.
 2. Each result is linked into results/ (the member's commit point of done; a name already there
    means an earlier result won: that member is dropped). Crash point ``complete-batch-after-link``
@@ -70,7 +70,7 @@ from spool.disk.layout import State, job_name, result_name
 from spool.job import JobFile
 from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
 from spool.moves.recovery import resync
-from spool.moves.store import clear_lease_files, job_lock, move_job, stage, unstage
+from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage
 from spool.moves.transitions import as_claimed, claim_held, claimable
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def _lock_and_stage(sp: Handle, locks: ExitStack, reserved: list[str], worker: s
             claimed = as_claimed(sp, job_file, worker)
             data = jobs.encode(claimed)
             members.append(_Member(job_id, claimed, data, stage(sp, data, sync=False)))
-        _sync(sp, [member.staged for member in members])
+        sync_staged(sp, [member.staged for member in members])
     except BaseException:
         for member in members:
             unstage(sp, member.staged)
@@ -205,7 +205,7 @@ def complete_many(sp: Handle, finished: Sequence[Finished]) -> list[LeaseLost | 
         staged: list[str] = []
         try:
             ready = _stage_outcomes(sp, members, staged, outcome)
-            _sync(sp, staged)
+            sync_staged(sp, staged)
             crash.point("complete-batch-after-sync")
             done = _link_results(sp, ready, outcome)
             _publish_done(sp, done, staged)
@@ -303,17 +303,6 @@ def _publish_done(sp: Handle, done: list[tuple[JobFile, str]], staged: list[str]
 
 
 # -- shared -----------------------------------------------------------------------------------
-
-
-def _sync(sp: Handle, staged: list[str]) -> None:
-    """Make the staged files durable, all written before the first fsync: on a journaled
-    filesystem the first fsync commits them all in one transaction and the rest find little
-    left to do. Not ``syncfs`` (``submit_many``'s): it writes back every dirty page of the
-    filesystem, the ledger's and any other program's, and measured no faster here
-    (docs/performance.md, "Group commit in the worker")."""
-    tmp_fd = sp.layout.fd("tmp")
-    for name in staged:
-        fs.fsync_file(tmp_fd, name)
 
 
 def _record(sp: Handle, files: list[JobFile], state: State, event: str, worker: str) -> None:

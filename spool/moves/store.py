@@ -129,6 +129,16 @@ def unstage(sp: Handle, name: str) -> None:
     fs.unlink(sp.layout.fd("tmp"), name, missing_ok=True)
 
 
+def sync_staged(sp: Handle, staged: list[str]) -> None:
+    """Make files staged without an fsync durable, a batch's at once: one ``syncfs``, or an fsync
+    of each where it is missing (``fsio.syncfs`` says where). A failure is final (DurabilityError)."""
+    tmp_fd = sp.layout.fd("tmp")
+    if not staged or fs.syncfs(tmp_fd):
+        return
+    for name in staged:
+        fs.fsync_file(tmp_fd, name)
+
+
 def create_job(sp: Handle, state: State, job_file: JobFile, data: bytes | None = None) -> None:
     """Publish a new job file (tmp, fsync, rename without replace); the caller fsyncs the folder.
 

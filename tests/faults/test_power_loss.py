@@ -268,9 +268,15 @@ class NoSyncfs(RecordingFS):
         return False
 
 
-def test_every_power_cut_keeps_the_promises_of_a_batch_without_syncfs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["batch of 3 (keyed and unkeyed)", "batch claim and complete of 3"])
+def test_every_power_cut_keeps_the_promises_of_a_batch_without_syncfs(tmp_path: Path, name: str) -> None:
+    scenario = SCENARIO[name]
     run = run_model(
-        Scenario("batch of 3, an fsync of each file", batch_of_three, jobs_bound=(0, 3)), tmp_path, fs_class=NoSyncfs
+        Scenario(
+            f"{name}, an fsync of each file", scenario.act, prepare=scenario.prepare, jobs_bound=scenario.jobs_bound
+        ),
+        tmp_path,
+        fs_class=NoSyncfs,
     )
     print(run.summary())
     assert any(op.kind == "fsync_file" for op in run.ops) and not any(op.kind == "syncfs" for op in run.ops)
