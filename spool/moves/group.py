@@ -64,11 +64,11 @@ from spool import job as jobs
 from spool.base import crash
 from spool.base.errors import DiskFull, InvalidJob, LeaseLost, LedgerError, SpoolError
 from spool.base.records import Lease
-from spool.base.timetext import now_text
 from spool.disk.fsio import fs
 from spool.disk.layout import State, job_name, result_name
 from spool.job import JobFile
 from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
+from spool.moves.outcomes import as_done
 from spool.moves.recovery import resync
 from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage
 from spool.moves.transitions import as_claimed, claim_held, claimable
@@ -243,13 +243,7 @@ def _stage_outcomes(
         except InvalidJob as err:  # not the file this attempt's claim wrote: someone else's now
             outcome[member.lease.job_id] = LeaseLost(f"{member.lease.job_id}: {err}")
             continue
-        done = job_file.replace(
-            lease=None,
-            backoff_seconds=None,
-            reason=None,
-            error=None,
-            attempts=job_file.end_attempt(outcome="done", ended=now_text(sp.clock)),
-        )
+        done = as_done(sp, job_file)
         result = stage(sp, member.result_json, sync=False)
         staged.append(result)
         done_file = stage(sp, jobs.encode(done), sync=False)

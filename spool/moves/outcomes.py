@@ -31,16 +31,21 @@ def finish_done(sp: Handle, job_file: JobFile, source: State = State.LEASED) -> 
     ``publish_job``: the done file is whole and durable before the leased copy goes, so no
     fsync of leased/ by another claim can ever leave the job in neither folder.
     """
-    done = job_file.replace(
+    done = as_done(sp, job_file)
+    publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
+    clear_lease_files(sp, job_file.id, job_file.attempt)
+    return done
+
+
+def as_done(sp: Handle, job_file: JobFile) -> JobFile:
+    """The done file's content: no lease, no reason or error, its attempt closed 'done'."""
+    return job_file.replace(
         lease=None,
         backoff_seconds=None,
         reason=None,
         error=None,
         attempts=job_file.end_attempt(outcome="done", ended=now_text(sp.clock)),
     )
-    publish_job(sp, done, source, State.DONE, crash_step="complete-after-move")
-    clear_lease_files(sp, job_file.id, job_file.attempt)
-    return done
 
 
 def bury(

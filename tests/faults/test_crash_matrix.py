@@ -208,6 +208,16 @@ def results_by(worker: str, count: int) -> Callable[[Spool, Ctx, dict[str, Any]]
     return check
 
 
+# Every result of the batch linked before the crash: recovery finishes them, never replaces one.
+BATCH_KEPT = Scenario(
+    "batch-kept",
+    as_batch_worker(complete_all=True),
+    setup=echo_jobs(3),
+    expect=("done",) * 3,
+    check=results_by(CRASHED_WORKER, 3),
+)
+
+
 def completes(sp: Spool, lease: Lease) -> None:
     complete(sp, lease, json.dumps({"by": CRASHED_WORKER}).encode())
 
@@ -676,38 +686,18 @@ SCENARIOS: dict[str, list[Scenario]] = {
             check=results_by(CRASHED_WORKER, 1),
         ),
     ],
-    "worker:complete-batch-after-rename": [
-        Scenario(
-            "all-kept",
-            as_batch_worker(complete_all=True),
-            setup=echo_jobs(3),
-            expect=("done",) * 3,
-            check=results_by(CRASHED_WORKER, 3),
-        ),
-    ],
+    "worker:complete-batch-after-rename": [BATCH_KEPT],
     "worker:complete-after-stage": [
         Scenario("retried", as_worker(completes), setup=echo_job()),
     ],
     "worker:after-result": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
-        Scenario(
-            "batch-kept",
-            as_batch_worker(complete_all=True),
-            setup=echo_jobs(3),
-            expect=("done",) * 3,
-            check=results_by(CRASHED_WORKER, 3),
-        ),
+        BATCH_KEPT,
         Scenario("last-try", as_worker(completes), setup=echo_job(max_tries=1), check=result_by(CRASHED_WORKER)),
     ],
     "worker:complete-after-move": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
-        Scenario(
-            "batch-kept",
-            as_batch_worker(complete_all=True),
-            setup=echo_jobs(3),
-            expect=("done",) * 3,
-            check=results_by(CRASHED_WORKER, 3),
-        ),
+        BATCH_KEPT,
     ],
     "worker:fail-after-rename": [
         Scenario("retried", as_worker(fails), setup=echo_job()),
