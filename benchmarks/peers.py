@@ -11,7 +11,7 @@ process of the system (producers from their own ``getrusage``; workers, and for 
 postmaster and all its children, from /proc: utime+stime+cutime+cstime, so backends that exited
 are counted through the postmaster). Then ``--peer-strace-jobs`` (300) jobs of shape (a) under
 ``strace -ff -z``, attached to the workers and the PostgreSQL server, and wrapped around the
-producer: fsync-family calls per job (fsync, fdatasync, sync_file_range) and file creations per job.
+producer: fsync-family calls per job (fsync, fdatasync, sync_file_range, syncfs) and file creations per job.
 
 Drain ends when the system reports every job finished, polled every 10 ms: spool's ledger (jobs
 in ``done``, read-only SQLite), Huey's result rows (``kv``), pgqueuer's id sequence minus its
@@ -43,7 +43,7 @@ from benchmarks.peers_report import SHAPES, parse_strace  # noqa: E402
 
 APPS = ROOT / "benchmarks" / "peer_apps.py"
 PG_SYSTEMS = ("pgqueuer", "procrastinate")
-SYNC_CALLS = "fsync,fdatasync,sync_file_range,open,openat,creat,mkdir,mkdirat"
+SYNC_CALLS = "fsync,fdatasync,sync_file_range,syncfs,open,openat,creat,mkdir,mkdirat"
 POLL = 0.01
 
 

@@ -14,7 +14,7 @@ SHAPES = {
 }
 NAMES = {"spool": "spool", "huey": "Huey", "pgqueuer": "pgqueuer", "procrastinate": "procrastinate"}
 STALL_S = 20.0  # peers.STALL
-SYNCS = ("fsync", "fdatasync", "sync_file_range")
+SYNCS = ("fsync", "fdatasync", "sync_file_range", "syncfs")
 _LINE = re.compile(r"^(\w+)\((.*)\)\s+=\s+\d+", re.MULTILINE)
 
 
