@@ -63,7 +63,7 @@ class Batches:
         """The next waiting member whose lease still holds, started (its heartbeat unmarked)."""
         while self.queued:
             held = self.queued.popleft()
-            lease = Lease(held.job_file.id, self.worker, held.job_file.attempt)
+            lease = self._lease(held)
             status = lease_status(self.sp, lease, held)
             if status is LeaseStatus.HELD:
                 start_queued(self.sp, lease)
@@ -81,11 +81,14 @@ class Batches:
         """Release every waiting member: no try spent, ready at once for any worker."""
         while self.queued:
             held = self.queued.popleft()
-            lease = Lease(held.job_file.id, self.worker, held.job_file.attempt)
+            lease = self._lease(held)
             try:
                 release(self.sp, lease, held)
             except LeaseLost as err:
                 log.warning("release of %s skipped: %s", lease.job_id, err)
+
+    def _lease(self, held: Held) -> Lease:
+        return Lease(held.job_file.id, self.worker, held.job_file.attempt)
 
     # -- attempts and results ------------------------------------------------------------------
 

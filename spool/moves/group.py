@@ -106,10 +106,8 @@ def claim_many(sp: Handle, worker: str, tasks: Collection[str] | None, most: int
         held = claim_held(sp, worker, tasks)
         return [held] if held is not None else []
     reserved = sp.ledger.reserve_many(tasks, most)
-    if len(reserved) <= 1:
-        for job_id in reserved:
-            _unreserve(sp, job_id)  # claim_held takes it again, with its own checks and retries
-        held = claim_held(sp, worker, tasks) if reserved else None
+    if len(reserved) <= 1:  # one ready job: the one-job claim, with its own checks and retries
+        held = claim_held(sp, worker, tasks, reserved=reserved[0]) if reserved else None
         return [held] if held is not None else []
     put_back = list(reserved)  # every reserved job not claimed goes back in the claim order
     with ExitStack() as locks:

@@ -22,6 +22,7 @@ from spool.disk.layout import (
     WAKE_NAME,
     State,
     cancel_name,
+    heartbeat_content,
     heartbeat_lines,
     heartbeat_name,
     is_lease_file_of,
@@ -285,7 +286,8 @@ def queued_beat(sp: Handle, job_id: str, attempt: int) -> bool:
         content = fs.read_file(sp.layout.fd(State.LEASED), heartbeat_name(job_id, attempt), HEARTBEAT_MAX_BYTES)
     except (OSError, InvalidJob):
         return False
-    return parse_heartbeat(content) is not None and heartbeat_lines(content)[0].split()[2:] == [b"queued"]
+    beat = parse_heartbeat(content)  # the first line as the writer writes a queued member's
+    return beat is not None and heartbeat_lines(content)[0] == heartbeat_content(*beat, queued=True)
 
 
 def write_dot_file(sp: Handle, state: State, name: str, data: bytes) -> None:

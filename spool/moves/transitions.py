@@ -63,9 +63,10 @@ def claim(sp: Handle, worker: str, tasks: Collection[str] | None) -> JobFile | N
     return held.job_file if (held := claim_held(sp, worker, tasks)) is not None else None
 
 
-def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held | None:
+def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None, reserved: str | None = None) -> Held | None:
     """PENDING -> LEASED: the best ready job of ``tasks``, or None; with the bytes written, so
     the attempt's later steps can check their fence without a parse (``spool.moves.fence``).
+    ``reserved``: a job the caller reserved already (``reserve_many``), tried first.
 
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
     attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
@@ -78,7 +79,7 @@ def claim_held(sp: Handle, worker: str, tasks: Collection[str] | None) -> Held |
     busy: list[str] = []
     try:
         for _ in range(64):
-            job_id = sp.ledger.reserve_next(tasks)
+            job_id, reserved = reserved or sp.ledger.reserve_next(tasks), None
             if job_id is None:
                 return None
             lock = job_lock(sp, job_id, blocking=False)
@@ -201,7 +202,7 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
     claim). A stale attempt (fence mismatch) raises LeaseLost and links nothing: the first
     result wins and a late one is dropped. ``held``: what the claim wrote (``spool.moves.fence``).
     """
-    staged = stage(sp, result_json, sync=True)
+    staged = stage(sp, result_json, sync=True)  # (no done/.wake after: nothing waits on one)
     crash.point("complete-after-stage")
     try:
         with job_lock(sp, lease.job_id, blocking=True):
@@ -216,7 +217,6 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
             sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
     finally:
         unstage(sp, staged)
-    # No done/.wake: nothing waits on one (the coordinator sees the done file land; Spool.wait polls).
     log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
 
 

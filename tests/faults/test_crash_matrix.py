@@ -166,20 +166,19 @@ def echo_jobs(count: int) -> Callable[[Spool, Ctx], None]:
     return setup
 
 
-def as_batch_worker(*, start: bool = False, complete_all: bool = False) -> Callable[[Spool, Ctx], None]:
-    """Claim three jobs in one batch like ``spool worker`` (runner.batching); with ``start``,
-    start the waiting members (their heartbeats lose the ``queued`` mark), with ``complete_all``
-    then complete all three in one ``complete_many``."""
+def as_batch_worker(*, complete_all: bool = False) -> Callable[[Spool, Ctx], None]:
+    """Claim three jobs in one batch like ``spool worker`` (runner.batching); with ``complete_all``,
+    start the waiting members (their heartbeats lose the ``queued`` mark) and complete all three
+    in one ``complete_many``."""
 
     def act(sp: Spool, ctx: Ctx) -> None:
         ctx["lock"] = acquire(sp.layout.fd("locks"), worker_lock_name(CRASHED_WORKER), blocking=True)
         members = claim_many(sp, CRASHED_WORKER, ["echo"], 3)
         assert len(members) == 3, "a batch of three"
         leases = [Lease(held.job_file.id, CRASHED_WORKER, held.job_file.attempt) for held in members]
-        if start or complete_all:
+        if complete_all:
             for lease in leases[1:]:
                 start_queued(sp, lease)
-        if complete_all:
             result = json.dumps({"by": CRASHED_WORKER}).encode()
             assert (
                 complete_many(sp, [Finished(lease, held, result) for lease, held in zip(leases, members)]) == [None] * 3
@@ -208,14 +207,17 @@ def results_by(worker: str, count: int) -> Callable[[Spool, Ctx, dict[str, Any]]
     return check
 
 
+def batch_of_three(
+    name: str, check: Callable[[Spool, Ctx, dict[str, Any]], None], *, complete_all: bool = False
+) -> Scenario:
+    """Three echo jobs claimed (and with ``complete_all`` completed) in one batch; all end done."""
+    return Scenario(
+        name, as_batch_worker(complete_all=complete_all), setup=echo_jobs(3), expect=("done",) * 3, check=check
+    )
+
+
 # Every result of the batch linked before the crash: recovery finishes them, never replaces one.
-BATCH_KEPT = Scenario(
-    "batch-kept",
-    as_batch_worker(complete_all=True),
-    setup=echo_jobs(3),
-    expect=("done",) * 3,
-    check=results_by(CRASHED_WORKER, 3),
-)
+BATCH_KEPT = batch_of_three("batch-kept", results_by(CRASHED_WORKER, 3), complete_all=True)
 
 
 def completes(sp: Spool, lease: Lease) -> None:
@@ -654,37 +656,23 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "worker:after-claim": [
         Scenario("retried", as_worker(), setup=echo_job()),
         # A batch: the first member started, the two waiting ones never did: their tries come back.
-        Scenario("batch", as_batch_worker(), setup=echo_jobs(3), expect=("done",) * 3, check=tries_spent(1, 1, 2)),
+        batch_of_three("batch", tries_spent(1, 1, 2)),
         Scenario("lease-expires", as_worker(liveness_lock=False), setup=echo_job()),
         Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
     ],
     "worker:claim-batch-after-sync": [
-        Scenario("untouched", as_batch_worker(), setup=echo_jobs(3), expect=("done",) * 3, check=tries_spent(1, 1, 1)),
+        batch_of_three("untouched", tries_spent(1, 1, 1)),
     ],
     "worker:claim-batch-after-member": [
         # The first member claimed (its try counted, as any claim's); the others never renamed.
-        Scenario(
-            "first-claimed", as_batch_worker(), setup=echo_jobs(3), expect=("done",) * 3, check=tries_spent(1, 1, 2)
-        ),
+        batch_of_three("first-claimed", tries_spent(1, 1, 2)),
     ],
     "worker:complete-batch-after-sync": [
         # Every member started: each spent its try, as a single attempt killed before its result.
-        Scenario(
-            "retried",
-            as_batch_worker(complete_all=True),
-            setup=echo_jobs(3),
-            expect=("done",) * 3,
-            check=tries_spent(2, 2, 2),
-        ),
+        batch_of_three("retried", tries_spent(2, 2, 2), complete_all=True),
     ],
     "worker:complete-batch-after-link": [
-        Scenario(
-            "first-kept",
-            as_batch_worker(complete_all=True),
-            setup=echo_jobs(3),
-            expect=("done",) * 3,
-            check=results_by(CRASHED_WORKER, 1),
-        ),
+        batch_of_three("first-kept", results_by(CRASHED_WORKER, 1), complete_all=True),
     ],
     "worker:complete-batch-after-rename": [BATCH_KEPT],
     "worker:complete-after-stage": [
