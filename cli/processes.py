@@ -37,6 +37,29 @@ TOKEN_ENV = "SPOOL_TOKEN"  # `worker --server`'s token from the environment (a c
 _shell_option = click.option("--allow-shell", is_flag=True, help="Run `shell` jobs (their argv is run as given).")
 
 
+def _queue_names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """``--queues A,B``: the queues to claim from, each a name with an id's grammar (None: every queue)."""
+    if value is None:
+        return None
+    from spool.disk import is_valid_id  # start-up: the flag's check only
+
+    names = tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    for name in names:
+        if not is_valid_id(name):
+            raise click.BadParameter(f"{name!r} is not a queue name (letters, digits, '_' and '-')")
+    if not names:
+        raise click.BadParameter("expected queue names, comma-separated")
+    return names
+
+
+_queues_option = click.option(
+    "--queues",
+    metavar="Q,...",
+    callback=_queue_names,
+    help="Claim only jobs of these queues (comma-separated; default: every queue).",
+)
+
+
 def _daemonise_stdio() -> None:
     """A stray write on fd 0 must never land in a spool file; die with our supervisor."""
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -62,6 +85,7 @@ def coordinator(app: App) -> None:
 @command()
 @_import_option
 @_shell_option
+@_queues_option
 @click.option("--burst", is_flag=True, help="Exit when no ready job is left (for scripts and tests).")
 @click.option("--name", help="Worker name (default host-pid-random; must be unique).")
 @click.option("--server", metavar="URL", help="Work for a remote spool through its API (https://host:port).")
@@ -80,6 +104,7 @@ def worker(
     app: App,
     import_modules: tuple[str, ...],
     allow_shell: bool,
+    queues: tuple[str, ...] | None,
     burst: bool,
     name: str | None,
     server: str | None,
@@ -89,7 +114,9 @@ def worker(
 ) -> None:
     """Run a worker: claim jobs of the tasks it knows, run each attempt in a child process."""
     if server is not None:
-        sys.exit(_remote_worker(app, import_modules, allow_shell, burst, name, server, token, token_file, cacert))
+        sys.exit(
+            _remote_worker(app, import_modules, allow_shell, queues, burst, name, server, token, token_file, cacert)
+        )
     if token or token_file or cacert:
         raise UsageError("--token, --token-file and --cacert go with --server URL")
     from spool.runner.worker import Worker  # start-up: ~13 ms that no other command needs
@@ -100,7 +127,13 @@ def worker(
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
     crash.arm("worker", os.environ)
     worker = Worker(
-        sp, import_modules=import_modules, allow_shell=allow_shell, burst=burst, name=name, sys_path=[os.getcwd()]
+        sp,
+        import_modules=import_modules,
+        allow_shell=allow_shell,
+        burst=burst,
+        name=name,
+        sys_path=[os.getcwd()],
+        queues=queues,
     )
     sys.exit(worker.run())
 
@@ -109,6 +142,7 @@ def _remote_worker(
     app: App,
     import_modules: tuple[str, ...],
     allow_shell: bool,
+    queues: tuple[str, ...] | None,
     burst: bool,
     name: str | None,
     server: str,
@@ -130,7 +164,13 @@ def _remote_worker(
     setup_logging(settings.log_level, settings.log_format, "worker")
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
     return run_remote_worker(
-        client, settings, import_modules=import_modules, allow_shell=allow_shell, burst=burst, sys_path=[os.getcwd()]
+        client,
+        settings,
+        import_modules=import_modules,
+        allow_shell=allow_shell,
+        burst=burst,
+        sys_path=[os.getcwd()],
+        queues=queues,
     )
 
 
@@ -162,7 +202,9 @@ def _remote_token(token: str | None, token_file: str | None) -> tuple[str, str]:
     raise UsageError(f"--server needs a work token: --token-file FILE, ${TOKEN_ENV} or --token TOKEN")
 
 
-def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool) -> list[ChildSpec]:
+def supervisor_specs(
+    app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool, queues: tuple[str, ...] | None = None
+) -> list[ChildSpec]:
     # The spool through our own descriptor of it, so a child restarted after the spool folder was
     # renamed still finds it (children die with us, so the descriptor outlives every one of them).
     here = f"/proc/{os.getpid()}/fd/{app.spool().layout.root_fd}"
@@ -170,6 +212,7 @@ def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], al
     base = [sys.executable, "-P", "-m", "spool.cli", *app.flag_argv(), "--spool", here]
     extra = [arg for module in import_modules for arg in ("--import", module)]
     extra += ["--allow-shell"] if allow_shell else []
+    extra += ["--queues", ",".join(queues)] if queues is not None else []
     env = dict(os.environ)
     specs = [ChildSpec("coordinator", [*base, "coordinator"], env)]
     specs += [ChildSpec(f"worker-{n}", [*base, "worker", *extra], env) for n in range(1, workers + 1)]
@@ -180,13 +223,16 @@ def supervisor_specs(app: App, workers: int, import_modules: tuple[str, ...], al
 @click.option("--workers", type=click.IntRange(0, 256), default=2, show_default=True)
 @_import_option
 @_shell_option
+@_queues_option
 @pass_app
-def run(app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool) -> None:
+def run(
+    app: App, workers: int, import_modules: tuple[str, ...], allow_shell: bool, queues: tuple[str, ...] | None
+) -> None:
     """Supervise a coordinator and N workers on this host; restart any that die."""
     sp = app.spool()
     setup_logging(sp.settings.log_level, sp.settings.log_format, "run")
     supervisor = Supervisor(
-        supervisor_specs(app, workers, import_modules, allow_shell),
+        supervisor_specs(app, workers, import_modules, allow_shell, queues),
         grace_seconds=sp.settings.grace_seconds,
         log=logging.getLogger("spool.run").info,
         error_log=logging.getLogger("spool.run").error,

@@ -30,36 +30,20 @@ from collections.abc import Callable
 from types import FrameType
 
 from spool.base import crash
-from spool.moves import advance_waiting
 from spool.base.errors import DiskFull, DurabilityError, InvalidJob, LedgerError, LedgerUnusable
 from spool.fsck import sweep_tmp
-from spool.disk import fs
-from spool.disk import is_generated_id, is_valid_id
-from spool.moves import ingest_drop
-from spool.disk import (
-    SCHEDULES,
-    WAKE_NAME,
-    State,
-    coordinator_lock_name,
-    heartbeat_name,
-    is_ignored_name,
-    job_id_of,
-    parse_heartbeat,
-    parse_heartbeat_name,
-    worker_lock_name,
-)
-from spool.disk import Lock, acquire, is_held
-from spool.moves import reconcile, resync_under_lock
+from spool.moves import advance_waiting, expire, ingest_drop, read_job, reconcile, resync_under_lock
+from spool.disk import SCHEDULES, WAKE_NAME, Lock, State, acquire, fs, is_generated_id, is_held, is_valid_id
+from spool.disk import coordinator_lock_name, heartbeat_name, is_ignored_name, job_id_of, parse_heartbeat
+from spool.disk import parse_heartbeat_name, worker_lock_name
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.leaseview import LeaseWatch, read_counter
 from spool.runner.pauses import PauseWatch
 from spool.runner.scheduler import Scheduler
 from spool.runner.timers import fire_timers, load_timers
 from spool.spool import Spool
-from spool.moves import read_job
 from spool.base.timetext import format_time
-from spool.moves import expire
-
+from spool.queues import sync as sync_queues
 from spool.runner.unhandled import UnhandledWarner
 
 log = logging.getLogger("spool.coordinator")
@@ -223,6 +207,8 @@ class Coordinator:
         if now - self.last_published >= 1.0:  # `spool stats` needs seconds, not every pass
             self.last_published = now
             self.sp.ledger.set_meta(coordinator_seen=format_time(time.time()), lease_seconds=self.lease_seconds)
+            sync_queues(self.sp)  # a queue file edited by hand; `spool queue set` syncs its own
+            self.sp.ledger.prune_claims(int(time.time() * 1000))
 
     def _sort_landed(self, landed: list[tuple[str, str]]) -> tuple[list[str], dict[str, set[str]]]:
         drops: list[str] = []

@@ -69,8 +69,10 @@ class Worker:
         name: str | None = None,
         burst: bool = False,
         sys_path: Sequence[str] = (),
+        queues: Sequence[str] | None = None,
     ) -> None:
         self.sp = sp
+        self.queues = sorted(set(queues)) if queues is not None else None  # None: every queue
         self.name = check_worker_name(name) if name is not None else worker_name()
         if name is not None:  # a generated name is never a token's (host-pid)
             from spool.tokens import TokenStore  # start-up: only a named worker reads the tokens
@@ -112,7 +114,8 @@ class Worker:
         self._seen(started, started)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         self._waker = Waker([self.sp.layout.path(State.PENDING)])
-        log.info("worker %s started: tasks %s", self.name, ", ".join(self.tasks))
+        queues = ", ".join(self.queues) if self.queues is not None else "all"
+        log.info("worker %s started: tasks %s; queues %s", self.name, ", ".join(self.tasks), queues)
         last_seen = time.monotonic()
         try:
             while not self._signals:
@@ -130,7 +133,7 @@ class Worker:
                     self._batches.flush()  # nothing to run: save what waits before waiting
                     if self.burst:
                         break
-                    self._waker.wait(self.sp.settings.poll_seconds)
+                    self._waker.wait(self._idle_wait())
                 if time.monotonic() - last_seen > 5:
                     last_seen = time.monotonic()
                     self._seen(started, time.time())
@@ -189,7 +192,7 @@ class Worker:
         each exit would cost the job we were claiming a try, and the next worker meets the same
         disk. A claim that met the full disk took nothing (``claim`` puts the job back)."""
         try:
-            claimed = claim_many(self.sp, self.name, self.tasks, self._batches.claim_size())
+            claimed = claim_many(self.sp, self.name, self.tasks, self._batches.claim_size(), self.queues)
         except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
@@ -198,6 +201,14 @@ class Worker:
             return None
         self._batches.queued.extend(claimed[1:])
         return claimed[0]
+
+    def _idle_wait(self) -> float:
+        """How long to sleep with nothing to run: until a landing wakes us, the slow poll, or the
+        moment a queue's full rate window that held a job back has room again."""
+        retry_at = self.sp.ledger.retry_at
+        if retry_at is None:
+            return self.sp.settings.poll_seconds
+        return min(self.sp.settings.poll_seconds, max(0.001, retry_at - time.time()))
 
     def _disk_full_pause(self, what: str, at_most: float = math.inf) -> None:
         """Log once per full-disk episode, then back off (0.2 s doubling to 5 s, or ``at_most``)."""

@@ -35,7 +35,8 @@ MAX_SECONDS = 100 * 365.25 * 86400.0  # 100 years: the longest timeout (and dela
 # its whole error; older ones keep their last line.
 MAX_ATTEMPT_RECORDS = 100
 OLD_ERROR_BYTES = 200
-SPEC_FIELDS = ("spool_format", "key", "task", "args", "priority", "max_tries", "timeout", "not_before", "depends_on")
+SPEC_FIELDS = tuple("spool_format key task args priority max_tries timeout not_before depends_on queue".split())
+DEFAULT_QUEUE = "default"
 REASONS = ("failed", "expired", "skipped", "cancelled", "invalid")
 
 
@@ -52,6 +53,7 @@ class Job:
     timeout: float = 3600.0
     not_before: str | None = None
     depends_on: tuple[str, ...] = ()
+    queue: str = DEFAULT_QUEUE
 
     @cached_property
     def front_yaml(self) -> bytes:
@@ -68,6 +70,8 @@ class Job:
         if self.not_before is not None:
             spec["not_before"] = self.not_before
         spec["depends_on"] = list(self.depends_on)
+        if self.queue != DEFAULT_QUEUE:  # written only when chosen: a default job's file is as before queues
+            spec["queue"] = self.queue
         return head, spec
 
     @property
@@ -153,6 +157,12 @@ def _job_from_fields(
     for dep in depends_on:
         if not is_valid_id(dep):
             raise InvalidJob(f"{where}: field 'depends_on': {_show(dep)} is not a job id")
+    queue = fields.get("queue", DEFAULT_QUEUE)
+    if not is_valid_id(queue):
+        raise InvalidJob(
+            f"{where}: field 'queue': expected a name like 'email' (letters, digits, '_' and '-', "
+            f"at most 64), got {_show(queue)}"
+        )
     return Job(
         id=job_id,
         key=key,
@@ -163,6 +173,7 @@ def _job_from_fields(
         timeout=float(timeout),
         not_before=not_before,
         depends_on=tuple(dict.fromkeys(depends_on)),
+        queue=queue,
     )
 
 
@@ -249,20 +260,9 @@ def short_error(text: str, limit_bytes: int = OLD_ERROR_BYTES) -> str:
     return data[: limit_bytes - 3].decode("utf-8", errors="ignore") + "..."
 
 
-RUNNER_FIELDS = (
-    "id",
-    "submitted_at",
-    "dropped_as",
-    "original",
-    "attempt",
-    "tries",
-    "lease",
-    "backoff_seconds",
-    "reason",
-    "error",
-    "skipped_because",
-    "attempts",
-    "attempts_dropped",
+RUNNER_FIELDS = tuple(
+    "id submitted_at dropped_as original attempt tries lease backoff_seconds reason error skipped_because attempts "
+    "attempts_dropped".split()
 )
 
 

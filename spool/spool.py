@@ -79,6 +79,7 @@ class Spool(Handle):
         timeout: float | None = None,
         delay_seconds: float | None = None,
         depends_on: Sequence[str] = (),
+        queue: str | None = None,
     ) -> str:
         """Submit one job; returns its id (the existing job's id if ``key`` was seen before).
 
@@ -94,6 +95,7 @@ class Spool(Handle):
             timeout=timeout,
             delay_seconds=delay_seconds,
             depends_on=depends_on,
+            queue=queue,
         )
         return self.submit_spec(spec).id
 
@@ -125,6 +127,7 @@ class Spool(Handle):
         timeout: float | None = None,
         delay_seconds: float | None = None,
         depends_on: Sequence[str] = (),
+        queue: str | None = None,
     ) -> dict[str, Any]:
         """The spec ``submit`` makes from these keywords, for ``submit_many`` (a delay counted on
         this spool's clock from now). Raises InvalidJob for what ``build_spec`` checks."""
@@ -138,6 +141,7 @@ class Spool(Handle):
             delay_seconds=delay_seconds,
             depends_on=depends_on,
             clock=self.clock,
+            queue=queue,
         )
 
     # -- inspecting --------------------------------------------------------------------------
@@ -290,6 +294,7 @@ def build_spec(
     delay_seconds: float | None = None,
     depends_on: Sequence[str] = (),
     clock: Clock = SYSTEM,
+    queue: str | None = None,
 ) -> dict[str, Any]:
     """A job spec from keyword arguments (the CLI and the Python API share it).
 
@@ -316,6 +321,8 @@ def build_spec(
         spec["not_before"] = format_time(clock.wall() + delay_seconds)
     if depends_on:
         spec["depends_on"] = list(depends_on)
+    if queue is not None:
+        spec["queue"] = queue
     return spec
 
 

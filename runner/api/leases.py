@@ -5,7 +5,8 @@ Every endpoint goes through the same transitions as a local worker (``claim_held
 keeps no lease of its own. A work token's name is its worker name: the claim writes it into the
 job file as the holder, and only that token (or an admin's) may act on the lease afterwards.
 
-    POST /v1/leases                  {"tasks": [...], "wait": s}    200 {"lease": {...}} | 204
+    POST /v1/leases                  {"tasks": [...], "wait": s,      200 {"lease": {...}} | 204
+                                      "queues": [...] (optional)}
     POST /v1/leases/{id}/heartbeat   {"fence", "counter"?, "progress"?}  200 {"cancel", "heartbeat_seconds"}
     POST /v1/leases/{id}/complete    {"fence", "result"}            200 {"id", "state": "done"}
     POST /v1/leases/{id}/fail        {"fence", "error", "reject"?}  200 {"id", "state"}
@@ -99,34 +100,42 @@ class _Leases:
 
     async def lease(self, request: Request) -> Response:
         info = require(self.ctx, request, "work")
-        body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait",))
+        body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait", "queues"))
         tasks = _tasks(body["tasks"])
+        queues = _queues(body["queues"]) if body.get("queues") is not None else None
         wait = _number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
         with self._polls.held(info.name, f"worker {info.name}"):
-            return await self._poll(request, info.name, tasks, wait)
+            return await self._poll(request, info.name, tasks, wait, queues)
 
-    async def _poll(self, request: Request, worker: str, tasks: list[str], wait: float) -> Response:
+    async def _poll(
+        self, request: Request, worker: str, tasks: list[str], wait: float, queues: list[str] | None = None
+    ) -> Response:
         await self._heard_from(worker, request, tasks)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait
         while True:
             woken = self.watch.ticket()  # before the claim: a job landing after it still wakes us
-            held = await self._claim(worker, tasks)
+            held = await self._claim(worker, tasks, queues)
             if held is not None:
                 return await self._hand_over(request, held)
+            retry_at = self.sp.ledger.retry_at  # a full rate window: claim again when it has room
             while not woken.is_set():  # claim again only when something landed (or the watch's slow poll)
+                if retry_at is not None and time.time() >= retry_at:
+                    break
                 left = until - loop.time()
                 if left <= 0 or await request.is_disconnected():
                     return Response(status_code=204)
                 await self._heard_from(worker, request, tasks)  # a waiting worker is alive too
                 try:
-                    await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS, self._seen_every))
+                    waits = [left, DISCONNECT_CHECK_SECONDS, self._seen_every]
+                    waits += [max(retry_at - time.time(), 0.001)] if retry_at is not None else []
+                    await asyncio.wait_for(woken.wait(), min(waits))
                 except TimeoutError:
                     pass
 
-    async def _claim(self, worker: str, tasks: list[str]) -> Held | None:
+    async def _claim(self, worker: str, tasks: list[str], queues: list[str] | None = None) -> Held | None:
         try:
-            return await _off_loop(claim_held, self.sp, worker, tasks)
+            return await _off_loop(claim_held, self.sp, worker, tasks, None, queues)
         except DiskFull as err:  # the claim took nothing: the job is where it was
             raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
         except LedgerError as err:  # the coordinator (or fsck --repair) rebuilds it
@@ -336,6 +345,15 @@ def _tasks(value: Any) -> list[str]:
     for n, task in enumerate(value):
         if not is_valid_task_name(task):
             raise ApiError(422, f"{str(task)[:80]!r} is not a task name", f"body.tasks[{n}]")
+    return list(dict.fromkeys(value))
+
+
+def _queues(value: Any) -> list[str]:
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_TASKS:
+        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} queue names", "body.queues")
+    for n, queue in enumerate(value):
+        if not is_valid_id(queue):
+            raise ApiError(422, f"{str(queue)[:80]!r} is not a queue name", f"body.queues[{n}]")
     return list(dict.fromkeys(value))
 
 

@@ -76,8 +76,10 @@ class RemoteWorker:
         burst: bool = False,
         sys_path: Sequence[str] = (),
         long_poll_seconds: float = LONG_POLL_SECONDS,
+        queues: Sequence[str] | None = None,
     ) -> None:
         self.client = client
+        self.queues = sorted(set(queues)) if queues is not None else None  # None: every queue
         self.settings = settings
         self.burst = burst
         self.long_poll_seconds = 0.0 if burst else long_poll_seconds
@@ -170,9 +172,10 @@ class RemoteWorker:
 
     def _next_lease(self) -> RemoteLease | None:
         wait = self.long_poll_seconds
-        reply = self._call(
-            "/v1/leases", {"tasks": self.tasks, "wait": wait}, timeout_seconds=wait + CALL_MARGIN_SECONDS
-        )
+        asked: dict[str, Any] = {"tasks": self.tasks, "wait": wait}
+        if self.queues is not None:
+            asked["queues"] = self.queues
+        reply = self._call("/v1/leases", asked, timeout_seconds=wait + CALL_MARGIN_SECONDS)
         if reply is None or reply.status == 204:
             return None
         if reply.status == 200:

@@ -41,6 +41,7 @@ suffix or a prefix itself. Who writes each entry and who reads it:
                                          enable/disable (tmp, rename)       ``spool schedule list``
     schedules/.<name>.fired, .firing     the coordinator, around a firing   the coordinator, ``schedule list``
                                          (tmp, rename): spool.schedule.fired       (the last slot fired, or begun)
+    queues/<name>.yaml                   a person, ``spool queue set``      spool.queues.sync -> the ledger
     keys/<sha256(key)>                   submit or ingest of a keyed job:   submit (the key is taken), fsck
                                          the job's id
     locks/<id>.lock                      every move of the job (flock)      fsck (is a move in flight?)
@@ -81,19 +82,14 @@ from pathlib import Path
 from spool.base.errors import NotASpool, SpoolError
 from spool.disk.fsio import fs
 
-MARKER = ".spool"
-FORMAT = 1
-CONFIG_NAME = "config.yaml"
-LEDGER_NAME = "ledger.sqlite3"
-JOB_SUFFIX = ".yaml"
-WAKE_NAME = ".wake"
+MARKER, FORMAT = ".spool", 1  # the marker file, and the format version it holds
+CONFIG_NAME, LEDGER_NAME = "config.yaml", "ledger.sqlite3"
+JOB_SUFFIX, WAKE_NAME = ".yaml", ".wake"
 
 _RESULT_SUFFIX = ".json"
 _LEDGER_SIDE_FILES = ("-wal", "-shm")  # SQLite finds them by name beside the ledger
-_LOCK_SUFFIX = ".lock"
-_WORKER_LOCK_PREFIX = "worker-"
-_HEARTBEAT_SUFFIX = ".hb"
-_DROP_NOTE_SUFFIX = ".drop"
+_LOCK_SUFFIX, _WORKER_LOCK_PREFIX = ".lock", "worker-"
+_HEARTBEAT_SUFFIX, _DROP_NOTE_SUFFIX = ".hb", ".drop"
 _SET_ASIDE = ".planted-"
 _PURGE_MARKER = re.compile(r"[0-9]+-purge-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.tmp")
 
@@ -112,7 +108,7 @@ class State(str, enum.Enum):
 
 # Higher wins when one job is found in two folders.
 ADVANCEMENT = {State.WAITING: 0, State.PENDING: 1, State.LEASED: 2, State.DEAD: 3, State.DONE: 4}
-OTHER_FOLDERS = ("results", "schedules", "keys", "locks", "logs", "tls", "tmp")
+OTHER_FOLDERS = ("results", "schedules", "queues", "keys", "locks", "logs", "tls", "tmp")
 FOLDERS = tuple(s.value for s in State) + OTHER_FOLDERS
 
 
@@ -384,17 +380,21 @@ def tls_lock_name() -> str:
     return TLS + _LOCK_SUFFIX
 
 
-# -- schedules/ ---------------------------------------------------------------------------------
+# -- schedules/ and queues/ -------------------------------------------------------------------
 
-SCHEDULES = "schedules"
+SCHEDULES, QUEUES = "schedules", "queues"
 
 
 def schedule_file_name(name: str) -> str:
+    """``schedules/<name>.yaml``, and ``queues/<name>.yaml`` too (``queue_file_name``)."""
     return name + JOB_SUFFIX
 
 
 def schedule_of_file_name(file_name: str) -> str:
-    """The schedule's name in ``<name>.yaml``; '' for any other name (a person's or an editor's)."""
+    """The schedule's (or queue's) name in ``<name>.yaml``; '' for any other name (a person's, an editor's)."""
     if is_ignored_name(file_name) or not file_name.endswith(JOB_SUFFIX):
         return ""
     return file_name[: -len(JOB_SUFFIX)]
+
+
+queue_file_name, queue_of_file_name = schedule_file_name, schedule_of_file_name

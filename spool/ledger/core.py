@@ -33,13 +33,15 @@ from spool.base.clock import SYSTEM, Clock
 from spool.base.errors import LedgerError, LedgerUnusable
 from spool.job import JobFile
 from spool.disk.layout import LEDGER_NAME, Layout, State
+from spool.ledger import limits
 from spool.ledger.queries import LedgerQueries
+from spool.ledger.queue_rows import QueueRows
 from spool.ledger.schema import migrate
 
 _OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
 
 
-class Ledger(LedgerQueries):
+class Ledger(LedgerQueries, QueueRows):
     """One connection per process; every method is one short transaction.
 
     ``read_only`` (a spool on a read-only mount): opened with SQLite's ``mode=ro`` (or, when
@@ -55,6 +57,9 @@ class Ledger(LedgerQueries):
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
         self._generation = 0  # ``generation``: which open of a file at the name this is
+        # When the last reservation that a full rate window held back may find room (wall time),
+        # or None: a hint for a claimer that got nothing, so it need not wait out a slow poll.
+        self.retry_at: float | None = None
         with self._errors():
             self._connect()
 
@@ -189,43 +194,32 @@ class Ledger(LedgerQueries):
                     (job_file.id, now, event, job_file.attempt, worker, None),
                 )
 
-    def reserve_next(self, tasks: Collection[str] | None) -> str | None:
-        """Take the best ready job of ``tasks`` off the claim order; the caller then claims it.
+    def reserve_next(self, tasks: Collection[str] | None, queues: Collection[str] | None = None) -> str | None:
+        """Take the best ready job of ``tasks`` (in ``queues``) off the claim order; the caller then claims it.
 
         The row goes to 'leased' before the file moves; if the caller dies before its rename,
         the coordinator's reconcile puts the row back to match the file (pending).
         """
-        reserved = self.reserve_many(tasks, 1)
+        reserved = self.reserve_many(tasks, 1, queues).ids
         return reserved[0] if reserved else None
 
-    def reserve_many(self, tasks: Collection[str] | None, most: int) -> list[str]:
+    def reserve_many(
+        self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None = None
+    ) -> limits.Reservation:
         """``reserve_next`` for up to ``most`` jobs in one transaction, best first (a worker's
-        batch claim: ``spool.moves.group``)."""
-        where, params = "state = 'pending' AND ready = 1", []
-        if tasks is not None:
-            if not tasks:
-                return []
-            where += f" AND task IN ({','.join('?' * len(tasks))})"
-            params = list(tasks)
-        # INDEXED BY: left to itself SQLite picks by_state (state = ?) and sorts every pending row
-        # on each claim (~0.5 s at 100,000 pending; benchmarks/claim_cost.py); claim_order is
-        # already in claim order, so the first matching entries are the answer.
+        batch claim: ``spool.moves.group``), within the queues' limits (``spool.ledger.limits``)."""
+        now_ms = int(self._clock.wall() * 1000)
         with self._write() as db:
-            ids = [
-                row[0]
-                for row in db.execute(
-                    f"SELECT id FROM jobs INDEXED BY claim_order WHERE {where} "
-                    f"ORDER BY priority DESC, ready_seq LIMIT {int(most)}",
-                    params,
-                )
-            ]
-            db.executemany("UPDATE jobs SET state = 'leased', ready = 0 WHERE id = ?", [(i,) for i in ids])
-        return ids
+            reservation = limits.reserve(db, tasks, queues, most, now_ms)
+        self.retry_at = reservation.retry_at
+        return reservation
 
     def unreserve(self, job_id: str) -> None:
-        """Undo ``reserve_next`` for a job the caller could not take (its lock was busy)."""
+        """Undo ``reserve_next`` for a job the caller could not take (its lock was busy): the row
+        back in line, and its place in a rate window given back."""
         with self._write() as db:
             db.execute("UPDATE jobs SET state = 'pending', ready = 1 WHERE id = ? AND state = 'leased'", (job_id,))
+            db.execute("DELETE FROM claims WHERE rowid = (SELECT MAX(rowid) FROM claims WHERE job_id = ?)", (job_id,))
 
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._write() as db:
@@ -238,10 +232,13 @@ class Ledger(LedgerQueries):
         """Replace every row with ones derived from the files; returns the number of jobs."""
         count = 0
         with self._write() as db:
-            for table in ("jobs", "deps", "history"):
+            for table in ("jobs", "deps", "history", "claims"):
                 db.execute(f"DELETE FROM {table}")
             db.execute("DELETE FROM meta WHERE name = 'ready_seq'")
+            rated = limits.rated_queues(db)
             for job_file, state, ready in sorted(entries, key=lambda entry: entry[0].id):
+                if job_file.job.queue in rated:
+                    limits.claims_of(db, job_file, self._clock.wall())
                 _upsert(db, job_file, state, ready, self._clock.wall())
                 for record in job_file.attempts:
                     db.execute(
@@ -338,7 +335,7 @@ def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool
         seq = _next_ready_seq(db) if ready else (old[1] if old else None)
     db.execute(
         "INSERT INTO jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries, reason, "
-        "submitted_at, updated) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+        "submitted_at, updated, queue) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
         "state = excluded.state, ready = excluded.ready, ready_seq = excluded.ready_seq, attempt = excluded.attempt, "
         "tries = excluded.tries, reason = excluded.reason, updated = excluded.updated",
         (
@@ -355,6 +352,7 @@ def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool
             job_file.reason,
             job_file.submitted_at,
             now,
+            job.queue,
         ),
     )
     if old is None:

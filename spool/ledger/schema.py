@@ -1,8 +1,8 @@
 """The ledger's tables: the schema ``spool.ledger`` reads and writes, and its migration.
 
-Tables (schema version 3, in ``PRAGMA user_version``):
+Tables (schema version 4, in ``PRAGMA user_version``):
     jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
-         reason, submitted_at, updated)    one row per job file; state = the folder
+         reason, submitted_at, updated, queue)    one row per job file; state = the folder
     deps(job_id, dep_id)                   depends_on of every job, for promotion and skips
     history(seq, job_id, at, event, attempt, worker, detail)   one row per transition
     meta(name, value)                      ready_seq counter, coordinator's lease term and
@@ -10,13 +10,19 @@ Tables (schema version 3, in ``PRAGMA user_version``):
     workers(name, pid, host, started, seen)  local workers seen, for ``spool stats``
     remote_workers(name, host, started, seen, tasks)   remote workers a server heard from, with
                                            the tasks they asked for (space-separated; NULL: not yet)
+    queue_limits(name, concurrency, rate_count, rate_ms, paused, error, seen)   the limits of
+                                           queues/<name>.yaml in force (the last valid ones) and
+                                           the file's error if it is broken now (``spool.queues``)
+    claims(queue, at_ms, job_id)           claims of rate-limited queues in the last hour: the
+                                           sliding window (``spool.ledger.limits``)
 ``jobs.key`` is a plain index, not UNIQUE: keys/ and the files decide what a key means, and an
 index must never refuse a row the files hold (version 1 had UNIQUE: a submit racing a purge of
 the same key was refused after its job was written). A remote worker has no process here and
 no liveness lock, so its own table says who is alive: one heard from within the lease term (version 2
 kept it in ``workers`` with pid 0; the migration moves such rows). Its own table, not a column of
 ``workers``: a process of an older version still inserts 5-value rows there. An older ledger is
-migrated on open.
+migrated on open. Version 4 adds the queue column (every older row is in queue ``default``) and
+the two limit tables.
 """
 
 from __future__ import annotations
@@ -25,15 +31,18 @@ import sqlite3
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs(
     id TEXT PRIMARY KEY, key TEXT NOT NULL, task TEXT NOT NULL, state TEXT NOT NULL,
     priority INTEGER NOT NULL, ready INTEGER NOT NULL DEFAULT 0, ready_seq INTEGER,
     attempt INTEGER NOT NULL, tries INTEGER NOT NULL, max_tries INTEGER NOT NULL, reason TEXT,
-    submitted_at TEXT NOT NULL, updated REAL NOT NULL);
+    submitted_at TEXT NOT NULL, updated REAL NOT NULL, queue TEXT NOT NULL DEFAULT 'default');
 CREATE INDEX IF NOT EXISTS claim_order ON jobs(priority DESC, ready_seq) WHERE state = 'pending' AND ready = 1;
+CREATE INDEX IF NOT EXISTS claim_by_queue ON jobs(queue, priority DESC, ready_seq)
+    WHERE state = 'pending' AND ready = 1;
+CREATE INDEX IF NOT EXISTS leased_by_queue ON jobs(queue) WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS by_state ON jobs(state, id);
 CREATE INDEX IF NOT EXISTS by_key ON jobs(key);
 CREATE TABLE IF NOT EXISTS deps(job_id TEXT NOT NULL, dep_id TEXT NOT NULL, PRIMARY KEY(job_id, dep_id));
@@ -44,12 +53,19 @@ CREATE INDEX IF NOT EXISTS history_by_job ON history(job_id, seq);
 CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS workers(name TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL, seen REAL);
 CREATE TABLE IF NOT EXISTS remote_workers(name TEXT PRIMARY KEY, host TEXT, started REAL, seen REAL, tasks TEXT);
+CREATE TABLE IF NOT EXISTS queue_limits(name TEXT PRIMARY KEY, concurrency INTEGER, rate_count INTEGER,
+    rate_ms INTEGER, paused INTEGER NOT NULL DEFAULT 0, error TEXT, seen TEXT);
+CREATE TABLE IF NOT EXISTS claims(queue TEXT NOT NULL, at_ms INTEGER NOT NULL, job_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS claims_by_queue ON claims(queue, at_ms);
 """
 
-# Version 1 -> 2: jobs.key loses UNIQUE. SQLite can't drop a constraint: copy the rows over.
+# Version 1 -> 2: jobs.key loses UNIQUE. SQLite can't drop a constraint: copy the rows over (and
+# every later version's change to ``jobs`` the same way). The old indexes go first: a renamed
+# table keeps their names, so CREATE INDEX IF NOT EXISTS would skip making them on the new one.
 _MIGRATE_FROM_1 = """
 DROP INDEX IF EXISTS claim_order;
 DROP INDEX IF EXISTS by_state;
+DROP INDEX IF EXISTS by_key;
 ALTER TABLE jobs RENAME TO jobs_v1;
 """
 
@@ -59,6 +75,11 @@ INSERT OR IGNORE INTO remote_workers(name, host, started, seen)
     SELECT name, host, started, seen FROM workers WHERE pid = 0;
 DELETE FROM workers WHERE pid = 0;
 """
+
+# Version 3 -> 4: the copy names the older columns, so every old row lands in queue 'default'
+# (its file names none).
+_OLD_COLUMNS = "id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries, reason, submitted_at"
+_OLD_COLUMNS += ", updated"
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -77,7 +98,7 @@ def migrate(db: sqlite3.Connection) -> None:
                 if statement.strip():
                     db.execute(statement)
             if old:
-                db.execute("INSERT INTO jobs SELECT * FROM jobs_v1")
+                db.execute(f"INSERT INTO jobs({_OLD_COLUMNS}) SELECT {_OLD_COLUMNS} FROM jobs_v1")
                 db.execute("DROP TABLE jobs_v1")
             for statement in _MOVE_REMOTE_WORKERS.split(";"):
                 if statement.strip():

@@ -1,7 +1,8 @@
 """The moves: every transition of a job between the folders, and the repairs of one cut short.
 
 ``submission`` and ``batch`` put jobs in; ``ingest`` takes a file dropped in pending/;
-``transitions`` are a live attempt's moves (claim, complete, fail, release, expire), ``group``
+``claiming`` and ``transitions`` are a live attempt's moves (claim; complete, fail, release,
+expire), ``group``
 the same claim and complete for several jobs at once (a worker's group commit);
 ``outcomes`` the endings they share with ``recovery``, which finishes or undoes whatever a
 crash interrupted; ``chains`` (promote, skip) and ``ready`` (a delay ran out) are the
@@ -31,9 +32,9 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
     )
     from spool.moves.store import read_job as read_job, state_of as state_of
     from spool.moves.submission import job_of_spec as job_of_spec
+    from spool.moves.claiming import claim_held as claim_held
     from spool.moves.transitions import (
         cancel_leased as cancel_leased,
-        claim_held as claim_held,
         complete as complete,
         expire as expire,
         fail as fail,

@@ -71,7 +71,7 @@ from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
 from spool.moves.outcomes import as_done
 from spool.moves.recovery import resync
 from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage
-from spool.moves.transitions import as_claimed, claim_held, claimable
+from spool.moves.claiming import as_claimed, claim_held, claimable
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -99,19 +99,23 @@ class _Member:
 # -- claim ------------------------------------------------------------------------------------
 
 
-def claim_many(sp: Handle, worker: str, tasks: Collection[str] | None, most: int) -> list[Held]:
-    """Up to ``most`` of the best ready jobs of ``tasks``, claimed together (see the module doc);
-    the first is the one to start now, the others are ``queued``. One job: ``claim_held``."""
+def claim_many(
+    sp: Handle, worker: str, tasks: Collection[str] | None, most: int, queues: Collection[str] | None = None
+) -> list[Held]:
+    """Up to ``most`` of the best ready jobs of ``tasks`` in ``queues`` (None: any) that the
+    queues' limits let through, claimed together (see the module doc); the first is the one to
+    start now, the others are ``queued``. One job: ``claim_held``."""
     if most <= 1:
-        held = claim_held(sp, worker, tasks)
+        held = claim_held(sp, worker, tasks, queues=queues)
         return [held] if held is not None else []
-    reserved = sp.ledger.reserve_many(tasks, most)
+    reservation = sp.ledger.reserve_many(tasks, most, queues)
+    reserved = reservation.ids
     if len(reserved) <= 1:  # one ready job: the one-job claim, with its own checks and retries
-        held = claim_held(sp, worker, tasks, reserved=reserved[0]) if reserved else None
+        held = claim_held(sp, worker, tasks, reserved=reservation, queues=queues) if reserved else None
         return [held] if held is not None else []
     put_back = list(reserved)  # every reserved job not claimed goes back in the claim order
     with ExitStack() as locks:
-        members = _lock_and_stage(sp, locks, reserved, worker)
+        members = _lock_and_stage(sp, locks, reserved, worker, reservation.at)
         claimed: list[_Member] = []
         try:
             claimed = _commit_claims(sp, members, worker)
@@ -131,7 +135,7 @@ def claim_many(sp: Handle, worker: str, tasks: Collection[str] | None, most: int
     return [Held(member.data, member.claimed) for member in claimed]
 
 
-def _lock_and_stage(sp: Handle, locks: ExitStack, reserved: list[str], worker: str) -> list[_Member]:
+def _lock_and_stage(sp: Handle, locks: ExitStack, reserved: list[str], worker: str, at: float) -> list[_Member]:
     """Steps 1-2: the members that may be claimed, locked, their claimed content staged and synced."""
     members: list[_Member] = []
     try:
@@ -143,7 +147,7 @@ def _lock_and_stage(sp: Handle, locks: ExitStack, reserved: list[str], worker: s
             job_file = claimable(sp, job_id)
             if job_file is None:
                 continue
-            claimed = as_claimed(sp, job_file, worker)
+            claimed = as_claimed(sp, job_file, worker, at)
             data = jobs.encode(claimed)
             members.append(_Member(job_id, claimed, data, stage(sp, data, sync=False)))
         sync_staged(sp, [member.staged for member in members])

@@ -2,7 +2,7 @@
 
 A schedule holds either ``cron:`` (5 fields, or 6 with seconds last) with an optional ``tz:``
 (an IANA zone, default UTC), or ``every:`` (a duration, a whole number of seconds); the job
-template (``task``, ``args``, ``priority``, ``max_tries``, ``timeout``); ``enabled:`` (default
+template (``task``, ``args``, ``priority``, ``max_tries``, ``timeout``, ``queue``); ``enabled:`` (default
 true); ``catchup:`` (``none``, ``one`` (default), ``all``) and ``overlap:`` (``allow`` (default),
 ``skip``). Any other field, both ``cron`` and ``every``, neither, a zero interval or a template
 a submit would refuse is an ``InvalidSchedule``, and such a file fires nothing.
@@ -52,7 +52,7 @@ __all__ = [
 
 CATCHUPS = ("none", "one", "all")
 OVERLAPS = ("allow", "skip")
-TEMPLATE_FIELDS = ("task", "args", "priority", "max_tries", "timeout")
+TEMPLATE_FIELDS = ("task", "args", "priority", "max_tries", "timeout", "queue")
 SCHEDULE_FIELDS = ("cron", "tz", "every", "enabled", "catchup", "overlap", *TEMPLATE_FIELDS)
 MAX_SCHEDULE_BYTES = 64 * 1024
 

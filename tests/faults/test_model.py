@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import traceback
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -60,9 +61,9 @@ from spool.disk.locks import acquire
 from spool.moves.recovery import list_folders, resync_under_lock
 from spool.moves.store import folders_of, read_job
 from spool.moves.submission import lookup_key
+from spool.moves.claiming import _claim_with_lock_held
 from spool.moves.transitions import (
     Lease,
-    _claim_with_lock_held,
     cancel_leased,
     claim,
     complete,
@@ -332,7 +333,7 @@ class SpoolMachine(RuleBasedStateMachine):
         lock = acquire(self.sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
         assert lock is not None
         with lock:
-            assert _claim_with_lock_held(self.sp, job_id, "racer") is None
+            assert _claim_with_lock_held(self.sp, job_id, "racer", time.time()) is None
 
     @precondition(lambda self: self.model.leases)
     @rule(index=st.integers(0, 100))

@@ -46,7 +46,7 @@ def times(schedule: Schedule, start: float, count: int) -> list[str]:
         ("task: echo\ncron: '* * *'\n", "expected 5 fields"),
         ("task: echo\ncron: '* * * * *'\nevery: 1m\n", "exactly one of 'cron' and 'every'"),
         ("task: echo\n", "exactly one of 'cron' and 'every'"),
-        ("task: echo\nevery: 1m\nqueue: fast\n", "unknown field 'queue'"),
+        ("task: echo\nevery: 1m\nqueues: fast\n", "unknown field 'queues'"),
         ("task: echo\nevery: 1m\nkey: k\n", "unknown field 'key'"),
         ("task: echo\nevery: 0\n", "at least 1s"),
         ("task: echo\nevery: 1.5s\n", "whole number of seconds"),

@@ -1,0 +1,174 @@
+"""PENDING -> LEASED: a worker's claim of one job, the first move of an attempt's life.
+
+The claim takes what the ledger reserves for it (``Ledger.reserve_many``: the best ready job of
+the worker's tasks and queues that the queues' limits let through, ``spool.ledger.limits``),
+then moves that job's file under its lock (the recipe of ``spool.moves.transitions``). Its
+helpers (``claimable``, ``as_claimed``) are shared with the group claim (``spool.moves.group``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from spool.base import crash
+from spool.base.errors import DiskFull, InvalidJob, SpoolError
+from spool.base.records import Attempt, Lease
+from spool.base.timetext import format_time
+from spool.disk.fsio import fs
+from spool.disk.layout import State, cancel_name
+from spool.job import JobFile
+from spool.moves.fence import Held, drop_first_beat, first_beat
+from spool.moves.recovery import moved_back_by_hand, resync
+from spool.moves.store import copy_in, has_result, job_lock, move_job, read_job, rewrite_job
+
+if TYPE_CHECKING:
+    from spool.handle import Handle
+    from spool.ledger.limits import Reservation
+
+log = logging.getLogger("spool.transitions")
+
+__all__ = ["as_claimed", "claim", "claim_held", "claimable"]
+
+
+def claim(
+    sp: Handle, worker: str, tasks: Collection[str] | None, queues: Collection[str] | None = None
+) -> JobFile | None:
+    """PENDING -> LEASED: the best ready job of ``tasks``, or None (``claim_held``'s JobFile)."""
+    return held.job_file if (held := claim_held(sp, worker, tasks, queues=queues)) is not None else None
+
+
+def claim_held(
+    sp: Handle,
+    worker: str,
+    tasks: Collection[str] | None,
+    reserved: Reservation | None = None,
+    queues: Collection[str] | None = None,
+) -> Held | None:
+    """PENDING -> LEASED: the best ready job of ``tasks`` in ``queues`` (None: any) that the
+    queues' limits let through, or None; with the bytes written, so the attempt's later steps
+    can check their fence without a parse (``spool.moves.fence``). ``reserved``: one job the
+    caller reserved already (``reserve_many``), tried first.
+
+    Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
+    attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
+    counted try survives a power cut. Crash before the commit: nothing changed (a ledger row
+    left 'leased' is put back by the coordinator's reconcile). Crash between commit and
+    rewrite: a file in leased/ with no lease for its attempt; ``settle`` (coordinator, under
+    the lock) counts it as a spent try and expires it. The lease's first heartbeat file is
+    written before the rename (``fence.first_beat``), so the coordinator never parses a new lease.
+    """
+    busy: list[str] = []
+    try:
+        for _ in range(64):
+            reservation, reserved = reserved or sp.ledger.reserve_many(tasks, 1, queues), None
+            if not reservation.ids:
+                return None
+            job_id = reservation.ids[0]
+            lock = job_lock(sp, job_id, blocking=False)
+            if lock is None:
+                # RACE: its holder (a make_ready, a cancel; maybe SIGSTOPped) keeps it. Put it back
+                # only after this claim, or reserve_next hands us the same head job every time.
+                busy.append(job_id)
+                continue
+            with lock:
+                try:
+                    claimed = _claim_with_lock_held(sp, job_id, worker, reservation.at)
+                except DiskFull:
+                    busy.append(job_id)  # put back in the claim order (the finally, if the ledger can)
+                    raise
+                if claimed is not None:
+                    # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
+                    _record_claim(sp, claimed.job_file, worker)
+            if claimed is not None:
+                log.info("claim %s attempt=%d worker=%s", job_id, claimed.job_file.attempt, worker)
+                crash.point("after-claim")
+                return claimed
+        return None
+    finally:
+        for job_id in busy:
+            try:
+                sp.ledger.unreserve(job_id)
+            except SpoolError:
+                pass  # a full disk: the coordinator's reconcile puts the row back to match the file
+
+
+def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
+    """The ledger after a durable claim. On a full disk the claim stands and its attempt runs:
+    the ledger is an index that the coordinator's reconcile brings back to the files."""
+    try:
+        sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
+    except DiskFull as err:  # the ledger types SQLite's "disk is full" as DiskFull too
+        log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
+
+
+# The copies that stop a claim: a more advanced one (a crash inside publish_job leaves its new
+# copy in done/ or dead/ beside the old; a claim's own rename refuses a leased/ one). A copy in
+# waiting/ is never the runner's beside one in pending/ (promote and requeue are single renames):
+# it cannot stop this move, and the coordinator's reconcile, which lists every folder, settles it.
+_BEYOND_PENDING = (State.LEASED, State.DEAD, State.DONE)
+
+
+def claimable(sp: Handle, job_id: str) -> JobFile | None:
+    """pending/<id>.yaml if it may be claimed as it is; else None, with the job settled. The
+    caller holds the job's lock."""
+    try:
+        job_file = read_job(sp, State.PENDING, job_id)
+    except (FileNotFoundError, InvalidJob):
+        resync(sp, job_id)  # the ledger was behind the files, or an ingest is in flight
+        return None
+    if (
+        has_result(sp, job_id)
+        or job_file.backoff_seconds is not None
+        or copy_in(sp, job_id, _BEYOND_PENDING)
+        or moved_back_by_hand(job_file)
+    ):
+        resync(sp, job_id)  # a hand move back to pending/ is settled as a requeue, never run as it is
+        return None
+    # A cancel request is only ever written for a lease that holds: one still here is an earlier
+    # lease's, left by a crash between a move out of leased/ and its cleanup. It must not kill this one.
+    fs.unlink(sp.layout.fd(State.LEASED), cancel_name(job_id), missing_ok=True)
+    return job_file
+
+
+def as_claimed(sp: Handle, job_file: JobFile, worker: str, at: float) -> JobFile:
+    """The claimed file's content: attempt+1, tries+1, the lease, the attempt's open record,
+    started ``at`` (the reservation's time: what a queue's rate window counted)."""
+    now = format_time(at)
+    attempt = job_file.attempt + 1
+    return job_file.replace(
+        attempt=attempt,
+        tries=job_file.tries + 1,
+        lease=Lease(job_file.id, worker, attempt, claimed_at=now),
+        backoff_seconds=None,
+        attempts=job_file.end_attempt(outcome="lost", ended=now) + (Attempt(attempt, worker, started=now),),
+    )
+
+
+def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float) -> Held | None:
+    """The claim itself; the caller holds the job's lock (``resync_under_lock`` takes it)."""
+    job_file = claimable(sp, job_id)
+    if job_file is None:
+        return None
+    attempt = job_file.attempt + 1
+    first_beat(sp, job_id, attempt, worker)
+    crash.point("claim-after-heartbeat")
+    try:
+        move_job(sp, job_id, State.PENDING, State.LEASED)
+    except (FileNotFoundError, FileExistsError):
+        drop_first_beat(sp, job_id, attempt)
+        resync(sp, job_id)
+        return None
+    crash.point("claim-after-rename")
+    claimed = as_claimed(sp, job_file, worker, at)
+    try:
+        data = rewrite_job(sp, State.LEASED, claimed, sync=True)
+    except DiskFull:
+        # No room for the counted try: undo the claim under our lock, so a full disk costs the
+        # job nothing (left in leased/ it would be settled as a spent try). A crash before this
+        # rename is the crash after claim-after-rename; after it, nothing happened.
+        move_job(sp, job_id, State.LEASED, State.PENDING)
+        drop_first_beat(sp, job_id, attempt)
+        raise
+    return Held(data, claimed)
