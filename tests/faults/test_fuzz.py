@@ -216,6 +216,7 @@ FIELDS = [
     "timeout",
     "not_before",
     "depends_on",
+    "queue",
     "spool_format",
     "id",
     "attempt",
@@ -237,6 +238,7 @@ GOOD = {
     "depends_on": "[]",
     "spool_format": "1",
     "key": "fuzz-key",
+    "queue": "mail",
 }
 
 scalar_text = st.one_of(
@@ -380,7 +382,7 @@ REFUSED = {
     "yaml 1.1 bool priority": b"task: echo\npriority: yes\n",
     "yaml 1.1 date key": b"task: echo\nkey: 2026-01-01\nnot_before: 2026-01-01\n",
     "two documents": b"task: echo\n---\ntask: echo\n",
-    "unknown field": b"task: echo\nqueue: high\n",
+    "unknown field": b"task: echo\nqueues: high\n",
     "a list": b"- task: echo\n",
     "empty": b"",
 }

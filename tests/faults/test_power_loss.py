@@ -363,8 +363,8 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(
     (fail back to pending, the move to done, expiry, release) could come back empty after a
     power cut, and recovery then buried the job as invalid: key, task and counted try gone.
     Put the unsynced rewrite back and the model must find it again."""
+    import spool.moves.claiming
     import spool.moves.outcomes
-    import spool.moves.transitions
 
     def rewrite_job_as_before(sp: Any, state: State, job_file: Any, *, sync: bool) -> None:
         staged = store.stage(sp, jobs.encode(job_file), sync=sync)
@@ -372,7 +372,7 @@ def test_model_finds_the_job_torn_when_a_rewrite_is_not_fsynced(
         if sync:
             store.fs.fsync_dir(sp.layout.fd(state))
 
-    monkeypatch.setattr(spool.moves.transitions, "rewrite_job", rewrite_job_as_before)
+    monkeypatch.setattr(spool.moves.claiming, "rewrite_job", rewrite_job_as_before)
     monkeypatch.setattr(spool.moves.outcomes, "rewrite_job", rewrite_job_as_before)  # fail's retry (retry_or_bury)
     run = run_model(SCENARIO["submit+claim+fail to retry"], tmp_path, max_drops=1, stop_after=1)
     print(run.summary())
