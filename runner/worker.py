@@ -31,6 +31,7 @@ from spool.base.records import LeaseStatus
 from spool.progress import Progress
 from spool.runner.attempt.loop import Beat, watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
+from spool.runner.attempt.parents import ParentResultsError, parent_results
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.wake import Waker
 from spool.spool import Spool
@@ -273,6 +274,11 @@ class Worker:
     def _watch_attempt(self, held: Held, lease: Lease, attempt_log: AttemptLog) -> None:
         job_file = held.job_file
         job = job_file.job
+        try:
+            parents = parent_results(self.sp, job)
+        except ParentResultsError as err:  # before anything runs (runner.attempt.parents)
+            FilesLease(self, lease, held, attempt_log).report(Outcome(False, None, str(err), err.reject))
+            return
         request = AttemptRequest(
             job_id=job.id,
             attempt=lease.attempt,
@@ -281,6 +287,8 @@ class Worker:
             timeout_seconds=job.timeout,
             tries_left=job.max_tries - job_file.tries,
             log=attempt_log,
+            parent_results=parents,
+            scratch_dir=str(self.sp.layout.path("tmp")),
         )
         self._batches.attempt_starts()
         try:
