@@ -95,11 +95,11 @@ def _check_cap(sizes: Mapping[str, int], cap: int) -> None:
     if total <= cap:
         return
     biggest = sorted(sizes.items(), key=lambda item: -item[1])[:_NAMED]
-    named = ", ".join(f"{parent} {size:,}" for parent, size in biggest)
-    more = f" and {len(sizes) - _NAMED} more" if len(sizes) > _NAMED else ""
+    named = ", ".join(f"{parent} {size:,} bytes" for parent, size in biggest)
+    more = f" and {len(sizes) - _NAMED} more parents" if len(sizes) > _NAMED else ""
     raise ParentResultsError(
         f"parents' results are {total:,} bytes in all, over max_parent_results_bytes ({cap:,}): "
-        f"{named}{more} bytes; raise the setting and requeue the job",
+        f"{named}{more}; raise the setting and requeue the job",
         reject=True,
     )
 

@@ -69,7 +69,7 @@ def test_parents_results_over_the_cap_end_the_child_rejected_naming_them(kit: Ki
     assert total > 400
     error = status["error"]
     assert f"parents' results are {total:,} bytes in all, over max_parent_results_bytes (400)" in error, error
-    assert f"{big} {sizes[big]:,}, {small} {sizes[small]:,} bytes" in error, error  # the biggest first
+    assert f"{big} {sizes[big]:,} bytes, {small} {sizes[small]:,} bytes;" in error, error  # the biggest first
     assert [(a["attempt"], a["outcome"]) for a in status["attempts"]] == [(1, "rejected")]  # never retried
     kit.fsck_ok()
 
