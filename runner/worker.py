@@ -31,7 +31,7 @@ from spool.base.records import LeaseStatus
 from spool.progress import Progress
 from spool.runner.attempt.loop import Beat, watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
-from spool.runner.attempt.parents import ParentResultsError, parent_results
+from spool.runner.attempt.parents import ParentResultsError, parent_results, scratch_dir_of
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.wake import Waker
 from spool.spool import Spool
@@ -288,7 +288,7 @@ class Worker:
             tries_left=job.max_tries - job_file.tries,
             log=attempt_log,
             parent_results=parents,
-            scratch_dir=str(self.sp.layout.path("tmp")),
+            scratch_dir=scratch_dir_of(self.sp),
         )
         self._batches.attempt_starts()
         try:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # the attempt child imports this module for parents_file: it 
     from spool.handle import Handle
     from spool.job import Job
 
-__all__ = ["ParentResultsError", "parent_results", "parents_file"]
+__all__ = ["ParentResultsError", "parent_results", "parents_file", "scratch_dir_of"]
 
 _NAMED = 5  # parents named one by one in the over-the-cap error (the biggest)
 
@@ -102,6 +102,15 @@ def _check_cap(sizes: Mapping[str, int], cap: int) -> None:
         f"{named}{more}; raise the setting and requeue the job",
         reject=True,
     )
+
+
+def scratch_dir_of(sp: Handle) -> str:
+    """The spool's tmp/ as a path for the attempt child, where it is now: read from the folder's
+    descriptor, so a spool renamed while the worker runs still gets its shell jobs' files."""
+    try:
+        return os.readlink(f"/proc/self/fd/{sp.layout.fd('tmp')}")
+    except OSError:  # no /proc: the path the spool was opened at
+        return str(sp.layout.path("tmp"))
 
 
 @contextmanager

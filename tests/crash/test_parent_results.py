@@ -88,3 +88,20 @@ def test_a_parent_purged_before_its_child_ran_ends_the_child_rejected_naming_it(
     assert f"parent {parent} has no result" in status["error"], status
     assert [(a["attempt"], a["outcome"]) for a in status["attempts"]] == [(1, "rejected")]
     kit.fsck_ok()
+
+
+def test_a_spool_renamed_while_the_worker_runs_still_gets_its_shell_jobs_their_file(kit: Kit, tmp_path: Path) -> None:
+    kit.wait_logged(kit.coordinator(), "coordinator started")
+    worker = kit.worker("w1", extra=("--allow-shell",))
+    parent = kit.sp.submit("echo", {"n": 1})
+    expected = {parent: _result(kit, parent)}
+    moved = tmp_path / "renamed-spool"
+    os.rename(kit.spool_dir, moved)
+    script = 'echo "$SPOOL_PARENT_RESULTS"; cat "$SPOOL_PARENT_RESULTS"'
+    child = kit.sp.submit("shell", {"argv": ["sh", "-c", script]}, depends_on=[parent])  # through its fds
+    kit.spool_dir = moved
+    result = _result(kit, child)
+    assert isinstance(result, dict) and result["exit"] == 0, result
+    path, text = result["output"].split("\n", 1)
+    assert json.loads(text) == expected and Path(path).parent == moved / "tmp"
+    assert worker.poll() is None
