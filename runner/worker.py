@@ -288,7 +288,7 @@ class Worker:
             tries_left=job.max_tries - job_file.tries,
             log=attempt_log,
             parent_results=parents,
-            scratch_dir=scratch_dir_of(self.sp),
+            scratch_dir=scratch_dir_of(self.sp) if job.task == "shell" else None,
         )
         self._batches.attempt_starts()
         try:
