@@ -31,20 +31,12 @@ from spool.base.records import LeaseStatus
 from spool.progress import Progress
 from spool.runner.attempt.loop import Beat, watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
+from spool.runner.attempt.parents import ParentResultsError, parent_results, scratch_dir_of
 from spool.runner.diskfull import DiskFullPause
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.runner.batching import Batches
-from spool.moves import (
-    Held,
-    cancel_leased,
-    claim_many,
-    complete,
-    fail,
-    heartbeat,
-    lease_status,
-    release,
-)
+from spool.moves import Held, cancel_leased, claim_many, complete, fail, heartbeat, lease_status, release
 from spool.base.records import Lease
 from spool.workers import advertisement, check_worker_name, published_term
 
@@ -284,6 +276,11 @@ class Worker:
     def _watch_attempt(self, held: Held, lease: Lease, attempt_log: AttemptLog) -> None:
         job_file = held.job_file
         job = job_file.job
+        try:
+            parents = parent_results(self.sp, job)
+        except ParentResultsError as err:  # before anything runs (runner.attempt.parents)
+            FilesLease(self, lease, held, attempt_log).report(Outcome(False, None, str(err), err.reject))
+            return
         request = AttemptRequest(
             job_id=job.id,
             attempt=lease.attempt,
@@ -292,6 +289,8 @@ class Worker:
             timeout_seconds=job.timeout,
             tries_left=job.max_tries - job_file.tries,
             log=attempt_log,
+            parent_results=parents,
+            scratch_dir=scratch_dir_of(self.sp) if job.task == "shell" else None,
         )
         self._batches.attempt_starts()
         try:

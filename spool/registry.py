@@ -15,9 +15,10 @@ job schema (``spool.job``) checks too.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -76,6 +77,19 @@ class Current:
         if self.monotonic_deadline is None:
             return max(0.0, self.deadline - clock.wall())
         return max(0.0, self.monotonic_deadline - clock.monotonic())
+
+    def parent_results(self) -> dict[str, object]:
+        """``{parent_id: result}`` for each id in the job's ``depends_on`` (every parent is done
+        when a child runs); ``{}`` for a job without. A fresh copy at each call, so a handler may
+        change it freely. Bounded by ``max_parent_results_bytes`` (``runner.attempt.parents``)."""
+        return copy.deepcopy(dict(getattr(self, "_parent_results", {})))
+
+    def with_parent_results(self, parents: Mapping[str, object]) -> Current:
+        """This value, carrying its job's parents' results (for the attempt child). Kept off the
+        fields on purpose: ``asdict(current())`` and its repr stay a few small numbers, however
+        big the parents' results (up to ``max_parent_results_bytes``)."""
+        object.__setattr__(self, "_parent_results", parents)  # frozen: set once, before the handler runs
+        return self
 
 
 def _definition(fn: Callable[..., Any]) -> tuple[str, str] | None:

@@ -40,13 +40,15 @@ CONFIG_MAX_BYTES = 1024 * 1024
 MAX_DURATION_SECONDS = MAX_SECONDS  # 100 years: any delay, timeout or lease
 MAX_JOB_BYTES = 16 * 2**20  # a job's args say where the data is; they are not the data
 MAX_RESULT_BYTES = 2**30
-# SPOOL_* names spool itself uses that are not settings (shell jobs get JOB_ID and ATTEMPT; tests the seed).
+# SPOOL_* names spool itself uses that are not settings (shell jobs get JOB_ID, ATTEMPT and
+# PARENT_RESULTS; tests the seed).
 OTHER_ENV_NAMES = (
     "SPOOL_DIR",
     "SPOOL_CRASH_AT",
     "SPOOL_PARENT_PID",
     "SPOOL_JOB_ID",
     "SPOOL_ATTEMPT",
+    "SPOOL_PARENT_RESULTS",  # a shell job's parents' results (a file's path)
     "SPOOL_CHAOS_SEED",
     "SPOOL_TOKEN",  # `spool worker --server`'s token, instead of --token (which ps shows)
 )
@@ -71,6 +73,8 @@ class Settings:
     max_job_bytes: int = 65536
     max_result_bytes: int = 1048576
     max_log_bytes: int = 1048576  # each attempt's log keeps the last this many bytes of output
+    # A child job's parents' results together, handed to its attempt (runner.attempt.parents).
+    max_parent_results_bytes: int = 16 * 2**20
     tasks: tuple[str, ...] = ()
     log_level: str = "info"
     log_format: str = "text"
@@ -237,6 +241,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "max_job_bytes": _job_size,
     "max_result_bytes": _result_size,
     "max_log_bytes": _result_size,
+    "max_parent_results_bytes": _result_size,
     "tasks": _modules,
     "log_level": _one_of(LOG_LEVELS),
     "log_format": _one_of(LOG_FORMATS),

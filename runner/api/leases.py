@@ -5,8 +5,8 @@ Every endpoint goes through the same transitions as a local worker (``claim_held
 keeps no lease of its own. A work token's name is its worker name: the claim writes it into the
 job file as the holder, and only that token (or an admin's) may act on the lease afterwards.
 
-    POST /v1/leases                  {"tasks": [...], "wait": s,      200 {"lease": {...}} | 204
-                                      "queues": [...] (optional)}
+    POST /v1/leases                  {"tasks": [...], "wait": s,      200 {"lease": {..., "parent_results"}} | 204
+                                      "queues"?: [...]}
     POST /v1/leases/{id}/heartbeat   {"fence", "counter"?, "progress"?}  200 {"cancel", "heartbeat_seconds"}
     POST /v1/leases/{id}/complete    {"fence", "result"}            200 {"id", "state": "done"}
     POST /v1/leases/{id}/fail        {"fence", "error", "reject"?}  200 {"id", "state"}
@@ -52,6 +52,7 @@ from spool.moves import fence_of, held_by_fence
 from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, object_body, read_json, require
 from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
+from spool.runner.attempt.parents import ParentResultsError, parent_results
 from spool.base.timetext import format_time
 from spool.moves import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
 from spool.workers import published_term
@@ -117,7 +118,10 @@ class _Leases:
             woken = self.watch.ticket()  # before the claim: a job landing after it still wakes us
             held = await self._claim(worker, tasks, queues)
             if held is not None:
-                return await self._hand_over(request, held)
+                handed = await self._hand_over(request, held)
+                if handed is not None:
+                    return handed
+                continue  # that job's attempt ended here: claim the next one at once
             retry_at = self.sp.ledger.retry_at  # a full rate window: claim again when it has room
             while not woken.is_set():  # claim again only when something landed (or the watch's slow poll)
                 if retry_at is not None and time.time() >= retry_at:
@@ -141,9 +145,11 @@ class _Leases:
         except LedgerError as err:  # the coordinator (or fsck --repair) rebuilds it
             raise ApiError(503, f"the ledger is unusable: {err}", None, headers={"Retry-After": "5"}) from None
 
-    async def _hand_over(self, request: Request, held: Held) -> Response:
+    async def _hand_over(self, request: Request, held: Held) -> Response | None:
         """The claimed lease to its worker; given back (no try spent) if the worker can no
-        longer take it: its token was revoked while it waited, or it went away."""
+        longer take it: its token was revoked while it waited, or it went away. None when the
+        job's parents' results can't be handed over: its attempt ended here, as a local worker's
+        would (``runner.attempt.parents``), and the worker waits on for another job."""
         job_file = held.job_file
         lease = Lease(job_file.id, job_file.lease.worker if job_file.lease else "", job_file.attempt)
         try:
@@ -155,9 +161,20 @@ class _Leases:
         if gone:
             await self._give_back(lease, held)
             return Response(status_code=204)
+        try:
+            parents = await _off_loop(parent_results, self.sp, job_file.job)
+        except ParentResultsError as err:
+            log.warning("attempt %d of %s ends before it is handed out: %s", lease.attempt, lease.job_id, err)
+            try:
+                await _off_loop(fail, self.sp, lease, str(err), reject=err.reject, held=held)
+            except LeaseLost as lost:  # RACE: fence_worker (a revoke) expired it first: that move stands
+                log.info("attempt %d of %s not ended here: %s", lease.attempt, lease.job_id, lost)
+            except DiskFull as full:  # the lease stays; the coordinator expires it after its term
+                raise ApiError(503, f"the spool's disk is full: {full}", None, headers={"Retry-After": "5"}) from None
+            return None
         # Off the loop: the published term is a ledger read, and the ledger's lock may be held
         # by a transition in another thread.
-        return JSONResponse({"lease": await _off_loop(self._lease_view, held)})
+        return JSONResponse({"lease": await _off_loop(self._lease_view, held, parents)})
 
     async def _give_back(self, lease: Lease, held: Held) -> None:
         try:
@@ -165,7 +182,7 @@ class _Leases:
         except LeaseLost as err:  # RACE: fence_worker (a revoke) expired it first: that move stands
             log.info("lease of %s not given back: %s", lease.job_id, err)
 
-    def _lease_view(self, held: Held) -> dict[str, Any]:
+    def _lease_view(self, held: Held, parents: dict[str, object]) -> dict[str, Any]:
         job_file = held.job_file
         job = job_file.job
         term = self._published_term()
@@ -181,6 +198,7 @@ class _Leases:
             "tries_left": job.max_tries - job_file.tries,
             "lease_seconds": term,
             "heartbeat_seconds": _heartbeat_seconds(term),
+            "parent_results": parents,
         }
 
     def _published_term(self) -> float:

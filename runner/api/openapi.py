@@ -281,6 +281,7 @@ SCHEMAS: dict[str, Any] = {
                         "deadline",
                         "tries_left",
                         "heartbeat_seconds",
+                        "parent_results",
                     )
                 },
             }

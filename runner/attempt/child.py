@@ -38,8 +38,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from subprocess import DEVNULL
 from typing import Any
 
@@ -76,6 +76,10 @@ class AttemptRequest:
     timeout_seconds: float
     tries_left: int
     log: LogSink
+    # {parent_id: result}, read when the attempt starts (runner.attempt.parents); {} without parents.
+    parent_results: Mapping[str, object] = field(default_factory=dict)
+    # Where a shell job's SPOOL_PARENT_RESULTS file goes: the spool's tmp/, or None ($TMPDIR).
+    scratch_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -218,7 +222,8 @@ class Child:
         if self._request is not None:
             raise RuntimeError("an attempt is already running in this child")
         fields = {"job_id": request.job_id, "attempt": request.attempt, "task": request.task}
-        fields.update(tries_left=request.tries_left, args=request.args)
+        fields.update(tries_left=request.tries_left, args=request.args, scratch_dir=request.scratch_dir)
+        fields.update(parent_results=dict(request.parent_results))
         encoded = json.dumps(fields)  # first, so args that are not JSON change nothing
         self.start()
         self._drain_output()  # what came out between attempts is not this attempt's

@@ -27,6 +27,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from contextlib import ExitStack
 from subprocess import DEVNULL
 from typing import Any
 
@@ -35,6 +36,7 @@ from spool.progress import Progress, encode, set_sink
 from spool.base.resultjson import NOT_JSON, ResultNotJSON, encode_result
 from spool.registry import Current, Reject, handler_for, import_task_modules, set_current
 from spool.runner.lifeline import die_with_parent
+from spool.runner.attempt.parents import parents_file
 from spool.runner.attempt.pipes import progress_line, write_all
 
 ERROR_BYTES = 4096
@@ -157,7 +159,7 @@ class _Attempts:
         set_sink(self._progress)
         try:
             if handler is None:
-                value: object = self._shell(request["args"], job_id, attempt)
+                value: object = self._shell(request, job_id, attempt)
             else:
                 value = handler(**request["args"])
         except Reject as exc:
@@ -190,11 +192,22 @@ class _Attempts:
         # Runs in the forked shell job before exec: when this child dies, the job dies too.
         self._libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
-    def _shell(self, args: Any, job_id: str, attempt: int) -> dict[str, object]:
+    def _shell(self, request: dict[str, Any], job_id: str, attempt: int) -> dict[str, object]:
+        args = request["args"]
         argv = args.get("argv") if isinstance(args, dict) else None
         if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)) or (set(args) != {"argv"}):
             raise _Failed("shell jobs take args {argv: [str, ...]}, a non-empty list of strings")
-        env = dict(os.environ, SPOOL_JOB_ID=job_id, SPOOL_ATTEMPT=str(attempt))
+        with ExitStack() as stack:
+            try:
+                parents = stack.enter_context(
+                    parents_file(request.get("parent_results") or {}, request.get("scratch_dir"))
+                )
+            except OSError as exc:  # a full disk, a folder gone
+                raise _Failed(f"cannot write the SPOOL_PARENT_RESULTS file: {exc.strerror or exc}") from None
+            env = dict(os.environ, SPOOL_JOB_ID=job_id, SPOOL_ATTEMPT=str(attempt), SPOOL_PARENT_RESULTS=parents)
+            return self._run_shell(argv, env)
+
+    def _run_shell(self, argv: list[str], env: dict[str, str]) -> dict[str, object]:
         out_r, out_w = os.pipe()
         try:
             # stdout and stderr go through us (_tee), so we keep the output's tail for the result.
@@ -271,7 +284,8 @@ def _current(request: dict[str, Any]) -> Current:
     """The handler's ``current()``: the worker's monotonic deadline, also as a wall-clock time."""
     deadline = float(request["deadline"])  # CLOCK_MONOTONIC is host-wide: the worker's clock is ours
     wall = time.time() + (deadline - time.monotonic())
-    return Current(request["job_id"], request["attempt"], request["tries_left"], wall, monotonic_deadline=deadline)
+    made = Current(request["job_id"], request["attempt"], request["tries_left"], wall, monotonic_deadline=deadline)
+    return made.with_parent_results(request.get("parent_results") or {})
 
 
 def main(argv: Sequence[str]) -> int:

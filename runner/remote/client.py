@@ -10,10 +10,11 @@ raises ``Unreachable`` when no answer came (refused, reset, timed out, a 502/503
 in front); ``CertificateRefused`` when the server's certificate does not verify, which no retry
 can fix. A keep-alive connection the server closed while idle is reopened once, silently.
 
-A hostile or broken server can't hold the worker: a reply over ``MAX_REPLY_BYTES`` is cut (its
-bytes are never all read into memory), and a whole exchange (connect, send, the answer to its
-last byte) is cut once its timeout has passed, however slowly the bytes trickle in (the socket's
-own timeout only bounds the wait for each next byte). Both raise ``Unreachable``. A redirect is
+A hostile or broken server can't hold the worker: a reply over ``MAX_REPLY_BYTES`` (a lease:
+that plus the worker's ``max_parent_results_bytes``, for its parents' results) is cut (its bytes
+are never all read into memory), and a whole exchange (connect, send, the answer to its last
+byte) is cut once its timeout has passed, however slowly the bytes trickle in (the socket's own
+timeout only bounds the wait for each next byte). Both raise ``Unreachable``. A redirect is
 an answer like any other: never followed.
 """
 
@@ -93,8 +94,11 @@ class ApiClient:
         self._calls = 0  # which call a deadline's timer belongs to
         self._timed_out = False
 
-    def call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply:
-        """POST ``body`` as JSON to ``path`` (under the server's URL) and read the answer."""
+    def call(
+        self, path: str, body: dict[str, Any], *, timeout_seconds: float, max_reply_bytes: int = MAX_REPLY_BYTES
+    ) -> Reply:
+        """POST ``body`` as JSON to ``path`` (under the server's URL) and read the answer, cut
+        past ``max_reply_bytes`` (a lease with its parents' results may be allowed more)."""
         data = json.dumps(body, allow_nan=False).encode()
         self._aborted, self._in_flight, self._timed_out = False, True, False
         self._calls += 1
@@ -102,7 +106,7 @@ class ApiClient:
         deadline.daemon = True
         deadline.start()
         try:
-            return self._exchange(path, data, timeout_seconds)
+            return self._exchange(path, data, timeout_seconds, max_reply_bytes)
         except Unreachable:
             if self._timed_out:
                 raise Unreachable(f"{self.url}: no whole answer within {timeout_seconds:g} s") from None
@@ -117,14 +121,14 @@ class ApiClient:
             self._timed_out = True
             self.abort()
 
-    def _exchange(self, path: str, data: bytes, timeout_seconds: float) -> Reply:
+    def _exchange(self, path: str, data: bytes, timeout_seconds: float, max_reply_bytes: int) -> Reply:
         for first in (True, False):
             conn, reused = self._connection(timeout_seconds)
             try:
                 conn.request("POST", self._base + path, body=data, headers=self._headers)
                 response = conn.getresponse()
-                raw = response.read(MAX_REPLY_BYTES + 1)
-                if len(raw) <= MAX_REPLY_BYTES and (response.length or self._aborted):
+                raw = response.read(max_reply_bytes + 1)
+                if len(raw) <= max_reply_bytes and (response.length or self._aborted):
                     raise http.client.IncompleteRead(raw, response.length)  # cut short (read(n) won't say)
             except ssl.SSLCertVerificationError as err:
                 self.close()
@@ -137,9 +141,9 @@ class ApiClient:
             except (OSError, http.client.HTTPException) as err:
                 self.close()
                 raise Unreachable(f"{self.url}: {type(err).__name__}: {err}") from None
-            if len(raw) > MAX_REPLY_BYTES:
+            if len(raw) > max_reply_bytes:
                 self.close()
-                raise Unreachable(f"{self.url}: an answer over {MAX_REPLY_BYTES} bytes; not read further")
+                raise Unreachable(f"{self.url}: an answer over {max_reply_bytes} bytes; not read further")
             if response.will_close:
                 self.close()
             if response.status in _GATEWAY or (response.status == 503 and not _is_ours(raw)):

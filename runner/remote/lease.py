@@ -7,7 +7,7 @@ loop, so each field is checked before the worker acts on any of it; a lease that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spool import registry
@@ -34,6 +34,8 @@ class RemoteLease:
     timeout_seconds: float
     tries_left: int
     heartbeat_seconds: float
+    # {parent_id: result} (``runner.attempt.parents``); {} without parents or from an older server.
+    parent_results: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_reply(cls, body: Any) -> RemoteLease:
@@ -47,10 +49,11 @@ class RemoteLease:
                 attempt=_whole(lease["attempt"]),
                 fence=str(lease["fence"]),
                 task=str(lease["task"]),
-                args=_mapping(lease["args"]),
+                args=_mapping(lease["args"], "args"),
                 timeout_seconds=_seconds(lease["timeout_seconds"]),
                 tries_left=_whole(lease["tries_left"]),
                 heartbeat_seconds=max(_seconds(lease["heartbeat_seconds"]), 0.05),
+                parent_results=_mapping(lease.get("parent_results", {}), "parent_results"),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise Refused(f"the server's lease is not one this worker understands: {err!r}") from None
@@ -58,12 +61,14 @@ class RemoteLease:
             raise Refused(f"the server's lease names no job this worker can take: {str(body)[:200]!r}")
         if not all(isinstance(name, str) for name in made.args) or not 0 < len(made.fence) <= 64:
             raise Refused(f"the server's lease is not one this worker understands: {str(body)[:200]!r}")
+        if not all(is_valid_id(parent) for parent in made.parent_results):
+            raise Refused(f"the server's lease names parents that are no job ids: {str(body)[:200]!r}")
         return made
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def _mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"expected the args as an object, got {type(value).__name__}")
+        raise ValueError(f"expected the {what} as an object, got {type(value).__name__}")
     return value
 
 

@@ -41,7 +41,7 @@ from spool.base.resultjson import ResultNotJSON, encode_result
 from spool.progress import Progress
 from spool.runner.attempt.loop import Beat, watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
-from spool.runner.remote.client import ApiClient, Reply, Unreachable
+from spool.runner.remote.client import MAX_REPLY_BYTES, ApiClient, Reply, Unreachable
 from spool.runner.remote.lease import Refused, RemoteLease
 from spool.settings import Settings
 
@@ -142,10 +142,12 @@ class RemoteWorker:
 
     # -- talking to the server ---------------------------------------------------------------
 
-    def _call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply | None:
+    def _call(
+        self, path: str, body: dict[str, Any], *, timeout_seconds: float, max_reply_bytes: int = MAX_REPLY_BYTES
+    ) -> Reply | None:
         """One call; None when the server did not answer (after this call's backoff wait)."""
         try:
-            reply = self.client.call(path, body, timeout_seconds=timeout_seconds)
+            reply = self.client.call(path, body, timeout_seconds=timeout_seconds, max_reply_bytes=max_reply_bytes)
         except Unreachable as err:
             if self._signals and self._idle:
                 return None  # our own stop cut the call (``abort``): the server is fine
@@ -175,7 +177,13 @@ class RemoteWorker:
         asked: dict[str, Any] = {"tasks": self.tasks, "wait": wait}
         if self.queues is not None:
             asked["queues"] = self.queues
-        reply = self._call("/v1/leases", asked, timeout_seconds=wait + CALL_MARGIN_SECONDS)
+        reply = self._call(
+            "/v1/leases",
+            asked,
+            timeout_seconds=wait + CALL_MARGIN_SECONDS,
+            # a lease carries its parents' results: up to max_parent_results_bytes beyond the rest
+            max_reply_bytes=MAX_REPLY_BYTES + self.settings.max_parent_results_bytes,
+        )
         if reply is None or reply.status == 204:
             return None
         if reply.status == 200:
@@ -222,6 +230,7 @@ class RemoteWorker:
             timeout_seconds=lease.timeout_seconds,
             tries_left=lease.tries_left,
             log=_Stderr(),
+            parent_results=lease.parent_results,  # a shell job's file goes to $TMPDIR: no spool here
         )
         watch(self.child, request, ApiLease(self, lease), lambda: self._stopping(lease))
 

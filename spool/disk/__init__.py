@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
         parse_heartbeat_name as parse_heartbeat_name,
         result_name as result_name,
         tls_lock_name as tls_lock_name,
+        tmp_name as tmp_name,
         worker_lock_name as worker_lock_name,
     )
     from spool.disk.locks import Lock as Lock, acquire as acquire, acquire_within as acquire_within, is_held as is_held
