@@ -184,6 +184,7 @@ class Coordinator:
         listing_drops = None
         if now - self.last_reconcile >= self.reconcile_seconds:
             self.last_reconcile = now
+            sync_queues(self.sp)  # before the rows: a ledger made anew has its limits first
             listing = reconcile(self.sp, full=False)  # a full pass at start and every minute (FULL_SECONDS)
             drops = listing_drops = listing.drops
             arrivals = {State.WAITING.value: set(self.sp.ledger.waiting())}
