@@ -13,6 +13,7 @@ import pytest
 
 from spool.moves.transitions import claim
 from spool.spool import Spool
+from support import wait_until
 
 Ran = Any  # conftest.Ran: code, out, err
 Run = Callable[..., Ran]
@@ -161,3 +162,27 @@ def test_stats_has_a_section_per_queue(spool_in: Run, sp: Spool) -> None:
     assert queues["default"]["pending"] == 1 and queues["default"]["held_by"] is None
     text = spool_in("stats").out
     assert "queue api: pending 1  leased 1  claims last minute 1" in text and "(rate 1/h); held: queue api" in text
+
+
+FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2")
+
+
+def _state(spool_cli: Any, job_id: str) -> dict[str, Any]:
+    ran = spool_cli("status", job_id, "--json")
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout)
+
+
+def test_under_spool_run_a_paused_queue_holds_its_jobs_says_why_and_resume_releases_them(
+    spool_cli: Any, spool_dir: Path, procs: Any
+) -> None:
+    assert spool_cli("queue", "pause", "email").returncode == 0
+    held = spool_cli("submit", "echo", "-a", "n=1", "--queue", "email").stdout.strip()
+    free = spool_cli("submit", "echo", "-a", "n=2").stdout.strip()
+    procs.start(*FAST, "run", "--workers", "1", "--import", "examples.tasks", name="run")
+    wait_until(lambda: _state(spool_cli, free)["state"] == "done", timeout=60, message="the default queue's job done")
+    view = _state(spool_cli, held)
+    assert view["state"] == "pending" and view["tries"] == 0 and view["held_by"]["limit"] == "paused"
+    (spool_dir / "queues" / "email.yaml").write_text("paused: false\n")  # resumed by hand: the coordinator reads it
+    wait_until(lambda: _state(spool_cli, held)["state"] == "done", timeout=60, message="the resumed queue's job done")
+    assert _state(spool_cli, held)["tries"] == 1  # the pause spent no try
