@@ -217,7 +217,14 @@ PATHS: dict[str, Any] = {
             "any",
             {
                 "200": _json(
-                    {"type": "object", "properties": {"queues": {"type": "array", "items": _QUEUE}}}, "the queues"
+                    {
+                        "type": "object",
+                        "properties": {
+                            "queues": {"type": "array", "items": _QUEUE, "maxItems": 1000},
+                            "truncated": {"type": "boolean"},
+                        },
+                    },
+                    "the queues",
                 ),
                 **_errors(401),
             },

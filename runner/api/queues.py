@@ -23,6 +23,7 @@ from spool.views import queue_views
 
 SET_FIELDS = ("concurrency", "rate", "paused", "clear")
 MAX_SET_BODY_BYTES = 4096
+MAX_QUEUES_LISTED = 1000  # queue names are the submitters' choice: an answer of them all could be any size
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -38,9 +39,24 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
 
 
 async def list_queues(ctx: ApiContext, request: Request) -> Response:
-    """200 ``{"queues": [queue...]}``: every queue with a job, a file or a recent claim."""
+    """200 ``{"queues": [queue...], "truncated": bool}``: every queue with a job, a file or a recent
+    claim, by name, as ``spool queue list --json`` prints them; past ``MAX_QUEUES_LISTED``, the
+    queues with a limit or a broken file, then those with the most jobs pending and leased."""
     require(ctx, request, *READ_ROLES)
-    return JSONResponse({"queues": await _off_loop(ctx, lambda: queue_views(ctx.sp))})
+    views = await _off_loop(ctx, lambda: queue_views(ctx.sp))
+    return JSONResponse({"queues": bounded(views, MAX_QUEUES_LISTED), "truncated": len(views) > MAX_QUEUES_LISTED})
+
+
+def bounded(views: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+    """At most ``most`` of ``views``, by name: those with limits or an error first, then the busiest."""
+    if len(views) <= most:
+        return views
+
+    def weight(view: dict[str, Any]) -> tuple[bool, int]:
+        limited = view["error"] is not None or view["paused"] or view["concurrency"] is not None or view["rate"]
+        return (not limited, -(view["pending"] + view["leased"]))
+
+    return sorted(sorted(views, key=weight)[:most], key=lambda view: view["name"])
 
 
 async def set_queue(ctx: ApiContext, request: Request) -> Response:

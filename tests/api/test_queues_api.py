@@ -9,6 +9,7 @@ from typing import Any
 
 from spool import Spool
 from spool.moves.transitions import claim
+from spool.runner.api.queues import bounded
 from support import run_spool
 
 
@@ -55,7 +56,7 @@ def test_get_queues_is_what_queue_list_json_prints_and_only_admin_sets(served: A
     listed = served.call("GET", "/v1/queues", token=reader)
     assert listed.status == 200
     printed = json.loads(queue_cli(served.root, "list", "--json").stdout)
-    assert listed.json["queues"] == printed
+    assert listed.json["queues"] == printed and listed.json["truncated"] is False
     assert printed[0]["name"] == "api" and printed[0]["rate"] == "10/m"
     refused = served.call("POST", "/v1/queues/api", token=reader, json={"paused": True})
     assert refused.status == 403
@@ -77,3 +78,20 @@ def test_get_queues_is_what_queue_list_json_prints_and_only_admin_sets(served: A
     assert (served.root / "queues" / "api.yaml").read_text() == before
     cleared = served.call("POST", "/v1/queues/api", token=admin, json={"clear": True, "paused": False})
     assert cleared.json["concurrency"] is None and cleared.json["rate"] is None and cleared.json["held_by"] is None
+
+
+def test_the_queue_list_is_bounded_keeping_limited_queues_then_the_busiest() -> None:
+    def view(name: str, pending: int, paused: bool = False) -> dict[str, Any]:
+        return {
+            "name": name,
+            "error": None,
+            "paused": paused,
+            "concurrency": None,
+            "rate": None,
+            "pending": pending,
+            "leased": 0,
+        }
+
+    views = [view("a", 1), view("b", 9), view("c", 0, paused=True), view("d", 5)]
+    assert [v["name"] for v in bounded(views, 2)] == ["b", "c"]
+    assert bounded(views, 4) == views
