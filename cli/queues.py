@@ -7,10 +7,10 @@ from typing import Any
 import click
 
 from spool import queues
-from spool.base.errors import UsageError
+from spool.base.errors import LedgerError, UsageError
 from spool.cli.app import App, SpoolCommand, pass_app
 from spool.cli.render import echo_json, render_table
-from spool.views import queue_views
+from spool.views import queue_views, queue_views_from_files
 
 
 class QueueGroup(SpoolCommand, click.Group):
@@ -26,7 +26,12 @@ def queue() -> None:
 @pass_app
 def list_command(app: App) -> None:
     """Each queue: its limits, pending, leased, claims in the last minute, and what holds it."""
-    views = queue_views(app.spool())
+    sp = app.spool()
+    try:
+        views = queue_views(sp)
+    except LedgerError as err:
+        click.echo(f"spool: {err}; showing the queue files alone, without counts", err=True)
+        views = queue_views_from_files(sp)
     if app.json_output:
         echo_json(views)
         return
@@ -38,9 +43,9 @@ def list_command(app: App) -> None:
                 v["concurrency"] if v["concurrency"] is not None else "-",
                 v["rate"] or "-",
                 "yes" if v["paused"] else "no",
-                v["pending"],
-                v["leased"],
-                v["claims_last_minute"],
+                _count_text(v["pending"]),
+                _count_text(v["leased"]),
+                _count_text(v["claims_last_minute"]),
                 f"{v['oldest_ready_seconds']:.1f}s" if v["oldest_ready_seconds"] is not None else "",
                 v["held_by"]["limit"] if v["held_by"] else "",
             ]
@@ -96,6 +101,10 @@ def _count(text: str | None) -> int | None:
     if not text.strip().lstrip("-").isdigit():
         raise UsageError(f"--concurrency: expected a positive integer, got {text!r}")
     return int(text)
+
+
+def _count_text(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def _show_one(app: App, name: str, line: str) -> None:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
     from spool.views import browse as browse
     from spool.views.browse import Filter as Filter
     from spool.views.queueview import held_by as held_by, queue_views as queue_views
+    from spool.views.queueview import queue_views_from_files as queue_views_from_files
     from spool.views.stats import collect as collect, coordinator_state as coordinator_state
 
 __getattr__ = lazy_surface(__name__, __file__)

@@ -23,7 +23,7 @@ from spool.ledger.limits import Hold, Limits
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-__all__ = ["held_by", "hold_view", "limits_view", "queue_views"]
+__all__ = ["held_by", "hold_view", "limits_view", "queue_views", "queue_views_from_files"]
 
 
 def limits_view(limits: Limits) -> dict[str, Any]:
@@ -73,6 +73,19 @@ def queue_views(sp: Handle, *, sync: bool = True) -> list[dict[str, Any]]:
                 "held_by": hold_view(_hold(sp, row.name, row.limits)),
             }
         )
+    return views
+
+
+def queue_views_from_files(sp: Handle) -> list[dict[str, Any]]:
+    """``queue_views`` without a usable ledger: each file's limits (a broken one's none: the limits
+    in force are the ledger's), and no counts (null)."""
+    from spool import queues  # start-up: the queue files' module loads for a view only
+
+    views = []
+    for name, queue_file in queues.read_files(sp).items():
+        counts = dict.fromkeys(("pending", "ready", "leased", "claims_last_minute", "oldest_ready_seconds"))
+        shown = limits_view(queue_file.limits or Limits())
+        views.append({"name": name, **shown, "error": queue_file.error, **counts, "held_by": None})
     return views
 
 

@@ -186,3 +186,15 @@ def test_under_spool_run_a_paused_queue_holds_its_jobs_says_why_and_resume_relea
     (spool_dir / "queues" / "email.yaml").write_text("paused: false\n")  # resumed by hand: the coordinator reads it
     wait_until(lambda: _state(spool_cli, held)["state"] == "done", timeout=60, message="the resumed queue's job done")
     assert _state(spool_cli, held)["tries"] == 1  # the pause spent no try
+
+
+def test_without_a_usable_ledger_list_shows_the_files_and_says_why(spool_in: Run, spool_dir: Path) -> None:
+    spool_in("queue", "set", "gpu", "--concurrency", "2")
+    for name in os.listdir(spool_dir):
+        if name.startswith("ledger.sqlite3"):
+            os.unlink(spool_dir / name)
+    (spool_dir / "ledger.sqlite3").mkdir()  # no ledger can be opened here
+    ran = spool_in("queue", "list", "--json")
+    assert ran.code == 0 and "without counts" in ran.err, ran
+    [view] = json.loads(ran.out)
+    assert (view["name"], view["concurrency"], view["pending"], view["held_by"]) == ("gpu", 2, None, None)
