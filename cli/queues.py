@@ -98,9 +98,10 @@ def _count(text: str | None) -> int | None:
     """--concurrency as a number; the range is spool.queues' to check (one message for both)."""
     if text is None:
         return None
-    if not text.strip().lstrip("-").isdigit():
-        raise UsageError(f"--concurrency: expected a positive integer, got {text!r}")
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--concurrency: expected a positive integer, got {text!r}") from None
 
 
 def _count_text(value: int | None) -> str:
