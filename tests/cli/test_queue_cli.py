@@ -154,7 +154,7 @@ def test_submit_ls_and_schedule_add_take_a_queue(spool_in: Run, spool_dir: Path,
 def test_stats_has_a_section_per_queue(spool_in: Run, sp: Spool) -> None:
     spool_in("queue", "set", "api", "--rate", "1/h")
     sp.submit("echo", queue="api")
-    sp.submit("echo", queue="api")
+    second = sp.submit("echo", queue="api")
     sp.submit("echo")
     assert claim(sp, "w", None, queues=["api"]) is not None
     view = json.loads(spool_in("stats", "--json").out)
@@ -163,6 +163,8 @@ def test_stats_has_a_section_per_queue(spool_in: Run, sp: Spool) -> None:
     assert queues["api"]["rate"] == "1/h" and queues["api"]["held_by"]["limit"] == "rate"
     assert queues["api"]["oldest_ready_seconds"] is not None
     assert queues["default"]["pending"] == 1 and queues["default"]["held_by"] is None
+    held = json.loads(spool_in("status", second, "--json").out)["held_by"]
+    assert held["limit"] == "rate" and "rate 1 per h (1 claims in the window)" in held["text"]
     text = spool_in("stats").out
     assert "queue api: pending 1  leased 1  claims last minute 1" in text and "(rate 1/h); held: queue api" in text
 
