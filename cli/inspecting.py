@@ -178,6 +178,7 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
 @click.option("--task", help="Only jobs of this task.")
 @click.option("--schedule", "schedule_name", metavar="NAME", help="Only jobs this schedule fired.")
+@click.option("--queue", metavar="Q", help="Only jobs of this queue.")
 @pass_app
 def ls_command(
     app: App,
@@ -186,12 +187,16 @@ def ls_command(
     limit: int | None,
     task: str | None,
     schedule_name: str | None,
+    queue: str | None,
 ) -> None:
     """Jobs, newest first."""
     sp = app.spool()
     views: list[dict[str, Any]] = []
     prefix = key_prefix(schedule_name) if schedule_name else None
-    for job_id in sp.ids(state_name, reason=reason, limit=limit, on_trouble=_say_trouble, task=task, key_prefix=prefix):
+    found = sp.ids(
+        state_name, reason=reason, limit=limit, on_trouble=_say_trouble, task=task, key_prefix=prefix, queue=queue
+    )
+    for job_id in found:
         if limit is not None and len(views) >= limit:  # the files' listing has no LIMIT of its own
             break
         try:
@@ -202,15 +207,24 @@ def ls_command(
             (reason is None or view["reason"] == reason)
             and task in (None, view["task"])
             and (schedule_name in (None, view["schedule"]))
+            and queue in (None, view["queue"])
         ):
             views.append(view)
     if app.json_output:
         echo_json(views)
     else:
         render_table(
-            ["id", "state", "task", "tries", "reason", "submitted"],
+            ["id", "state", "task", "queue", "tries", "reason", "submitted"],
             [
-                [v["id"], v["state"], v["task"], f"{v['tries']}/{v['max_tries']}", v["reason"] or "", v["submitted_at"]]
+                [
+                    v["id"],
+                    v["state"],
+                    v["task"],
+                    v["queue"],
+                    f"{v['tries']}/{v['max_tries']}",
+                    v["reason"] or "",
+                    v["submitted_at"],
+                ]
                 for v in views
             ],
         )

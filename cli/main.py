@@ -56,6 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "requeue": ("managing", "requeue"),
     "cancel": ("managing", "cancel"),
     "schedule": ("scheduling", "schedule"),
+    "queue": ("queues", "queue"),
     "fsck": ("managing", "fsck"),
     "purge": ("managing", "purge"),
     "logs": ("inspecting", "logs"),

@@ -28,8 +28,10 @@ def render_status(view: dict[str, Any], parent_states: Mapping[str, str] | None 
         ("id", view["id"]),
         ("key", view["key"]),
         ("task", view["task"]),
+        ("queue", view.get("queue")),
         ("state", view["state"]),
         ("reason", view["reason"]),
+        ("held by", f"{view['held_by']['limit']}: {view['held_by']['text']}" if view.get("held_by") else None),
         ("priority", view.get("priority") or None),
         ("not before", view.get("not_before")),
         (
@@ -78,6 +80,8 @@ def render_stats(view: dict[str, Any]) -> None:
             f"completed last minute {view['completed_last_minute']}"
         )
     click.echo(f"coordinator: {view['coordinator']}")
+    for queue in view.get("queues") or ():
+        render_queue_line(queue)
     for task, ready in (view.get("unhandled_tasks") or {}).items():
         click.echo(f"warning: {ready} ready job(s) of task {task!r}, which no live worker handles")
     for worker in view["workers"]:
@@ -93,3 +97,21 @@ def render_stats(view: dict[str, Any]) -> None:
             f"worker {worker['name']} pid {worker['pid']} ({'alive' if worker['alive'] else 'gone'}), "
             f"last seen {worker['seen']}"
         )
+
+
+def render_queue_line(queue: dict[str, Any]) -> None:
+    """One queue of ``spool stats``: its counts, its limits, and what holds it now."""
+    limits = [f"concurrency {queue['concurrency']}"] if queue["concurrency"] is not None else []
+    limits += [f"rate {queue['rate']}"] if queue["rate"] else []
+    limits += ["paused"] if queue["paused"] else []
+    oldest = queue["oldest_ready_seconds"]
+    line = (
+        f"queue {queue['name']}: pending {queue['pending']}  leased {queue['leased']}  "
+        f"claims last minute {queue['claims_last_minute']}  oldest ready {oldest or 0:.1f}s"
+        f"  ({', '.join(limits) or 'no limits'})"
+    )
+    if queue["held_by"]:
+        line += f"; held: {queue['held_by']['text']}"
+    if queue["error"]:
+        line += f"; queues/{queue['name']}.yaml is broken (the last valid limits hold): {queue['error']}"
+    click.echo(line)

@@ -36,6 +36,7 @@ def schedule() -> None:
 @click.option("--priority", type=int, help="Higher runs first (default 0).")
 @click.option("--max-tries", type=int, help="Tries before a firing's job is dead (default max_tries).")
 @click.option("--timeout", "timeout_text", metavar="S", help="Seconds one attempt may run.")
+@click.option("--queue", metavar="Q", help="The firings' queue (default `default`).")
 @click.option("--catchup", type=click.Choice(CATCHUPS), help="After downtime: none, one (default) or all.")
 @click.option("--overlap", type=click.Choice(OVERLAPS), help="skip: no firing while the last one runs.")
 @pass_app
@@ -50,6 +51,7 @@ def add(
     priority: int | None,
     max_tries: int | None,
     timeout_text: str | None,
+    queue: str | None,
     catchup: str | None,
     overlap: str | None,
 ) -> None:
@@ -68,6 +70,7 @@ def add(
         priority=priority,
         max_tries=max_tries,
         timeout=flag_duration("--timeout", timeout_text),
+        queue=queue,
     )
     fields.update({k: v for k, v in (("catchup", catchup), ("overlap", overlap)) if v is not None})
     scheduling.add(sp, name, fields)

@@ -29,6 +29,7 @@ from spool.yaml import load_yaml
 @click.option("--timeout", "timeout_text", metavar="S", help="Seconds one attempt may run.")
 @click.option("--delay", "delay_text", metavar="S", help="Not before this long from now (30s, 5m...).")
 @click.option("--depends-on", metavar="ID,...", help="Run only after these jobs are done.")
+@click.option("--queue", metavar="Q", help="The job's queue (default `default`): its limits hold it.")
 @pass_app
 def submit(
     app: App,
@@ -42,6 +43,7 @@ def submit(
     timeout_text: str | None,
     delay_text: str | None,
     depends_on: str | None,
+    queue: str | None,
 ) -> None:
     """Submit a job; prints only its id (the existing id for a key seen before)."""
     crash.arm("submit", os.environ)
@@ -65,6 +67,7 @@ def submit(
             timeout=flag_duration("--timeout", timeout_text),
             delay_seconds=flag_duration("--delay", delay_text),
             depends_on=_ids(depends_on),
+            queue=queue,
         )
         spec.update({k: v for k, v in overrides.items() if k not in ("task", "args")})
         where = job_file
@@ -80,6 +83,7 @@ def submit(
             timeout=flag_duration("--timeout", timeout_text),
             delay_seconds=flag_duration("--delay", delay_text),
             depends_on=_ids(depends_on),
+            queue=queue,
         )
         where = "submit"
     submitted = sp.submit_spec(spec, where=where)

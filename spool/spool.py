@@ -254,16 +254,19 @@ class Spool(Handle):
         on_trouble: Callable[[str], None] | None = None,
         task: str | None = None,
         key_prefix: str | None = None,
+        queue: str | None = None,
     ) -> list[str]:
         """Job ids, newest first: from the ledger, filtered by ``state``, ``reason``, ``task``, a key's
-        ``key_prefix`` and ``limit``.
+        ``key_prefix``, ``queue`` and ``limit``.
 
         When the ledger can't answer, ``on_trouble`` gets one line saying why and what is done
         instead, and the ids come from the folders: those in ``state`` (every job without it),
         with none of the other filters applied, so the caller filters what it reads.
         """
         try:
-            return self.ledger.ids(state=state, reason=reason, limit=limit, task=task, key_prefix=key_prefix)
+            return self.ledger.ids(
+                state=state, reason=reason, limit=limit, task=task, key_prefix=key_prefix, queue=queue
+            )
         except LedgerError as err:
             from spool.views import stats  # start-up: the folder-listing fallback is not a producer's
 
@@ -345,6 +348,7 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "id": job_file.id,
         "key": job_file.job.key,
         "task": job_file.job.task,
+        "queue": job_file.job.queue,
         "state": state.value,
         "reason": job_file.reason,
         "attempt": job_file.attempt,
@@ -364,7 +368,9 @@ def status_view(sp: Handle, state: State, job_file: JobFile) -> dict[str, Any]:
         "attempts_dropped": job_file.attempts_dropped,
     }
     from spool.views.chainview import chain_view  # start-up: schedules, zoneinfo and datetime load only for a view
+    from spool.views.queueview import held_by  # start-up: the limits' views load only for a view
 
+    view["held_by"] = held_by(sp, state, job_file.job.queue, job_file.job.not_before)  # the limit holding it
     return {**view, **chain_view(sp, view)}  # parents, waiting_for, children, schedule
 
 

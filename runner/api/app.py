@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from spool.runner.api import dashboard, jobs, leases, metrics, openapi
+from spool.runner.api import dashboard, jobs, leases, metrics, openapi, queues
 from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext, ApiError
 
 TOKEN_FLUSH_SECONDS = 1.0  # how often the server looks whether last-use marks are due (spool.tokens)
@@ -32,7 +32,7 @@ log = logging.getLogger("spool.serve")
 
 def create_app(ctx: ApiContext) -> Starlette:
     routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
-    for module in (jobs, leases, metrics, dashboard):
+    for module in (jobs, queues, leases, metrics, dashboard):
         routes += module.routes(ctx)
     routes += openapi.routes(ctx)
     app = Starlette(

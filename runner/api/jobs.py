@@ -28,7 +28,8 @@ from spool.tokens import TokenInfo
 
 READ_ROLES = ("submit", "work")
 WRITE_ROLES = ("submit",)
-SUBMIT_FIELDS = ("task", "args", "key", "priority", "max_tries", "timeout", "delay", "depends_on")
+SUBMIT_FIELDS = ("task", "args", "key", "priority", "max_tries", "timeout", "delay", "depends_on", "queue")
+LIST_PARAMETERS = ("state", "task", "queue", "limit", "cursor")
 DEFAULT_LIMIT, MAX_LIMIT = 50, 500
 LOCK_WAIT_SECONDS = 10.0  # cancel/requeue wait this long for a job's lock, then 503 with Retry-After
 
@@ -93,6 +94,7 @@ def spec_of_body(ctx: ApiContext, body: dict[str, Any], caller: TokenInfo) -> di
             delay_seconds=delay,
             depends_on=() if body.get("depends_on") is None else body["depends_on"],
             clock=ctx.sp.clock,
+            queue=body.get("queue"),
         )
     except InvalidJob as err:
         raise ApiError(422, str(err), _field_of(str(err))) from None
@@ -121,9 +123,9 @@ async def list_jobs(ctx: ApiContext, request: Request) -> Response:
     require(ctx, request, *READ_ROLES)
     query = request.query_params
     for name in query:
-        if name not in ("state", "task", "limit", "cursor"):
+        if name not in LIST_PARAMETERS:
             raise ApiError(
-                422, f"unknown query parameter {name[:60]!r}; expected state, task, limit, cursor", name[:60]
+                422, f"unknown query parameter {name[:60]!r}; expected {', '.join(LIST_PARAMETERS)}", name[:60]
             )
     state = query.get("state") or None
     if state is not None and state not in {s.value for s in State}:
@@ -133,9 +135,10 @@ async def list_jobs(ctx: ApiContext, request: Request) -> Response:
     if cursor is not None and not is_valid_id(cursor):
         raise ApiError(422, f"cursor {cursor[:60]!r} is not a job id (pass back next_cursor)", "query cursor")
     task = query.get("task") or None
+    queue = query.get("queue") or None
 
     def page() -> dict[str, Any]:
-        ids = ctx.sp.ledger.ids(state=state, task=task, limit=limit + 1, before=cursor)
+        ids = ctx.sp.ledger.ids(state=state, task=task, queue=queue, limit=limit + 1, before=cursor)
         views = []
         for job_id in ids[:limit]:
             try:

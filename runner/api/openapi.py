@@ -16,6 +16,13 @@ from spool.runner.api.context import ApiContext, require
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _STATUS = {"$ref": "#/components/schemas/JobStatus"}
+_QUEUE = {"$ref": "#/components/schemas/Queue"}
+_HOLD = {
+    "type": ["object", "null"],
+    "description": "the limit that keeps the job (or queue) from a claim now, or null",
+    "properties": {"queue": {"type": "string"}, "limit": {"enum": ["paused", "concurrency", "rate"]}, "text": {}},
+}
+_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
 
 
@@ -70,6 +77,7 @@ PATHS: dict[str, Any] = {
             parameters=[
                 {"name": "state", "in": "query", "schema": {"enum": ["pending", "waiting", "leased", "done", "dead"]}},
                 {"name": "task", "in": "query", "schema": {"type": "string"}},
+                {"name": "queue", "in": "query", "schema": {"type": "string"}},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
                 {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "next_cursor"},
             ],
@@ -130,6 +138,7 @@ PATHS: dict[str, Any] = {
                     "required": ["tasks"],
                     "properties": {
                         "tasks": {"type": "array", "items": {"type": "string"}},
+                        "queues": {"type": "array", "items": {"type": "string"}, "description": "default: every queue"},
                         "wait": {"type": "number", "minimum": 0},
                     },
                 }
@@ -202,6 +211,48 @@ PATHS: dict[str, Any] = {
         ),
         "parameters": [_ID],
     },
+    "/v1/queues": {
+        "get": _op(
+            "Every queue: its limits, counts and what holds it (`spool queue list --json`)",
+            "any",
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "queues": {"type": "array", "items": _QUEUE, "maxItems": 1000},
+                            "truncated": {"type": "boolean"},
+                        },
+                    },
+                    "the queues",
+                ),
+                **_errors(401),
+            },
+        ),
+    },
+    "/v1/queues/{name}": {
+        "post": _op(
+            "Set a queue's limits, pause or resume it (writes queues/<name>.yaml)",
+            "admin",
+            {"200": _json(_QUEUE, "the queue now"), **_errors(400, 401, 403, 413, 422)},
+            requestBody=_body(
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "minProperties": 1,
+                    "properties": {
+                        "concurrency": {"type": "integer", "minimum": 1},
+                        "rate": {"type": "string", "pattern": "^[0-9]+/[smh]$"},
+                        "paused": {"type": "boolean"},
+                        "clear": {"type": "boolean", "description": "drop concurrency and rate first"},
+                    },
+                }
+            ),
+        ),
+        "parameters": [
+            {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": _ID_PATTERN}}
+        ],
+    },
     "/metrics": {"get": _op("Prometheus metrics", "any", {"200": {"description": "text exposition format"}})},
     "/openapi.json": {"get": _op("This document", "any", {"200": _json({"type": "object"}, "OpenAPI 3.1")})},
     "/": {
@@ -233,6 +284,7 @@ SCHEMAS: dict[str, Any] = {
             "timeout": {"type": "number", "description": "seconds"},
             "delay": {"type": "number", "description": "seconds from now before it may run"},
             "depends_on": {"type": "array", "items": {"type": "string"}},
+            "queue": {"type": "string", "pattern": _ID_PATTERN, "description": "default `default`"},
         },
     },
     "JobStatus": {
@@ -244,6 +296,7 @@ SCHEMAS: dict[str, Any] = {
                 "id",
                 "key",
                 "task",
+                "queue",
                 "state",
                 "reason",
                 "attempt",
@@ -258,6 +311,21 @@ SCHEMAS: dict[str, Any] = {
                 "depends_on",
                 "not_before",
             )
+        }
+        | {"held_by": _HOLD},
+    },
+    "Queue": {
+        "type": "object",
+        "description": "one queue; with `error` set, the limits are the last valid ones, still in force",
+        "properties": {
+            "name": {"type": "string"},
+            "concurrency": {"type": ["integer", "null"]},
+            "rate": {"type": ["string", "null"], "description": "N/s, N/m or N/h"},
+            "paused": {"type": "boolean"},
+            "error": {"type": ["string", "null"], "description": "why queues/<name>.yaml does not parse"},
+            **{name: {"type": "integer"} for name in ("pending", "ready", "leased", "claims_last_minute")},
+            "oldest_ready_seconds": {"type": ["number", "null"]},
+            "held_by": _HOLD,
         },
     },
     "JobPage": {

@@ -53,6 +53,7 @@ class LedgerQueries:
         task: str | None = None,
         key_prefix: str | None = None,
         before: str | None = None,
+        queue: str | None = None,
     ) -> list[str]:
         """Ids newest first; ``before``: only those older than that id (the next page of a listing)."""
         sql, params = "SELECT id FROM jobs WHERE 1=1", list[str]()
@@ -64,6 +65,8 @@ class LedgerQueries:
             sql, params = sql + " AND reason = ?", params + [reason]
         if task:
             sql, params = sql + " AND task = ?", params + [task]
+        if queue:
+            sql, params = sql + " AND queue = ?", params + [queue]
         if key_prefix:
             sql, params = sql + " AND key >= ? AND key < ?", params + list(_prefix_range(key_prefix))
         sql += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit is not None else "")

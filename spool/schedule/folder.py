@@ -270,6 +270,7 @@ def schedule_fields(
     priority: int | None,
     max_tries: int | None,
     timeout: float | None,
+    queue: str | None = None,
 ) -> dict[str, Any]:
     """The file ``spool schedule add`` writes, from its flags (unset ones left out)."""
     fields: dict[str, Any] = {
@@ -281,6 +282,7 @@ def schedule_fields(
         "priority": priority,
         "max_tries": max_tries,
         "timeout": timeout,
+        "queue": queue,
     }
     return {name: value for name, value in fields.items() if value is not None}
 

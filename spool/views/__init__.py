@@ -1,5 +1,6 @@
 """Read-only views over a spool: listings and pages (``browse``), a job's chain (``chainview``),
-and the counts ``spool stats`` and the metrics show (``stats``). Nothing here writes a file."""
+the counts ``spool stats`` and the metrics show (``stats``), and the queues (``queueview``, which
+brings hand-edited queue files into the ledger first). Nothing here writes a job's file."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from spool.base.surface import lazy_surface
 if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
     from spool.views import browse as browse
     from spool.views.browse import Filter as Filter
+    from spool.views.queueview import held_by as held_by, queue_views as queue_views
+    from spool.views.queueview import queue_views_from_files as queue_views_from_files
     from spool.views.stats import collect as collect, coordinator_state as coordinator_state
 
 __getattr__ = lazy_surface(__name__, __file__)

@@ -14,6 +14,7 @@ from spool.disk.fsio import fs
 from spool.disk.layout import ADVANCEMENT, State, coordinator_lock_name, worker_of_lock_name
 from spool.disk.locks import is_held
 from spool.base.timetext import format_time, parse_time
+from spool.views.queueview import queue_views
 from spool.workers import SeenWorker, live_workers, roster, unhandled_ready
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ def _from_ledger(sp: Handle) -> dict[str, Any]:
         "coordinator": coordinator_state(sp),
         "workers": [w for w in workers if w["alive"]] + [w for w in workers if not w["alive"]][:10],
         "unhandled_tasks": unhandled_ready(sp, live),  # task -> ready jobs that no live worker handles
+        "queues": queue_views(sp),  # per queue: counts, limits, what holds it (spool.views.queueview)
         "ledger": "ok",
     }
 
@@ -111,6 +113,7 @@ def _from_files(sp: Handle, why: str) -> dict[str, Any]:
         "coordinator": coordinator_state(sp),
         "workers": workers,
         "unhandled_tasks": {},
+        "queues": None,
         "ledger": why,
     }
 

@@ -360,6 +360,7 @@ ARGS_FOR = {
     "worker": ["--burst"],
     "run": ["--workers", "0"],
     "schedule": ["list"],
+    "queue": ["list"],
     "serve": ["--self-signed", "--port", "0"],
     "token": ["list"],
 }
