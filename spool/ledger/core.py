@@ -154,6 +154,18 @@ class Ledger(LedgerQueries, QueueRows):
                         pass
                 raise
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN (deferred) ... COMMIT: several reads that see one moment, blocking no writer."""
+        with self._mutex, self._errors():
+            db = self._current()
+            db.execute("BEGIN")
+            try:
+                yield db
+            finally:
+                if db.in_transaction:
+                    db.execute("COMMIT")
+
     def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         with self._mutex, self._errors():
             return self._current().execute(sql, tuple(params)).fetchall()

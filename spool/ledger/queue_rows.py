@@ -42,6 +42,9 @@ class QueueRows:
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError  # spool.ledger.Ledger
 
+    def _snapshot(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # spool.ledger.Ledger
+
     def set_queue_limits(self, name: str, limits: ql.Limits | None, error: str | None, seen: str) -> None:
         """The file of queue ``name`` as last read: its limits (None: broken, keep the ones in force)
         and its error (None: it parsed)."""
@@ -78,7 +81,7 @@ class QueueRows:
 
     def hold_of(self, queue: str, now_ms: int) -> ql.Hold | None:
         """Why ``queue`` takes no claim now (paused, at its concurrency or its rate), or None."""
-        with self._write() as db:  # a read, in a write transaction: the counts of one moment
+        with self._snapshot() as db:  # the counts of one moment, without taking the writers' lock
             return ql.hold_of(db, queue, now_ms)
 
     def prune_claims(self, now_ms: int) -> None:
