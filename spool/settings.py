@@ -89,6 +89,9 @@ class Settings:
     # How many tasks /metrics and the dashboard's task filter name one by one (the busiest); the
     # rest are summed as "_other" (runner.api.metrics): their number is the submitters' choice.
     max_tasks_shown: int = 50
+    # The same for queue names (a job's queue is the submitter's choice too): queues with limits
+    # first, then the busiest; the rest summed as "_other" in /metrics and one row on the dashboard.
+    max_queues_shown: int = 50
     # name -> "default", "config.yaml", "env SPOOL_X" or "flag --x"; names absent are defaults.
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
     # Things worth a word that are not errors (an unknown SPOOL_* name); the CLI prints them.
@@ -253,6 +256,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "http_body_seconds": _positive_duration,
     "tls_handshake_seconds": _positive_duration,
     "max_tasks_shown": _count,
+    "max_queues_shown": _count,
 }
 
 

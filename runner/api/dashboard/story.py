@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spool import queues
 from spool.attemptlog import LogReader
 from spool.views import Filter
 from spool.base.errors import InvalidJob, LedgerError, SpoolError
@@ -20,6 +21,7 @@ from spool.disk import is_valid_id
 from spool.job import JobFile
 from spool.disk import State, log_name, result_name
 from spool.progress import read_progresses
+from spool.queues import Hold
 from spool.spool import Spool, status_view
 from spool.base.timetext import format_time
 from spool.workers import WORKER_NAME
@@ -81,7 +83,19 @@ def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
             for n in range(job_file.attempt, max(0, job_file.attempt - LOGS_SHOWN), -1)
         ],
         "chain": chain_graph(view),
+        "queue": job_file.job.queue,
+        "hold": hold_of_job(sp, job_id, job_file.job.queue) if state is State.PENDING else None,
     }
+
+
+def hold_of_job(sp: Spool, job_id: str, queue: str) -> Hold | None:
+    """Which limit of its queue holds a ready pending job back now (None: nothing, or not ready:
+    a job waiting for its time or a backoff is not held by a limit, whatever its queue's)."""
+    try:
+        ready = sp.ledger._read("SELECT ready FROM jobs WHERE id = ? AND state = 'pending'", (job_id,))
+        return queues.hold_of(sp, queue) if ready and ready[0][0] else None
+    except LedgerError:
+        return None
 
 
 def progress_of(sp: Spool, job_id: str) -> dict[str, Any] | None:
