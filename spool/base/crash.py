@@ -18,6 +18,7 @@ from collections.abc import Mapping
 # role -> the steps that role's process can reach, in the order `spool crash-points` lists them.
 CRASH_POINTS: dict[str, tuple[str, ...]] = {
     "worker": (
+        "claim-after-reserve",  # the ledger rows 'leased' (a queue's slot taken), the files still in pending/
         "claim-after-heartbeat",  # the lease's first heartbeat written, the job still in pending/
         "claim-after-rename",
         "after-claim",

@@ -39,6 +39,7 @@ from spool.ledger.queue_rows import QueueRows
 from spool.ledger.schema import migrate
 
 _OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
+_RESERVATIONS = itertools.count(1)  # with the pid, each reservation's token (jobs.reserved)
 
 
 class Ledger(LedgerQueries, QueueRows):
@@ -221,17 +222,28 @@ class Ledger(LedgerQueries, QueueRows):
         """``reserve_next`` for up to ``most`` jobs in one transaction, best first (a worker's
         batch claim: ``spool.moves.group``), within the queues' limits (``spool.ledger.limits``)."""
         now_ms = int(self._clock.wall() * 1000)
+        token = f"{os.getpid()}.{next(_RESERVATIONS)}"
         with self._write() as db:
-            reservation = limits.reserve(db, tasks, queues, most, now_ms)
+            reservation = limits.reserve(db, tasks, queues, most, now_ms, token)
         self.retry_at = reservation.retry_at
         return reservation
 
-    def unreserve(self, job_id: str) -> None:
-        """Undo ``reserve_next`` for a job the caller could not take (its lock was busy): the row
-        back in line, and its place in a rate window given back."""
+    def unreserve(self, job_id: str, reservation: limits.Reservation | None = None) -> None:
+        """Undo a reservation of a job the caller could not take (its lock was busy, or the row
+        was taken back): the row back in line if it is still ``reservation``'s (None: whoever's),
+        and the reservation's place in a rate window given back."""
+        token, at_ms = ("", None) if reservation is None else (reservation.token, round(reservation.at * 1000))
         with self._write() as db:
-            db.execute("UPDATE jobs SET state = 'pending', ready = 1 WHERE id = ? AND state = 'leased'", (job_id,))
-            db.execute("DELETE FROM claims WHERE rowid = (SELECT MAX(rowid) FROM claims WHERE job_id = ?)", (job_id,))
+            db.execute(
+                "UPDATE jobs SET state = 'pending', ready = 1 "
+                "WHERE id = ? AND state = 'leased' AND (? = '' OR reserved = ?)",
+                (job_id, token, token),
+            )
+            db.execute(
+                "DELETE FROM claims WHERE rowid = "
+                "(SELECT MAX(rowid) FROM claims WHERE job_id = ? AND (? IS NULL OR at_ms = ?))",
+                (job_id, at_ms, at_ms),
+            )
 
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._write() as db:

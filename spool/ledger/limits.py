@@ -59,11 +59,16 @@ class Limits:
 class Reservation:
     """What one reservation took: ``ids`` best first; ``at``, the wall time it was decided at (whole
     milliseconds: the claimed attempts' ``started``); ``retry_at``, when a rate window that held a
-    queue back next has room (None when nothing but a landing or a freed slot can give more)."""
+    queue back next has room (None when nothing but a landing or a freed slot can give more);
+    ``token``, written in the rows it took (``jobs.reserved``), so a claimer can tell under the
+    job's lock that the row is still its own; ``fenced``, whether a job taken is in a queue with a
+    concurrency limit, the only case where a reservation taken back matters (see ``reserve``)."""
 
     ids: list[str]
     at: float
     retry_at: float | None = None
+    token: str = ""
+    fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,13 +133,22 @@ def reserve(
     queues: Collection[str] | None,
     most: int,
     now_ms: int,
+    token: str = "",
 ) -> Reservation:
     """Take up to ``most`` of the best ready jobs of ``tasks`` in ``queues`` (None: any) that the
-    queues' limits allow, mark their rows 'leased' and write the rate windows' claims. The
-    caller holds the write transaction."""
+    queues' limits allow, mark their rows 'leased' (with ``token``) and write the rate windows'
+    claims. The caller holds the write transaction.
+
+    RACE: a reserved row is 'leased' while its file is still in pending/, and the coordinator's
+    reconcile puts such a row back to match the file (a claimer killed here must not hold a
+    slot forever). A live claimer's row put back frees its slot in the count while the claimer
+    goes on to move the file: a third claim could then exceed a concurrency limit. So a claim of
+    a ``fenced`` reservation checks, under the job's lock (which the reconcile's resync also
+    takes), that the row is still 'leased' with its token, and gives the job up if not
+    (``spool.moves.claiming.still_reserved``; tests/unit/test_reserved_slots.py)."""
     at = now_ms / 1000.0
     if (tasks is not None and not tasks) or (queues is not None and not queues) or most <= 0:
-        return Reservation([], at)
+        return Reservation([], at, token=token)
     limits = in_force(db)
     rooms: dict[str, int] = {}
     retry_ats: list[float] = []
@@ -158,7 +172,7 @@ def reserve(
                     continue
                 rooms[queue] -= 1
             taken.append((job_id, queue))
-            db.execute("UPDATE jobs SET state = 'leased', ready = 0 WHERE id = ?", (job_id,))
+            db.execute("UPDATE jobs SET state = 'leased', ready = 0, reserved = ? WHERE id = ?", (token, job_id))
         if not skipped:
             break
     rated = [
@@ -166,7 +180,8 @@ def reserve(
     ]
     if rated:
         db.executemany("INSERT INTO claims(queue, at_ms, job_id) VALUES(?,?,?)", rated)
-    return Reservation([job_id for job_id, _ in taken], at, min(retry_ats) if retry_ats else None)
+    fenced = any(queue in limits and limits[queue].concurrency is not None for _, queue in taken)
+    return Reservation([job_id for job_id, _ in taken], at, min(retry_ats) if retry_ats else None, token, fenced)
 
 
 def _candidates(

@@ -2,7 +2,8 @@
 
 Tables (schema version 4, in ``PRAGMA user_version``):
     jobs(id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries,
-         reason, submitted_at, updated, queue)    one row per job file; state = the folder
+         reason, submitted_at, updated, queue, reserved)    one row per job file; state = the
+                                           folder; reserved = the last reservation's token
     deps(job_id, dep_id)                   depends_on of every job, for promotion and skips
     history(seq, job_id, at, event, attempt, worker, detail)   one row per transition
     meta(name, value)                      ready_seq counter, coordinator's lease term and
@@ -22,7 +23,8 @@ no liveness lock, so its own table says who is alive: one heard from within the 
 kept it in ``workers`` with pid 0; the migration moves such rows). Its own table, not a column of
 ``workers``: a process of an older version still inserts 5-value rows there. An older ledger is
 migrated on open. Version 4 adds the queue column (every older row is in queue ``default``) and
-the two limit tables.
+the two limit tables; version 5 the reserved column (``spool.ledger.limits.reserve``: a claimer's
+check that the reconcile did not take its reservation back).
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ import sqlite3
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs(
     id TEXT PRIMARY KEY, key TEXT NOT NULL, task TEXT NOT NULL, state TEXT NOT NULL,
     priority INTEGER NOT NULL, ready INTEGER NOT NULL DEFAULT 0, ready_seq INTEGER,
     attempt INTEGER NOT NULL, tries INTEGER NOT NULL, max_tries INTEGER NOT NULL, reason TEXT,
-    submitted_at TEXT NOT NULL, updated REAL NOT NULL, queue TEXT NOT NULL DEFAULT 'default');
+    submitted_at TEXT NOT NULL, updated REAL NOT NULL, queue TEXT NOT NULL DEFAULT 'default', reserved TEXT);
 CREATE INDEX IF NOT EXISTS claim_order ON jobs(priority DESC, ready_seq) WHERE state = 'pending' AND ready = 1;
 CREATE INDEX IF NOT EXISTS claim_by_queue ON jobs(queue, priority DESC, ready_seq)
     WHERE state = 'pending' AND ready = 1;
@@ -60,12 +62,14 @@ CREATE INDEX IF NOT EXISTS claims_by_queue ON claims(queue, at_ms);
 """
 
 # Version 1 -> 2: jobs.key loses UNIQUE. SQLite can't drop a constraint: copy the rows over (and
-# every later version's change to ``jobs`` the same way). The old indexes go first: a renamed
+# every later version's change to ``jobs`` the same way). Every old index goes first: a renamed
 # table keeps their names, so CREATE INDEX IF NOT EXISTS would skip making them on the new one.
 _MIGRATE_FROM_1 = """
 DROP INDEX IF EXISTS claim_order;
 DROP INDEX IF EXISTS by_state;
 DROP INDEX IF EXISTS by_key;
+DROP INDEX IF EXISTS claim_by_queue;
+DROP INDEX IF EXISTS leased_by_queue;
 ALTER TABLE jobs RENAME TO jobs_v1;
 """
 
@@ -76,10 +80,12 @@ INSERT OR IGNORE INTO remote_workers(name, host, started, seen)
 DELETE FROM workers WHERE pid = 0;
 """
 
-# Version 3 -> 4: the copy names the older columns, so every old row lands in queue 'default'
-# (its file names none).
-_OLD_COLUMNS = "id, key, task, state, priority, ready, ready_seq, attempt, tries, max_tries, reason, submitted_at"
-_OLD_COLUMNS += ", updated"
+
+def _copied_columns(db: sqlite3.Connection) -> str:
+    """The columns the old table and the new share: a column a version added takes its default
+    in every old row (queue 'default' from version 3: the files named none; reserved NULL)."""
+    new = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    return ", ".join(row[1] for row in db.execute("PRAGMA table_info(jobs_v1)") if row[1] in new)
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -98,7 +104,8 @@ def migrate(db: sqlite3.Connection) -> None:
                 if statement.strip():
                     db.execute(statement)
             if old:
-                db.execute(f"INSERT INTO jobs({_OLD_COLUMNS}) SELECT {_OLD_COLUMNS} FROM jobs_v1")
+                columns = _copied_columns(db)
+                db.execute(f"INSERT INTO jobs({columns}) SELECT {columns} FROM jobs_v1")
                 db.execute("DROP TABLE jobs_v1")
             for statement in _MOVE_REMOTE_WORKERS.split(";"):
                 if statement.strip():

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spool.transitions")
 
-__all__ = ["as_claimed", "claim", "claim_held", "claimable"]
+__all__ = ["as_claimed", "claim", "claim_held", "claimable", "still_reserved"]
 
 
 def claim(
@@ -51,6 +51,8 @@ def claim_held(
     can check their fence without a parse (``spool.moves.fence``). ``reserved``: one job the
     caller reserved already (``reserve_many``), tried first.
 
+    Crash point ``claim-after-reserve``: the row 'leased' (a queue's slot counted as taken), the
+    file in pending/; the coordinator's reconcile puts the row back, which frees the slot.
     Commit point: rename pending/<id>.yaml -> leased/<id>.yaml. Then the file is rewritten with
     attempt+1, tries+1 and the lease, fsync'd with leased/ before the handler may start, so a
     counted try survives a power cut. Crash before the commit: nothing changed (a ledger row
@@ -59,24 +61,28 @@ def claim_held(
     the lock) counts it as a spent try and expires it. The lease's first heartbeat file is
     written before the rename (``fence.first_beat``), so the coordinator never parses a new lease.
     """
-    busy: list[str] = []
+    busy: list[tuple[str, Reservation]] = []  # each given back after this claim (the finally)
     try:
         for _ in range(64):
             reservation, reserved = reserved or sp.ledger.reserve_many(tasks, 1, queues), None
             if not reservation.ids:
                 return None
+            crash.point("claim-after-reserve")
             job_id = reservation.ids[0]
             lock = job_lock(sp, job_id, blocking=False)
             if lock is None:
                 # RACE: its holder (a make_ready, a cancel; maybe SIGSTOPped) keeps it. Put it back
                 # only after this claim, or reserve_next hands us the same head job every time.
-                busy.append(job_id)
+                busy.append((job_id, reservation))
                 continue
             with lock:
+                if not still_reserved(sp, job_id, reservation):
+                    busy.append((job_id, reservation))  # only its rate claim is given back
+                    continue
                 try:
                     claimed = _claim_with_lock_held(sp, job_id, worker, reservation.at)
                 except DiskFull:
-                    busy.append(job_id)  # put back in the claim order (the finally, if the ledger can)
+                    busy.append((job_id, reservation))  # back in the claim order (the finally, if the ledger can)
                     raise
                 if claimed is not None:
                     # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
@@ -87,11 +93,23 @@ def claim_held(
                 return claimed
         return None
     finally:
-        for job_id in busy:
+        for job_id, given_back in busy:
             try:
-                sp.ledger.unreserve(job_id)
+                sp.ledger.unreserve(job_id, given_back)
             except SpoolError:
                 pass  # a full disk: the coordinator's reconcile puts the row back to match the file
+
+
+def still_reserved(sp: Handle, job_id: str, reservation: Reservation) -> bool:
+    """Whether ``reservation`` still holds ``job_id``'s row; the caller holds the job's lock.
+
+    Asked only of a ``fenced`` reservation (a queue with a concurrency limit): the coordinator's
+    reconcile may have put the row back to pending between the reservation and this lock (it
+    cannot tell a live claimer from a killed one), freeing the slot in the count; claiming the
+    job then could put one attempt more than the limit in leased/. Given up, the job stays in
+    pending/ with nothing spent, for the next claim.
+    """
+    return not reservation.fenced or sp.ledger.holds(job_id, reservation.token)
 
 
 def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:

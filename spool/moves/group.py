@@ -10,9 +10,10 @@ missing, as ``submit_many`` does: ``store.sync_staged``) and one fsync of each f
 
 **claim_many** (PENDING -> LEASED for up to ``most`` jobs):
 
-1. The best ready jobs are reserved in one ledger transaction; each is locked without blocking
-   (a busy one is put back) and checked as one claim checks it (``claimable``). Each lock is
-   held until the batch ends.
+1. The best ready jobs are reserved in one ledger transaction (crash point
+   ``claim-after-reserve``: rows 'leased', files in pending/, which the coordinator's reconcile
+   puts back); each is locked without blocking (a busy one is put back) and checked as one claim
+   checks it (``still_reserved``, ``claimable``). Each lock is held until the batch ends.
 2. Each member's claimed content (attempt+1, tries+1, the lease) is written in tmp/ without an
    fsync, then one sync makes them all durable. Crash point ``claim-batch-after-sync``: only
    staged files in tmp/, swept at start; nothing was claimed.
@@ -71,10 +72,11 @@ from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
 from spool.moves.outcomes import as_done
 from spool.moves.recovery import resync
 from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage
-from spool.moves.claiming import as_claimed, claim_held, claimable
+from spool.moves.claiming import as_claimed, claim_held, claimable, still_reserved
 
 if TYPE_CHECKING:
     from spool.handle import Handle
+    from spool.ledger.limits import Reservation
 
 log = logging.getLogger("spool.transitions")
 
@@ -115,7 +117,8 @@ def claim_many(
         return [held] if held is not None else []
     put_back = list(reserved)  # every reserved job not claimed goes back in the claim order
     with ExitStack() as locks:
-        members = _lock_and_stage(sp, locks, reserved, worker, reservation.at)
+        crash.point("claim-after-reserve")
+        members = _lock_and_stage(sp, locks, reservation, worker)
         claimed: list[_Member] = []
         try:
             claimed = _commit_claims(sp, members, worker)
@@ -126,7 +129,7 @@ def claim_many(
         for member in claimed:
             put_back.remove(member.job_id)
         for job_id in put_back:
-            _unreserve(sp, job_id)
+            _unreserve(sp, job_id, reservation)
         if claimed:
             crash.point("after-claim")
             _record(sp, [member.claimed for member in claimed], State.LEASED, "claim", worker)
@@ -135,19 +138,21 @@ def claim_many(
     return [Held(member.data, member.claimed) for member in claimed]
 
 
-def _lock_and_stage(sp: Handle, locks: ExitStack, reserved: list[str], worker: str, at: float) -> list[_Member]:
+def _lock_and_stage(sp: Handle, locks: ExitStack, reservation: Reservation, worker: str) -> list[_Member]:
     """Steps 1-2: the members that may be claimed, locked, their claimed content staged and synced."""
     members: list[_Member] = []
     try:
-        for job_id in reserved:
+        for job_id in reservation.ids:
             lock = job_lock(sp, job_id, blocking=False)
             if lock is None:
                 continue  # RACE: its holder (a make_ready, a cancel) keeps it; it goes back in line
             locks.enter_context(lock)
+            if not still_reserved(sp, job_id, reservation):
+                continue  # the reconcile took it back (see still_reserved): not ours to claim
             job_file = claimable(sp, job_id)
             if job_file is None:
                 continue
-            claimed = as_claimed(sp, job_file, worker, at)
+            claimed = as_claimed(sp, job_file, worker, reservation.at)
             data = jobs.encode(claimed)
             members.append(_Member(job_id, claimed, data, stage(sp, data, sync=False)))
         sync_staged(sp, [member.staged for member in members])
@@ -186,9 +191,9 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
     return claimed
 
 
-def _unreserve(sp: Handle, job_id: str) -> None:
+def _unreserve(sp: Handle, job_id: str, reservation: Reservation) -> None:
     try:
-        sp.ledger.unreserve(job_id)
+        sp.ledger.unreserve(job_id, reservation)
     except SpoolError:
         pass  # a full disk: the coordinator's reconcile puts the row back to match the file
 

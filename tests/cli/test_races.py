@@ -192,6 +192,7 @@ def test_eight_processes_claim_each_of_a_thousand_jobs_exactly_once(fast_spool: 
 # (submit's points are crashed through the command line in tests/faults/test_crash_matrix.py)
 
 WORKER_POINTS = {  # point -> the task whose run reaches it
+    "worker:claim-after-reserve": "echo",
     "worker:claim-after-heartbeat": "echo",
     "worker:claim-after-rename": "echo",
     "worker:after-claim": "echo",
@@ -357,6 +358,8 @@ def test_a_worker_killed_at_each_point_ends_its_job_done_once_after_recovery(
             assert value["job"] == job_id and value["attempt"] <= done.attempt
         if point in ("worker:after-result", "worker:complete-after-move"):
             assert done.attempt == 1  # the result was linked: the job never ran again
+        if point == "worker:claim-after-reserve":
+            assert (done.attempt, done.tries) == (1, 1)  # only its row was reserved: nothing spent
         row = sp.ledger.row(job_id)
         assert row is not None and row["state"] == "done"
         report = fsck(sp)

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from spool import Spool
+from spool import Spool, queues
 
 from spool.base import crash
 from spool.fsck import fsck
@@ -162,6 +162,17 @@ def as_worker(
 def echo_jobs(count: int) -> Callable[[Spool, Ctx], None]:
     def setup(sp: Spool, ctx: Ctx) -> None:
         ctx["jobs"] = [sp.submit("echo", {"n": n}) for n in range(count)]
+
+    return setup
+
+
+def limited_jobs(count: int) -> Callable[[Spool, Ctx], None]:
+    """``count`` echo jobs in queue gpu, whose one slot (concurrency 1) the crashed claim takes."""
+
+    def setup(sp: Spool, ctx: Ctx) -> None:
+        queues.set_limits(sp, "gpu", concurrency=1)
+        ctx["jobs"] = [sp.submit("echo", {"n": n}, queue="gpu") for n in range(count)]
+        ctx["job"] = ctx["jobs"][0]
 
     return setup
 
@@ -644,6 +655,14 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "submit:batch-after-keys": _batch_scenarios(0),
     "submit:batch-after-commit": _batch_scenarios(1),  # killed after the first member's rename
     "submit:batch-after-submit": _batch_scenarios(2),
+    # Rows reserved ('leased'), files untouched: the reconcile puts the rows back, nothing is spent.
+    "worker:claim-after-reserve": [
+        Scenario("untouched", as_worker(), setup=echo_job(), check=tries_spent(1)),
+        # A queue's one slot taken by the reservation: free again once the row is put back, so
+        # both jobs run, one at a time, and neither spent a try on the crash.
+        Scenario("slot-taken", as_worker(), setup=limited_jobs(2), expect=("done",) * 2, check=tries_spent(1, 1)),
+        batch_of_three("batch", tries_spent(1, 1, 1)),
+    ],
     # Nothing changed but a stray heartbeat file beside a job still in pending/: not even a try is spent.
     "worker:claim-after-heartbeat": [
         Scenario("untouched", as_worker(), setup=echo_job()),
@@ -659,6 +678,9 @@ SCENARIOS: dict[str, list[Scenario]] = {
         batch_of_three("batch", tries_spent(1, 1, 2)),
         Scenario("lease-expires", as_worker(liveness_lock=False), setup=echo_job()),
         Scenario("last-try", as_worker(), setup=echo_job(max_tries=1), expect=("dead:expired",)),
+        # The killed holder's slot is free when its lease is (its freed liveness lock): the job is
+        # retried and the queue's next job runs, each in the one slot.
+        Scenario("slot-held", as_worker(), setup=limited_jobs(2), expect=("done",) * 2, check=tries_spent(1, 2)),
     ],
     "worker:claim-batch-after-sync": [
         batch_of_three("untouched", tries_spent(1, 1, 1)),
@@ -686,6 +708,11 @@ SCENARIOS: dict[str, list[Scenario]] = {
     "worker:complete-after-move": [
         Scenario("result-kept", as_worker(completes), setup=echo_job(), check=result_by(CRASHED_WORKER)),
         BATCH_KEPT,
+        # In done/ with its row still 'leased' (the slot counted as taken): the reconcile records
+        # it, which frees the slot for the queue's next job.
+        Scenario(
+            "slot-freed", as_worker(completes), setup=limited_jobs(2), expect=("done",) * 2, check=tries_spent(1, 1)
+        ),
     ],
     "worker:fail-after-rename": [
         Scenario("retried", as_worker(fails), setup=echo_job()),

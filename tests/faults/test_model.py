@@ -474,12 +474,13 @@ class SpoolMachine(RuleBasedStateMachine):
     def crash_claim(self, step: str) -> None:
         self._crash_claim(f"worker:{step}", step)
 
-    @rule()
-    def crash_claim_after_heartbeat(self) -> None:
-        """A claim killed after its lease's first heartbeat, before its rename: nothing was taken
-        and no try spent; the job's reserved ledger row is put back by the recovery's resync."""
+    @rule(step=st.sampled_from(["claim-after-reserve", "claim-after-heartbeat"]))
+    def crash_claim_before_rename(self, step: str) -> None:
+        """A claim killed after its reservation (and its lease's first heartbeat), before its
+        rename: nothing was taken and no try spent; the job's reserved ledger row is put back by
+        the recovery's resync."""
         ready = self.model.ready_ids()
-        self._in_child("worker:claim-after-heartbeat", bool(ready), lambda sp: claim(sp, "crasher", None))
+        self._in_child(f"worker:{step}", bool(ready), lambda sp: claim(sp, "crasher", None))
         assert all(folders_of(self.sp, job_id) == [State.PENDING] for job_id in ready), "the claim took a job"
         for job_id in ready:
             self._recover(job_id)
@@ -802,11 +803,12 @@ def test_a_claim_split_at_its_crash_point(machine: SpoolMachine, step: str) -> N
     )
 
 
-def test_a_claim_killed_after_its_first_heartbeat(machine: SpoolMachine) -> None:
+@pytest.mark.parametrize("step", ["claim-after-reserve", "claim-after-heartbeat"])
+def test_a_claim_killed_before_its_rename(machine: SpoolMachine, step: str) -> None:
     _steps(
         machine,
         SUBMIT,
-        ("crash_claim_after_heartbeat", {}),
+        ("crash_claim_before_rename", {"step": step}),
         ("claim", {"worker": "w1", "count": 1}),
         ("complete", {"index": 0}),
     )

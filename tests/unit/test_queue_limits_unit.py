@@ -197,3 +197,22 @@ def test_a_version_3_ledger_gains_the_queue_column_and_keeps_its_key_index(spool
         assert folders_of(sp, job_id) == [State.LEASED]
     indexes = {row[1] for row in sqlite3.connect(spool_dir / "ledger.sqlite3").execute("PRAGMA index_list(jobs)")}
     assert {"by_key", "claim_order", "claim_by_queue", "leased_by_queue"} <= indexes
+
+
+def test_a_version_4_ledger_gains_the_reserved_column_and_keeps_queues_and_their_indexes(spool_dir: Path) -> None:
+    with Spool(spool_dir, environ={}) as sp:
+        queues.set_limits(sp, "gpu", concurrency=1)
+        job_id = sp.submit("echo", queue="gpu")
+    db = sqlite3.connect(spool_dir / "ledger.sqlite3")
+    db.execute("ALTER TABLE jobs DROP COLUMN reserved")
+    db.execute("PRAGMA user_version = 4")
+    db.commit()
+    db.close()
+    with Spool(spool_dir, environ={}) as sp:
+        assert sp.ledger.row(job_id)["queue"] == "gpu"  # copied over, not the default
+        held = claim_held(sp, "w1", None, queues=["gpu"])  # the per-queue head: claim_by_queue
+        assert held is not None and held.job_file.id == job_id
+    db = sqlite3.connect(spool_dir / "ledger.sqlite3")
+    indexes = {row[1] for row in db.execute("PRAGMA index_list(jobs)")}
+    assert {"by_key", "claim_order", "claim_by_queue", "leased_by_queue", "by_state"} <= indexes
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 5
