@@ -105,6 +105,21 @@ def _kill_a_slot_holder(cluster: Cluster, folder: Path, pids: set[int], what: st
     return found
 
 
+def all_done(root: Path, job_ids: list[str]) -> bool:
+    """Each job's move to done/ finished: recorded in the ledger, which comes after the leased/
+    copy is gone (a done/ file alone may still have its leased/ copy beside it)."""
+    with Spool(root, environ={}) as sp:
+        for job_id in job_ids:
+            row = sp.ledger.row(job_id)
+            if not (row and row["state"] == "done" and _folders(root, job_id) == ["done"]):
+                return False
+    return True
+
+
+def _folders(root: Path, job_id: str) -> list[str]:
+    return [state.value for state in State if (root / state.value / f"{job_id}.yaml").exists()]
+
+
 def _statuses(root: Path, job_ids: list[str]) -> dict[str, dict[str, Any]]:
     with Spool(root, environ={}) as sp:
         return {job_id: sp.status(job_id) for job_id in job_ids}
@@ -117,8 +132,7 @@ def _all_done_once(root: Path, job_ids: list[str]) -> dict[str, dict[str, Any]]:
     assert results == sorted(f"{job_id}.json" for job_id in job_ids), "one result per job, nothing else"
     statuses = _statuses(root, job_ids)
     for job_id, status in statuses.items():
-        where = [state.value for state in State if (root / state.value / f"{job_id}.yaml").exists()]
-        assert where == ["done"], (job_id, where)
+        assert _folders(root, job_id) == ["done"], job_id
         outcomes = [record["outcome"] for record in status["attempts"]]
         assert outcomes.count("done") == 1 and outcomes[-1] == "done", (job_id, status["attempts"])
         assert [record["attempt"] for record in status["attempts"]] == list(range(1, status["attempt"] + 1))
@@ -190,12 +204,7 @@ def test_concurrency_2_holds_over_three_local_workers_and_a_remote_one_through_s
         killed.append(victim)
         locals_.discard(victim.ppid)
         locals_.add(cluster.local(f"local-{n}"))
-    wait_until(
-        lambda: all((served.root / "done" / f"{job_id}.yaml").exists() for job_id in gpu_ids + default_ids),
-        60,
-        0.05,
-        f"every job done (logs in {logs})",
-    )
+    wait_until(lambda: all_done(served.root, gpu_ids + default_ids), 60, 0.05, f"every job done (logs in {logs})")
     statuses = _all_done_once(served.root, gpu_ids + default_ids)
 
     runs = read_runs(gpu)
@@ -246,12 +255,9 @@ def test_pause_and_resume_over_the_api_hold_and_release_a_queue_for_a_remote_wor
     cluster.coordinator()
     cluster.remote("remote-e")
 
-    def done(job_ids: list[str]) -> bool:
-        return all((served.root / "done" / f"{job_id}.yaml").exists() for job_id in job_ids)
-
-    wait_until(lambda: done(first), 30, message="the default jobs done while email is paused")
+    wait_until(lambda: all_done(served.root, first), 30, message="the default jobs done while email is paused")
     later = [submit("default")]  # one more round of the worker's claims past the paused jobs
-    wait_until(lambda: done(later), 30, message="a later default job done too")
+    wait_until(lambda: all_done(served.root, later), 30, message="a later default job done too")
     for job_id in email:
         got = served.call("GET", f"/v1/jobs/{job_id}", token=producer)
         assert got.json["state"] == "pending" and got.json["tries"] == 0 and got.json["attempts"] == [], got.json
@@ -259,7 +265,7 @@ def test_pause_and_resume_over_the_api_hold_and_release_a_queue_for_a_remote_wor
     assert not [run for run in read_runs(runs) if run.job_id in email]
     resumed = served.call("POST", "/v1/queues/email", token=admin, json={"paused": False})
     assert resumed.status == 200 and resumed.json["held_by"] is None, resumed.json
-    wait_until(lambda: done(email), 30, message="the email jobs done after the resume")
+    wait_until(lambda: all_done(served.root, email), 30, message="the email jobs done after the resume")
     statuses = _all_done_once(served.root, email + first + later)
     for job_id in email:
         attempts = statuses[job_id]["attempts"]
