@@ -40,7 +40,7 @@ def importable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def processes(tmp_path: Path) -> Iterator[list[Processes]]:
+def processes() -> Iterator[list[Processes]]:
     """Made per served spool by the test; every process SIGKILLed at the end, whatever happened."""
     made: list[Processes] = []
     yield made
