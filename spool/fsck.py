@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spool import queues
 from spool.base.errors import InvalidJob, LedgerError, LedgerUnusable
 from spool.disk.fsio import fs
 from spool.moves.ingest import planted_result_error
@@ -318,6 +319,7 @@ def _repair(sp: Handle) -> list[str]:
     repaired += repair_keys(sp, {e[0].id: e[0] for e in entries})
     _clear_stray_lease_files(sp, {e[0].id: e[0] for e in entries if e[1] is State.LEASED})
     _clear_stray_drop_notes(sp)
+    queues.sync(sp)  # the limits first: the rebuild re-derives the windows of the queues with a rate
     count = sp.ledger.rebuild(entries)
     repaired.append(f"ledger: rebuilt from the files ({count} jobs)")
     # RACE: the rows of jobs that moved, or were submitted, after they were read are stale in

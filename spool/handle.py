@@ -17,6 +17,7 @@ before it; nothing imports the facade but the package itself):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -34,6 +35,9 @@ class Handle:
         self.settings = settings
         self.clock = clock
         self._ledger: Ledger | None = None
+        # queues/ into a ledger made anew (``spool.ledger.reservations``), set by the facade, which
+        # may import ``spool.queues``: this module imports nothing above it.
+        self.sync_limits: Callable[[], object] | None = None
 
     @property
     def root(self) -> Path:
@@ -46,6 +50,7 @@ class Handle:
         without it."""
         if self._ledger is None:
             self._ledger = Ledger(self.layout, read_only=self.read_only, clock=self.clock)
+            self._ledger.sync_limits = self.sync_limits
         return self._ledger
 
     @property

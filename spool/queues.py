@@ -163,6 +163,7 @@ def sync(sp: Handle) -> dict[str, QueueFile]:
             sp.ledger.set_queue_limits(name, queue_file.limits, queue_file.error, queue_file.signature)
     if set(rows) - set(files):
         sp.ledger.forget_queue_limits(set(files))
+    sp.ledger.limits_synced()
     return files
 
 

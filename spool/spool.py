@@ -12,11 +12,14 @@ process builds one and passes it down; nothing reads the environment later.
 
 from __future__ import annotations
 
+import functools
 import os
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spool import queues
 from spool.moves import store
 from spool.base.clock import SYSTEM, Clock
 from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError
@@ -60,6 +63,7 @@ class Spool(Handle):
             fs.file_mode = 0o660
             os.umask(0o007)
         super().__init__(layout, settings or load_settings(layout.config_path, environ, flags or {}), clock=clock)
+        self.sync_limits = functools.partial(_sync_limits, weakref.ref(self))
 
     @classmethod
     def init(cls, root: str | os.PathLike[str], *, group_shared: bool = False, **kwargs: Any) -> Spool:
@@ -383,3 +387,9 @@ def _progress_of(sp: Handle, job_file: JobFile) -> dict[str, object] | None:
 def _check_id(job_id: str) -> None:
     if not is_valid_id(job_id):
         raise InvalidJob(f"{job_id!r} is not a job id")
+
+
+def _sync_limits(spool: weakref.ref[Spool]) -> None:
+    """queues/ into the spool's ledger: a new one takes no claim before (``spool.ledger.reservations``)."""
+    if (sp := spool()) is not None:
+        queues.sync(sp)

@@ -36,13 +36,13 @@ from spool.disk.layout import LEDGER_NAME, Layout, State
 from spool.ledger import limits
 from spool.ledger.queries import LedgerQueries
 from spool.ledger.queue_rows import QueueRows
+from spool.ledger.reservations import Reservations
 from spool.ledger.schema import migrate
 
 _OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
-_RESERVATIONS = itertools.count(1)  # with the pid, each reservation's token (jobs.reserved)
 
 
-class Ledger(LedgerQueries, QueueRows):
+class Ledger(LedgerQueries, QueueRows, Reservations):
     """One connection per process; every method is one short transaction.
 
     ``read_only`` (a spool on a read-only mount): opened with SQLite's ``mode=ro`` (or, when
@@ -206,44 +206,6 @@ class Ledger(LedgerQueries, QueueRows):
                     "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
                     (job_file.id, now, event, job_file.attempt, worker, None),
                 )
-
-    def reserve_next(self, tasks: Collection[str] | None, queues: Collection[str] | None = None) -> str | None:
-        """Take the best ready job of ``tasks`` (in ``queues``) off the claim order; the caller then claims it.
-
-        The row goes to 'leased' before the file moves; if the caller dies before its rename,
-        the coordinator's reconcile puts the row back to match the file (pending).
-        """
-        reserved = self.reserve_many(tasks, 1, queues).ids
-        return reserved[0] if reserved else None
-
-    def reserve_many(
-        self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None = None
-    ) -> limits.Reservation:
-        """``reserve_next`` for up to ``most`` jobs in one transaction, best first (a worker's
-        batch claim: ``spool.moves.group``), within the queues' limits (``spool.ledger.limits``)."""
-        now_ms = int(self._clock.wall() * 1000)
-        token = f"{os.getpid()}.{next(_RESERVATIONS)}"
-        with self._write() as db:
-            reservation = limits.reserve(db, tasks, queues, most, now_ms, token)
-        self.retry_at = reservation.retry_at
-        return reservation
-
-    def unreserve(self, job_id: str, reservation: limits.Reservation | None = None) -> None:
-        """Undo a reservation of a job the caller could not take (its lock was busy, or the row
-        was taken back): the row back in line if it is still ``reservation``'s (None: whoever's),
-        and the reservation's place in a rate window given back."""
-        token, at_ms = ("", None) if reservation is None else (reservation.token, round(reservation.at * 1000))
-        with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET state = 'pending', ready = 1 "
-                "WHERE id = ? AND state = 'leased' AND (? = '' OR reserved = ?)",
-                (job_id, token, token),
-            )
-            db.execute(
-                "DELETE FROM claims WHERE rowid = "
-                "(SELECT MAX(rowid) FROM claims WHERE job_id = ? AND (? IS NULL OR at_ms = ?))",
-                (job_id, at_ms, at_ms),
-            )
 
     def forget(self, job_ids: Iterable[str]) -> None:
         with self._write() as db:

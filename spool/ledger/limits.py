@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["Limits", "Reservation", "hold_of", "in_force", "reserve"]
 
 CLAIMS_KEPT_MS = 3_600_000  # the longest window a rate can have (N/h)
+SYNCED = "queues_synced"  # the meta row that says queues/ was read into this ledger once
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Reservation:
     retry_at: float | None = None
     token: str = ""
     fenced: bool = False
+    unsynced: bool = False  # nothing taken: queues/ was never read into this ledger (``SYNCED``)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ def reserve(
     most: int,
     now_ms: int,
     token: str = "",
+    *,
+    trust_limits: bool = False,
 ) -> Reservation:
     """Take up to ``most`` of the best ready jobs of ``tasks`` in ``queues`` (None: any) that the
     queues' limits allow, mark their rows 'leased' (with ``token``) and write the rate windows'
@@ -145,10 +149,16 @@ def reserve(
     goes on to move the file: a third claim could then exceed a concurrency limit. So a claim of
     a ``fenced`` reservation checks, under the job's lock (which the reconcile's resync also
     takes), that the row is still 'leased' with its token, and gives the job up if not
-    (``spool.moves.claiming.still_reserved``; tests/unit/test_reserved_slots.py)."""
+    (``spool.moves.claiming.still_reserved``; tests/unit/test_reserved_slots.py).
+
+    A ledger that queues/ was never read into (``SYNCED``: made anew under running processes)
+    takes nothing and says ``unsynced`` unless ``trust_limits``: ``Ledger.reserve_many`` reads
+    queues/ in and asks again."""
     at = now_ms / 1000.0
     if (tasks is not None and not tasks) or (queues is not None and not queues) or most <= 0:
         return Reservation([], at, token=token)
+    if not trust_limits and db.execute("SELECT 1 FROM meta WHERE name = ?", (SYNCED,)).fetchone() is None:
+        return Reservation([], at, token=token, unsynced=True)  # no limits read yet: a paused queue would run
     limits = in_force(db)
     rooms: dict[str, int] = {}
     retry_ats: list[float] = []

@@ -22,12 +22,6 @@ class LedgerQueries:
         where = f" WHERE state IN ({','.join('?' * len(among))})" if among else ""
         return dict(self._read("SELECT id, state FROM jobs" + where, among))
 
-    def holds(self, job_id: str, token: str) -> bool:
-        """Whether the row of ``job_id`` is still 'leased' by the reservation ``token`` (a claimer's
-        check under the job's lock: ``spool.ledger.limits.reserve``)."""
-        sql = "SELECT 1 FROM jobs WHERE id = ? AND state = 'leased' AND reserved = ?"
-        return bool(self._read(sql, (job_id, token)))
-
     def ready_pending_count(self) -> int:
         # Every submit asks (backpressure): count the partial index's entries, not by_state's rows.
         sql = "SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1"

@@ -43,8 +43,11 @@ def _restart_unarmed(served: Any) -> None:
     served.restart()
 
 
-def _repaired_and_clean(root: Path) -> None:
-    with Spool(root, environ={}) as sp:
+def _repaired_and_clean(served: Any) -> None:
+    """fsck --repair, then a clean fsck, with no server running: a live one's own atomic write in
+    tmp/ (its sampler, a worker's record) would be "in progress", rightly."""
+    served.kill()
+    with Spool(served.root, environ={}) as sp:
         assert fsck(sp, repair=True).ok
         report = fsck(sp)
         assert report.ok and not report.in_progress, report.violations + report.in_progress
@@ -74,7 +77,7 @@ def test_a_dashboard_run_now_killed_after_its_record(serve_spool: Any) -> None:
     (job,) = _jobs(served.root)
     listed = json.loads(run_spool("schedule", "list", "--json", spool=served.root).stdout)
     assert [v["last_job"] for v in listed] == [job[: -len(".yaml")]]
-    _repaired_and_clean(served.root)
+    _repaired_and_clean(served)
 
 
 @pytest.mark.parametrize("point", SUBMIT_POINTS)
@@ -85,13 +88,13 @@ def test_a_submit_killed_at_each_point_then_retried(serve_spool: Any, point: str
     _killed(served, "POST", "/v1/jobs", token, spec)
     after_crash = _jobs(served.root)
     assert len(after_crash) == (1 if point in COMMITTED else 0), after_crash
-    _repaired_and_clean(served.root)
+    _repaired_and_clean(served)
     _restart_unarmed(served)
     again = served.call("POST", "/v1/jobs", token=token, json=spec)
     assert again.status == (200 if point in COMMITTED else 201), again
     assert _jobs(served.root) == [f"{again.json['id']}.yaml"]
     assert served.call("POST", "/v1/jobs", token=token, json=spec).json["id"] == again.json["id"]
-    _repaired_and_clean(served.root)
+    _repaired_and_clean(served)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +113,7 @@ def test_a_cancel_or_requeue_killed_after_its_rename_is_finished(
     if action == "requeue":
         assert served.call("POST", f"/v1/jobs/{job_id}/cancel", token=token).status == 200
     _killed(served, "POST", f"/v1/jobs/{job_id}/{action}", token)
-    _repaired_and_clean(served.root)
+    _repaired_and_clean(served)
     _restart_unarmed(served)
     assert served.call("GET", f"/v1/jobs/{job_id}", token=token).json["state"] == state
     assert _jobs(served.root) == [f"{job_id}.yaml"]

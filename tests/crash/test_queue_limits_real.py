@@ -7,8 +7,9 @@
   paused) while the default queue's jobs run, and ``spool queue resume`` releases them;
 - a paused queue's job is never touched (its file byte for byte and inode, tries 0, attempt 0)
   across a worker SIGKILLed mid-attempt and a coordinator SIGKILLed and started again;
-- (xfail, a bug) a paused queue's job is claimed when the ledger is made anew (deleted, or rebuilt
-  by ``fsck --repair``) before the coordinator's sync has put the queues' limits back in it.
+- a paused queue stays paused on a ledger made anew (deleted, or rebuilt by ``fsck --repair``)
+  while the coordinator is too slow to sync queues/ into it: a claim there reads queues/ in
+  first (``spool.ledger.reservations``; it was claimed before).
 
 The handler is tests/limit_tasks.py's ``interval`` (imported with ``--import limit_tasks``).
 The concurrency proof, which needs a remote worker beside the local ones, is
@@ -185,13 +186,6 @@ def test_a_paused_job_is_never_touched_across_a_worker_sigkill_and_a_coordinator
     kit.fsck_ok()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a ledger made anew (deleted under running processes, or rebuilt by fsck --repair) has "
-    "no queue_limits rows until the coordinator's next once-a-second sync, yet a submit or the rebuild "
-    "writes the paused queue's rows ready at once, and a worker claims them (docs/reliability.md says "
-    "the limits are back before the pending rows)",
-)
 @pytest.mark.parametrize("made_anew_by", ["submit", "fsck-repair"])
 def test_a_paused_queue_holds_on_a_ledger_made_anew_while_the_coordinator_is_slow(
     kit: Kit, tmp_path: Path, made_anew_by: str

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from spool import queues
 from spool.disk import fsio
 from spool.admin import cancel, purge, requeue, requeue_all_dead
 from spool.moves.chains import advance_waiting
@@ -197,6 +198,7 @@ def test_a_claim_reads_one_job_file_not_the_pending_folder(big_sp: Spool, counti
             )
         )
     sp.ledger.rebuild([(base, State.PENDING, True), *entries])
+    queues.sync(sp)  # once per ledger (the coordinator's, or the first claim's): queues/ read in
     counting_fs.clear()
     claimed, _ = take(sp)
     assert counting_fs["list_dir"] == 0

@@ -1,0 +1,103 @@
+"""The claim's reservations (``Ledger`` inherits them): the rows a claim takes off the claim order,
+within the queues' limits (``spool.ledger.limits``), and their undoing.
+
+A reservation is decided in one ``BEGIN IMMEDIATE`` transaction; its rows turn 'leased' with the
+reservation's token before their files move. Two things can take a reservation back before the
+claimer holds the job's lock, and both are checked here rather than trusted:
+
+- the coordinator's reconcile puts a 'leased' row whose file is in pending/ back (``holds``:
+  the claimer's check under the lock, ``spool.moves.claiming.still_reserved``);
+- a ledger made anew (deleted under running processes, set aside as corrupt, rebuilt) has no
+  queue limits until queues/ is read into it: a reservation there takes nothing until
+  ``sync_limits`` (``spool.queues.sync``, set by the handle) has run, so a paused queue stays
+  paused across a new ledger (tests/crash/test_queue_limits_real.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from spool.base.clock import Clock
+from spool.ledger import limits
+
+_RESERVATIONS = itertools.count(1)  # with the pid, each reservation's token (jobs.reserved)
+
+
+class Reservations:
+    """``reserve_many`` and its undoing, through ``_read``/``_write``."""
+
+    _clock: Clock
+    retry_at: float | None
+    # queues/ into this ledger (``spool.queues.sync``); None: a bare ledger, which then trusts
+    # the limits rows it has.
+    sync_limits: Callable[[], object] | None = None
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        raise NotImplementedError  # spool.ledger.Ledger
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # spool.ledger.Ledger
+
+    def reserve_next(self, tasks: Collection[str] | None, queues: Collection[str] | None = None) -> str | None:
+        """Take the best ready job of ``tasks`` (in ``queues``) off the claim order; the caller then claims it.
+
+        The row goes to 'leased' before the file moves; if the caller dies before its rename,
+        the coordinator's reconcile puts the row back to match the file (pending).
+        """
+        reserved = self.reserve_many(tasks, 1, queues).ids
+        return reserved[0] if reserved else None
+
+    def reserve_many(
+        self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None = None
+    ) -> limits.Reservation:
+        """``reserve_next`` for up to ``most`` jobs in one transaction, best first (a worker's
+        batch claim: ``spool.moves.group``), within the queues' limits (``spool.ledger.limits``)."""
+        token = f"{os.getpid()}.{next(_RESERVATIONS)}"
+        trusted = self.sync_limits is None
+        reservation = self._reserve(tasks, most, queues, token, trusted)
+        if reservation.unsynced and self.sync_limits is not None:
+            self.sync_limits()  # a ledger new since queues/ was last read into it: read it, then ask again
+            reservation = self._reserve(tasks, most, queues, token, trusted)
+        self.retry_at = reservation.retry_at
+        return reservation
+
+    def _reserve(
+        self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None, token: str, trusted: bool
+    ) -> limits.Reservation:
+        now_ms = int(self._clock.wall() * 1000)
+        with self._write() as db:
+            return limits.reserve(db, tasks, queues, most, now_ms, token, trust_limits=trusted)
+
+    def unreserve(self, job_id: str, reservation: limits.Reservation | None = None) -> None:
+        """Undo a reservation of a job the caller could not take (its lock was busy, or the row
+        was taken back): the row back in line if it is still ``reservation``'s (None: whoever's),
+        and the reservation's place in a rate window given back."""
+        token, at_ms = ("", None) if reservation is None else (reservation.token, round(reservation.at * 1000))
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET state = 'pending', ready = 1 "
+                "WHERE id = ? AND state = 'leased' AND (? = '' OR reserved = ?)",
+                (job_id, token, token),
+            )
+            db.execute(
+                "DELETE FROM claims WHERE rowid = "
+                "(SELECT MAX(rowid) FROM claims WHERE job_id = ? AND (? IS NULL OR at_ms = ?))",
+                (job_id, at_ms, at_ms),
+            )
+
+    def holds(self, job_id: str, token: str) -> bool:
+        """Whether the row of ``job_id`` is still 'leased' by the reservation ``token`` (a claimer's
+        check under the job's lock: ``spool.ledger.limits.reserve``)."""
+        sql = "SELECT 1 FROM jobs WHERE id = ? AND state = 'leased' AND reserved = ?"
+        return bool(self._read(sql, (job_id, token)))
+
+    def limits_synced(self) -> None:
+        """Note that queues/ has been read into this ledger (``spool.queues.sync``)."""
+        if not self._read("SELECT 1 FROM meta WHERE name = ?", (limits.SYNCED,)):
+            with self._write() as db:
+                db.execute("INSERT OR IGNORE INTO meta(name, value) VALUES(?, '1')", (limits.SYNCED,))
