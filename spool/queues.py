@@ -30,7 +30,18 @@ from spool.yaml.safe import dump_yaml, load_yaml
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-__all__ = ["Limits", "QueueFile", "hold_of", "parse_rate", "rate_text", "read_files", "set_limits", "sync"]
+__all__ = [
+    "Hold",
+    "InvalidQueue",
+    "Limits",
+    "QueueFile",
+    "hold_of",
+    "parse_rate",
+    "rate_text",
+    "read_files",
+    "set_limits",
+    "sync",
+]
 
 MAX_QUEUE_FILE_BYTES = 4096
 FIELDS = ("concurrency", "rate", "paused")
