@@ -95,14 +95,15 @@ def pick_job(rng: random.Random, slots: str) -> tuple[str, dict[str, Any], str |
     a little (examples.tasks); in ``capped`` or ``rated``, a ``chaos_slot`` that records its run in
     ``slots`` and sometimes fails its first attempt."""
     roll = rng.random()
-    if roll < 0.25:
-        seconds = round(rng.uniform(0.02, 0.25), 3)
+    if roll < 0.22:
+        # A few outlast the lease (1.5 s), so a SIGSTOPped worker's child may run past its lease.
+        seconds = round(rng.uniform(1.0, 2.0) if rng.random() < 0.04 else rng.uniform(0.02, 0.15), 3)
         return "chaos_slot", {"seconds": seconds, "log": slots, "fail_until": rng.choice([0, 0, 2])}, CAPPED
-    if roll < 0.4:
+    if roll < 0.34:
         return "chaos_slot", {"seconds": round(rng.uniform(0.0, 0.05), 3), "log": slots}, RATED
-    if roll < 0.64:
+    if roll < 0.6:
         return "echo", {"n": rng.randrange(1000)}, None
-    if roll < 0.82:
+    if roll < 0.8:
         return "fail_until", {"attempt": rng.choice([2, 3])}, None
     return "sleep", {"seconds": round(rng.uniform(0.02, 0.4), 3)}, None
 
@@ -437,6 +438,8 @@ def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdic
                 after_lease += 1
             elif run.get("end", ended) > ended:
                 past_lease += 1  # its child went on after the lease ended: clipped to the lease
+                if record.outcome == "done":
+                    verdict.fail(f"{name}: done at {record.ended}, before its handler ended at {run['end']:.3f}")
             running.append((start, ended, name))
 
     most, when, who = most_at_once(running)
