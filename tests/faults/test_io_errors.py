@@ -1,5 +1,7 @@
 """I/O errors through the fsio seam: ENOSPC and EIO at every risky call of a submit, a claim, a
-complete and a fail, one call at a time; then a real full disk; then daemons whose fsync fails.
+complete and a fail, one call at a time, of a ``spool queue set`` (``set_limits``: the queue file
+staged, fsync'd, renamed over queues/<name>.yaml, queues/ fsync'd), and of a claim, a complete and a
+fail in a queue at concurrency 1 with a rate; then a real full disk; then daemons whose fsync fails.
 
 For each transition a recording pass (``FaultFS`` failing nothing) lists the risky calls it
 makes (writes, fsyncs, renames, links); then, on a fresh spool each time, the k-th call fails
@@ -12,7 +14,10 @@ with ENOSPC, then with EIO. After each failure:
   empty (the failing process removed its own staging files), no job is in two folders;
 - nothing else is lost: the bystander jobs' files are byte for byte the same;
 - recovery (the client's retry of a submit, a restarted coordinator and worker) brings every
-  job to done or dead exactly once, and fsck is clean.
+  job to done or dead exactly once, and fsck is clean;
+- in the limited queue: its file is whole and holds the old limits or the new (after a queue
+  set's retry, the new, in force in the ledger); every job in leased/ is counted against the cap;
+  and recovery finishes the queue's second job too, so no slot stayed taken.
 """
 
 from __future__ import annotations
