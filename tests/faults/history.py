@@ -373,6 +373,13 @@ def most_at_once(intervals: list[tuple[float, float, str]]) -> tuple[int, float,
     return best, when, who
 
 
+def rate_busiest(starts_ms: list[int], window_ms: int) -> int:
+    """The most claims within one sliding window: a claim at ``t`` counts those after ``t - window``
+    (``spool.ledger.limits``), so claims ``window`` apart are never in one window together."""
+    starts = sorted(starts_ms)
+    return max((bisect.bisect_right(starts, t + window_ms - 1) - i for i, t in enumerate(starts)), default=0)
+
+
 def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdict, *, cap: int = CAP) -> None:
     """The limited queues' promises, from the handlers' lines and the job files' attempt records.
 
@@ -392,7 +399,7 @@ def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdic
     on a dead lease, so not counted), and the most slots held at once by the records alone,
     ``started`` to ``ended`` (``slot_overlap_by_records``, a figure only: ``started`` is the
     reservation's time as read before its transaction waited for the ledger's lock, so it can
-    precede the moment the slot was taken).
+    precede the moment the slot was taken: tests/faults/test_queue_faults.py shows it).
 
     **Rate** (queue ``rated``, at most ``RATE`` per ``RATE_MS``). A claim's window entry is
     its attempt's ``started`` (the same whole millisecond): no ``RATE + 1`` records of real claims
@@ -457,7 +464,7 @@ def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdic
         for r in job_file.attempts
         if r.worker is not None and r.started
     )
-    busiest = max((bisect.bisect_right(starts, t + RATE_MS - 1) - i for i, t in enumerate(starts)), default=0)
+    busiest = rate_busiest(starts, RATE_MS)
     if busiest > RATE:
         verdict.fail(f"queue {RATED}: {busiest} claims within {RATE_MS} ms (rate {RATE}/s)")
 
