@@ -12,13 +12,21 @@ holds every acknowledged submit against the final state of the files:
 - each key maps to one job: all clients were told one id, and exactly one job file has that key;
 - tries <= max_tries and attempt >= tries; no job in two folders;
 - the ledger equals the folders; no tmp/ leftovers after a sweep; ``spool fsck`` exits 0;
-- no attempt child outlived its worker (a worker that dies takes its running child with it).
+- no attempt child outlived its worker (a worker that dies takes its running child with it);
+- the queues' limits held (``check_queues``): a share of the jobs goes to queue ``capped``
+  (``concurrency 2``) and to queue ``rated`` (``rate 10/s``), whose handler (``chaos_slot``)
+  records when it started and ended; the nemesis also changes those limits under fire (``spool
+  queue set capped --concurrency 1|2``, ``spool queue pause|resume rated``). Never more than 2
+  attempts of ``capped`` ran at once, never more than 10 claims of ``rated`` in any second, no try
+  was spent without an attempt, and every job of those queues ended exactly once like the rest.
 
-Run as a script (``python history.py client ...``) it is one client process.
+Run as a script (``python history.py client ...``) it is one client process; imported by a worker
+(``--import tests.faults.history``) it registers the handler ``chaos_slot``.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import random
@@ -31,7 +39,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
+from spool import current, task
+
+CAPPED, CAP = "capped", 2  # spool queue set capped --concurrency 2 (the nemesis flips it to 1 and back)
+RATED, RATE, RATE_MS = "rated", 10, 1000  # spool queue set rated --rate 10/s (the nemesis pauses it)
+
+# -- the handler the limited queues run --------------------------------------------------------------
+
+
+@task("chaos_slot")
+def chaos_slot(seconds: float = 0.05, log: str = "", fail_until: int = 0) -> dict[str, Any]:
+    """Sleep ``seconds``, appending a ``start`` line before and an ``end`` line after (job, attempt,
+    pid, wall time) to ``log``/slots-<pid>.jsonl; attempts before ``fail_until`` then fail. A
+    SIGKILLed attempt leaves its ``start`` alone; a stopped worker's child goes on and records its
+    ``end`` whatever became of its lease (``check_queues`` clips it to the lease)."""
+    now = current()
+    path = os.path.join(log, f"slots-{os.getpid()}.jsonl")
+
+    def note(event: str) -> None:
+        line = {"job": now.job_id, "attempt": now.attempt, "pid": os.getpid(), "event": event, "at": time.time()}
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(line) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    note("start")
+    time.sleep(seconds)
+    note("end")
+    if now.attempt < fail_until:
+        raise RuntimeError(f"attempt {now.attempt} of {now.job_id} fails on purpose")
+    return {"attempt": now.attempt}
+
 
 # -- the client side --------------------------------------------------------------------------------
 
@@ -51,14 +90,22 @@ class Recorder:
         self._out.close()
 
 
-def pick_job(rng: random.Random) -> tuple[str, dict[str, Any]]:
-    """A task that succeeds, fails for a while, or sleeps a little (examples.tasks)."""
+def pick_job(rng: random.Random, slots: str) -> tuple[str, dict[str, Any], str | None]:
+    """(task, args, queue): in the default queue a task that succeeds, fails for a while, or sleeps
+    a little (examples.tasks); in ``capped`` or ``rated``, a ``chaos_slot`` that records its run in
+    ``slots`` and sometimes fails its first attempt."""
     roll = rng.random()
-    if roll < 0.4:
-        return "echo", {"n": rng.randrange(1000)}
-    if roll < 0.7:
-        return "fail_until", {"attempt": rng.choice([2, 3])}
-    return "sleep", {"seconds": round(rng.uniform(0.02, 0.4), 3)}
+    if roll < 0.22:
+        # A few outlast the lease (1.5 s), so a SIGSTOPped worker's child may run past its lease.
+        seconds = round(rng.uniform(1.0, 2.0) if rng.random() < 0.04 else rng.uniform(0.02, 0.15), 3)
+        return "chaos_slot", {"seconds": seconds, "log": slots, "fail_until": rng.choice([0, 0, 2])}, CAPPED
+    if roll < 0.34:
+        return "chaos_slot", {"seconds": round(rng.uniform(0.0, 0.05), 3), "log": slots}, RATED
+    if roll < 0.6:
+        return "echo", {"n": rng.randrange(1000)}, None
+    if roll < 0.8:
+        return "fail_until", {"attempt": rng.choice([2, 3])}, None
+    return "sleep", {"seconds": round(rng.uniform(0.02, 0.4), 3)}, None
 
 
 def client_main(argv: list[str]) -> int:
@@ -68,6 +115,7 @@ def client_main(argv: list[str]) -> int:
     from spool.base.errors import SpoolError
 
     rng = random.Random(f"{seed}:{name}")
+    slots = str(Path(history).parent / "slots")
     recorder = Recorder(Path(history), name)
     sp = Spool(spool_root)
     cli = [sys.executable, "-m", "spool.cli", "--spool", spool_root]
@@ -78,22 +126,21 @@ def client_main(argv: list[str]) -> int:
             # Keys come from a pool shared by every client, so they repeat on purpose, within and
             # across clients; a few submits leave the key to default (it is then the id).
             key = f"k{rng.randrange(int(keys))}" if rng.random() < 0.85 else None
-            task, args = pick_job(rng)
+            task_name, args, queue = pick_job(rng, slots)
             max_tries = rng.choice([2, 3, 4])
             via = "cli" if rng.random() < 0.08 else "api"
-            recorder.write("invoke", n=n, key=key, task=task, args=args, max_tries=max_tries, via=via)
+            recorder.write("invoke", n=n, key=key, task=task_name, args=args, max_tries=max_tries, queue=queue, via=via)
             if via == "api":
                 try:
-                    job_id = sp.submit(task, args, key=key, max_tries=max_tries)
+                    job_id = sp.submit(task_name, args, key=key, max_tries=max_tries, queue=queue)
                 except SpoolError as err:
                     recorder.write("fail", n=n, key=key, error=f"{type(err).__name__}: {err}")
                 else:
                     recorder.write("ok", n=n, key=key, id=job_id)
             else:
-                argv_cli = [*cli, "submit", task, "--args-json", json.dumps(args), "--max-tries", str(max_tries)]
-                done = subprocess.run(
-                    argv_cli + (["--key", key] if key else []), check=False, capture_output=True, text=True, timeout=120
-                )
+                argv_cli = [*cli, "submit", task_name, "--args-json", json.dumps(args), "--max-tries", str(max_tries)]
+                argv_cli += (["--key", key] if key else []) + (["--queue", queue] if queue else [])
+                done = subprocess.run(argv_cli, check=False, capture_output=True, text=True, timeout=120)
                 if done.returncode == 0:
                     recorder.write("ok", n=n, key=key, id=done.stdout.strip())
                 else:
@@ -129,11 +176,11 @@ class History:
         """id -> key (None when left to default) for every submit a client was told succeeded."""
         return {e["id"]: e["key"] for e in self.of("ok")}
 
-    def specs_by_key(self) -> dict[str, list[tuple[str, dict[str, Any], int]]]:
-        specs: dict[str, list[tuple[str, dict[str, Any], int]]] = defaultdict(list)
+    def specs_by_key(self) -> dict[str, list[tuple[str, dict[str, Any], int, str]]]:
+        specs: dict[str, list[tuple[str, dict[str, Any], int, str]]] = defaultdict(list)
         for e in self.of("invoke"):
             if e["key"] is not None:
-                specs[e["key"]].append((e["task"], e["args"], e["max_tries"]))
+                specs[e["key"]].append((e["task"], e["args"], e["max_tries"], e.get("queue") or "default"))
         return specs
 
 
@@ -149,8 +196,9 @@ class Verdict:
         self.violations.append(message)
 
 
-def check(spool_root: Path, history: History) -> Verdict:
-    """Hold every acknowledged submit against the files. Call with no spool process alive."""
+def check(spool_root: Path, history: History, slots: Path | None = None) -> Verdict:
+    """Hold every acknowledged submit against the files (and, given the handlers' ``slots``
+    folder, the queues' limits: ``check_queues``). Call with no spool process alive."""
     from spool import Spool
     from spool.fsck import sweep_tmp
     from spool.disk.fsio import fs
@@ -233,10 +281,14 @@ def check(spool_root: Path, history: History) -> Verdict:
             job = files[job_id][1].job
             if told_key is None and job.key != job_id:
                 verdict.fail(f"{job_id}: submitted without a key, file has key {job.key!r}")
-            if told_key is not None and (job.task, dict(job.args), job.max_tries) not in specs[told_key]:
+            if told_key is not None and (job.task, dict(job.args), job.max_tries, job.queue) not in specs[told_key]:
                 verdict.fail(
-                    f"{job_id}: its spec {job.task} {dict(job.args)} was never submitted with key {told_key!r}"
+                    f"{job_id}: its spec {job.task} {dict(job.args)} in queue {job.queue} was never submitted "
+                    f"with key {told_key!r}"
                 )
+
+        if slots is not None:
+            check_queues(files, slots, verdict)
 
         # The ledger is an index of the files.
         on_disk = {job_id: state.value for job_id, (state, _f) in files.items()}
@@ -281,6 +333,153 @@ def check(spool_root: Path, history: History) -> Verdict:
     return verdict
 
 
+def _seconds(text: str) -> float:
+    from spool.base.timetext import parse_time
+
+    return parse_time(text, "attempt record").timestamp()
+
+
+def read_slots(slots: Path) -> dict[tuple[str, int], dict[str, float]]:
+    """(job, attempt) -> {"start": t, "end": t} from the handlers' lines (``end`` missing when the
+    attempt was killed mid-run)."""
+    runs: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for path in sorted(slots.glob("slots-*.jsonl")) if slots.is_dir() else []:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                event = json.loads(line)
+                runs[(event["job"], event["attempt"])][event["event"]] = event["at"]
+    return runs
+
+
+def most_at_once(intervals: list[tuple[float, float, str]]) -> tuple[int, float, list[str]]:
+    """The most half-open intervals [start, end) covering one instant, that instant, and who.
+
+    Half-open: an attempt whose record says it ended at the millisecond another started did not
+    overlap it (the times are whole milliseconds, cut down, and the slot is freed after the end
+    is written and taken before the start is)."""
+    events = sorted(
+        [(end, 0, name) for start, end, name in intervals if end > start]
+        + [(start, 1, name) for start, end, name in intervals if end > start]
+    )
+    running: set[str] = set()
+    best, when, who = 0, 0.0, []
+    for at, starts, name in events:
+        if starts:
+            running.add(name)
+            if len(running) > best:
+                best, when, who = len(running), at, sorted(running)
+        else:
+            running.discard(name)
+    return best, when, who
+
+
+def rate_busiest(starts_ms: list[int], window_ms: int) -> int:
+    """The most claims within one sliding window: a claim at ``t`` counts those after ``t - window``
+    (``spool.ledger.limits``), so claims ``window`` apart are never in one window together."""
+    starts = sorted(starts_ms)
+    return max((bisect.bisect_right(starts, t + window_ms - 1) - i for i, t in enumerate(starts)), default=0)
+
+
+def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdict, *, cap: int = CAP) -> None:
+    """The limited queues' promises, from the handlers' lines and the job files' attempt records.
+
+    **Concurrency** (queue ``capped``, at most ``cap``). An attempt counts as running from the
+    moment its handler recorded ``start`` until its record's ``ended``: the time its job left
+    leased/ (a completion, a failure, the coordinator's expiry of a SIGKILLed or SIGSTOPped
+    worker's lease, recovery's close of a lost claim). That is the lease's life: a handler's own
+    ``end`` is not used, so an attempt whose worker was SIGKILLed mid-run (no ``end``) or whose
+    worker was SIGSTOPped while its child went on (an ``end`` after its lease expired and the job
+    was claimed again) counts exactly as long as its lease held, which is all the limit promises:
+    from the coordinator's view, the lease fence makes a stopped process's attempt dead once it
+    has expired. The rule is sound against the ledger's count: a slot is taken (the row turns
+    'leased') before the claim returns and so before the handler starts, and freed (the row
+    leaves 'leased') only after the move out of leased/, after ``ended`` was read from the clock.
+    The figures count the handlers clipped so (``ran_past_lease``), those that started after
+    their lease had ended (``ran_after_lease``: a worker stopped between its claim and the start,
+    on a dead lease, so not counted), and the most slots held at once by the records alone,
+    ``started`` to ``ended`` (``slot_overlap_by_records``, a figure only: ``started`` is the
+    reservation's time as read before its transaction waited for the ledger's lock, so it can
+    precede the moment the slot was taken: tests/faults/test_queue_faults.py shows it).
+
+    **Rate** (queue ``rated``, at most ``RATE`` per ``RATE_MS``). A claim's window entry is
+    its attempt's ``started`` (the same whole millisecond): no ``RATE + 1`` records of real claims
+    (``worker`` set; recovery's stand-in for a claim that died unrecorded has none) may start
+    within one window.
+
+    **Tries**. A limit never spends a try: a job's tries never exceed its attempts started (the
+    records not given back, ``released``).
+    """
+    runs: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
+    for (run_job, attempt), run in read_slots(slots).items():
+        runs[run_job][attempt] = run
+        if run_job not in files:
+            verdict.fail(f"{run_job}#{attempt}: a handler ran for a job that has no file")
+    by_queue: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
+    for job_id, (state, job_file) in files.items():
+        by_queue[job_file.job.queue].append((job_id, state, job_file))
+        spent = [r for r in job_file.attempts if r.outcome != "released"]
+        if job_file.tries > len(spent):
+            verdict.fail(f"{job_id} ({job_file.job.queue}): tries {job_file.tries} > {len(spent)} attempts started")
+
+    running: list[tuple[float, float, str]] = []
+    slots_held: list[tuple[float, float, str]] = []
+    after_lease = past_lease = handler_runs = 0
+    for job_id, _state, job_file in by_queue.get(CAPPED, []):
+        records = {r.attempt: r for r in job_file.attempts}
+        for record in job_file.attempts:
+            if record.worker is not None and record.started and record.ended:
+                slots_held.append((_seconds(record.started), _seconds(record.ended), f"{job_id}#{record.attempt}"))
+        for attempt, run in sorted(runs.get(job_id, {}).items()):
+            if "start" not in run:
+                continue
+            handler_runs += 1
+            record = records.get(attempt)
+            name = f"{job_id}#{attempt}"
+            if record is None or record.started is None or record.ended is None:
+                verdict.fail(f"{name}: its handler ran, but the job file has no closed record of it")
+                continue
+            start, ended = run["start"], _seconds(record.ended)
+            if start < _seconds(record.started) - 0.001:
+                verdict.fail(f"{name}: its handler started at {start:.3f}, before its claim {record.started}")
+            if start >= ended:
+                after_lease += 1
+            elif run.get("end", ended) > ended:
+                past_lease += 1  # its child went on after the lease ended: clipped to the lease
+                if record.outcome == "done":
+                    verdict.fail(f"{name}: done at {record.ended}, before its handler ended at {run['end']:.3f}")
+            running.append((start, ended, name))
+
+    most, when, who = most_at_once(running)
+    if most > cap:
+        verdict.fail(f"queue {CAPPED}: {most} attempts running at once (cap {cap}) at {when:.3f}: {who}")
+    held, held_when, held_who = most_at_once(slots_held)
+    if held > cap:
+        # Not the running check's rule: a record's ``started`` is read before the claim's
+        # transaction waits for the ledger's lock, so it can precede the slot it stands for.
+        verdict.figures["slots_by_records_over_cap"] = f"{held} at {held_when:.3f}: {held_who}"
+
+    starts = sorted(
+        round(_seconds(r.started) * 1000)
+        for _job_id, _state, job_file in by_queue.get(RATED, [])
+        for r in job_file.attempts
+        if r.worker is not None and r.started
+    )
+    busiest = rate_busiest(starts, RATE_MS)
+    if busiest > RATE:
+        verdict.fail(f"queue {RATED}: {busiest} claims within {RATE_MS} ms (rate {RATE}/s)")
+
+    verdict.figures["queues"] = {
+        queue: dict(Counter(state.value for _j, state, _f in entries)) for queue, entries in sorted(by_queue.items())
+    }
+    verdict.figures[f"{CAPPED}_most_running_at_once"] = most
+    verdict.figures[f"{CAPPED}_handler_runs"] = handler_runs
+    verdict.figures[f"{CAPPED}_ran_after_lease"] = after_lease
+    verdict.figures[f"{CAPPED}_ran_past_lease"] = past_lease
+    verdict.figures[f"{CAPPED}_slot_overlap_by_records"] = held
+    verdict.figures[f"{RATED}_claims"] = len(starts)
+    verdict.figures[f"{RATED}_most_claims_in_a_second"] = busiest
+
+
 def _check_result(sp: Any, job_id: str, job_file: Any, verdict: Verdict) -> None:
     """The one result is whole JSON and came from the attempt the file records as done."""
     from spool.disk.fsio import fs
@@ -307,6 +506,12 @@ def _check_result(sp: Any, job_id: str, job_file: Any, verdict: Verdict) -> None
 # -- the nemesis and the run ------------------------------------------------------------------------
 
 CONFIG = "lease_seconds: 1.5\npoll_seconds: 0.2\nbackoff_base_seconds: 0.1\nbackoff_max_seconds: 1\ngrace_seconds: 5\n"
+LIMIT_CHANGES = (
+    ("queue", "set", CAPPED, "--concurrency", "1"),
+    ("queue", "set", CAPPED, "--concurrency", str(CAP)),
+    ("queue", "pause", RATED),
+    ("queue", "resume", RATED),
+)
 
 
 @dataclass
@@ -330,10 +535,14 @@ class Nemesis:
     def __init__(self, procs: Any, rng: random.Random, env: dict[str, str], workers: int) -> None:
         self.procs, self.rng, self.env = procs, rng, env
         self.slots = [Slot("coordinator", ("coordinator",))]
-        self.slots += [Slot("worker", ("worker", "--import", "examples.tasks")) for _ in range(workers)]
+        imports = ("--import", "examples.tasks", "--import", "tests.faults.history")
+        self.slots += [Slot("worker", ("worker", *imports)) for _ in range(workers - 1)]
+        # One worker names its queues: its claims read each queue's head (claim_by_queue).
+        self.slots += [Slot("worker", ("worker", *imports, "--queues", f"default,{CAPPED},{RATED}"))][:workers]
         self.faults: Counter[str] = Counter()
         self.log: list[str] = []
         self.crashes: list[str] = []  # processes that exited without being killed by us
+        self.limit_calls: list[tuple[tuple[str, ...], subprocess.Popen[bytes]]] = []
 
     def start(self, slot: Slot) -> None:
         slot.proc = self.procs.start(*slot.argv, env=self.env, name=slot.kind)
@@ -351,6 +560,9 @@ class Nemesis:
 
     def step(self, started: float) -> None:
         self.notice_crashes()
+        if self.rng.random() < 0.15:
+            self.change_limits(started)
+            return
         slot = self.rng.choice(self.slots)
         if not slot.alive:
             self.start(slot)
@@ -368,6 +580,27 @@ class Nemesis:
             os.kill(slot.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
             slot.stopped = True
             self._note("stop", slot, started)
+
+    def change_limits(self, started: float) -> None:
+        """``spool queue set|pause|resume`` under fire (``spool.queues.set_limits``: the file
+        through tmp/ and a rename, then the ledger's row), not waited for: a SIGSTOPped process
+        may hold the ledger's lock for a while, and the nemesis goes on meanwhile."""
+        argv = self.rng.choice(LIMIT_CHANGES)
+        self.limit_calls.append((argv, self.procs.start(*argv, env=self.env, name="queue")))
+        self.faults[" ".join(argv[:2] + argv[3:])] += 1
+        self.log.append(f"{time.monotonic() - started:6.2f}s {' '.join(argv)}")
+
+    def finish_limit_calls(self) -> None:
+        """Wait for every limits change; each must have exited 0 (the checker's business too)."""
+        for argv, proc in self.limit_calls:
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+            if code != 0:
+                self.crashes.append(f"spool {' '.join(argv)} exited {code}")
+        self.limit_calls.clear()
 
     def _note(self, what: str, slot: Slot, started: float) -> None:
         self.faults[f"{what} {slot.kind}"] += 1
@@ -430,12 +663,18 @@ def orphans(tag: str) -> list[int]:
 
 def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[Verdict, Nemesis]:
     """The whole run: clients and nemesis, a clean restart, the drain, then the checker."""
+    import pytest
     from support import ROOT, wait_until
 
     from spool import Spool
+    from spool.queues import set_limits
 
     rng = random.Random(run.seed)
     (spool_root / "config.yaml").write_text(CONFIG)
+    (work / "slots").mkdir()
+    with Spool(spool_root) as sp:
+        set_limits(sp, CAPPED, concurrency=CAP)
+        set_limits(sp, RATED, rate=f"{RATE}/s")
     tag = f"CHAOS_RUN_TAG=chaos-{os.getpid()}-{run.seed}"
     env = {"CHAOS_RUN_TAG": tag.split("=", 1)[1]}
     nemesis = Nemesis(procs, rng, env, run.workers)
@@ -478,8 +717,12 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
             client.wait(timeout=180)
         timings["nemesis"] = time.monotonic() - started
 
-        # Restart everything cleanly and drain.
+        # Restart everything cleanly, put the limits back as they began, and drain.
         nemesis.stop_all(graceful=False)
+        nemesis.finish_limit_calls()
+        with Spool(spool_root) as sp:
+            set_limits(sp, CAPPED, concurrency=CAP)
+            set_limits(sp, RATED, paused=False)
         nemesis.start_all()
         history = History.read(histories)
         acked = list(history.acknowledged())
@@ -526,7 +769,7 @@ def run_chaos(spool_root: Path, work: Path, procs: Any, run: ChaosRun) -> tuple[
                 client.kill()
         exits = Counter(client.wait() for client in clients)
         timings["total"] = time.monotonic() - started
-        verdict = check(spool_root, history)
+        verdict = check(spool_root, history, work / "slots")
         if stuck:
             verdict.fail(f"{len(stuck)} acknowledged job(s) not terminal after {run.drain_seconds:g}s: {stuck[:10]}")
         for crash in nemesis.crashes:

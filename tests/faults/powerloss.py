@@ -6,7 +6,7 @@ How it works, in four steps:
    ``RecordingFS``: the real filesystem, with every mutating call logged (directory relative to
    the spool root, names, the bytes written, whether the file was fsync'd) beside the
    directory fsyncs. The scenario notes each *acknowledgement* (``ack``) at the point the call
-   returned: a submit's id, a claim's counted try, a result, a move to dead.
+   returned: a submit's id, a claim's counted try, a result, a move to dead, a queue's limits.
 2. **Build crash states.** A power cut after operation k keeps operations 0..k-1, but only what
    was made durable is certain:
      - a file's DATA is durable once fsync'd (``write_new(sync=True)``, or ``fsync_file`` of it
@@ -37,7 +37,9 @@ How it works, in four steps:
    acknowledged submit is a job (one folder, same id and key and task); every acknowledged
    result is whole and its job done; a counted try is still counted; an acknowledged move to
    dead is still dead; no job in two folders; fsck is clean after the repair; the scenario's
-   own bound on the number of jobs holds (a drop is ingested exactly once).
+   own bound on the number of jobs holds (a drop is ingested exactly once); an acknowledged
+   ``set_limits`` is in its queues/ file and in force, and a queue with a concurrency has its
+   ledger's 'leased' rows exactly at its jobs in leased/ (no slot leaked, none unaccounted).
 
 Everything runs over a real filesystem (the recording under the caller's folder, the replays on
 /dev/shm when there is one); nothing is mocked.
@@ -101,7 +103,7 @@ class Ack:
     """What a caller was told, and after how many recorded operations it was told."""
 
     at: int
-    kind: str  # submit | claim | complete | fail | ingest | schedule
+    kind: str  # submit | claim | complete | fail | ingest | schedule | queue
     info: dict[str, Any]
 
 
@@ -484,7 +486,10 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
                 problems.append(f"{job_id}: {folders[0].value}/ holds no whole job file ({err})")
                 return None
 
+        problems += _check_queues(sp, listing, [ack for ack in acks if ack.kind == "queue"], job)
         for ack in acks:
+            if ack.kind == "queue":
+                continue
             job_id = ack.info["id"]
             found = job(job_id)
             if found is None:
@@ -535,6 +540,39 @@ def recover_and_check(root: Path, acks: Sequence[Ack], jobs_bound: tuple[int, in
         problems.append(f"recovery raised {type(err).__name__}: {err} (at {where})")
     finally:
         sp.close()
+    return problems
+
+
+def _check_queues(sp: Any, listing: Any, acks: Sequence[Ack], job: Callable[[str], Any]) -> list[str]:
+    """A queue's limits after recovery: an acknowledged ``set_limits`` (``spool queue set``) is in
+    its queues/ file, whole, and in force in the ledger after the coordinator's pass (its sync);
+    and for every queue with a concurrency in force, the ledger's 'leased' rows of the queue are
+    exactly its jobs in leased/ (a row left 'leased' is a slot no claim gets back; a job in
+    leased/ whose row is not is one a claim can exceed the cap by)."""
+    from spool.disk.layout import State
+    from spool.queues import limits_in_force, read_files
+
+    problems: list[str] = []
+    files = read_files(sp)
+    for ack in acks:
+        name, limits = ack.info["name"], ack.info["limits"]
+        found = files.get(name)
+        if found is None or found.limits != limits:
+            held = "no file" if found is None else (found.error or found.limits)
+            problems.append(f"acknowledged limits of queue {name} ({limits}) lost: queues/{name}.yaml holds {held}")
+        elif limits_in_force(sp, name) != limits:
+            problems.append(f"queue {name}: the ledger holds {limits_in_force(sp, name)}, its file {limits}")
+    capped = {name for name, queue_file in files.items() if queue_file.limits and queue_file.limits.concurrency}
+    if capped:
+        rows = sp.ledger.states()
+        queue_of = {job_id: found[1].job.queue for job_id in listing.jobs if (found := job(job_id)) is not None}
+        for name in sorted(capped):
+            leased_rows = sorted(i for i, state in rows.items() if state == "leased" and queue_of.get(i) == name)
+            leased_files = sorted(
+                i for i, folders in listing.jobs.items() if State.LEASED in folders and queue_of.get(i) == name
+            )
+            if leased_rows != leased_files:
+                problems.append(f"queue {name}: ledger rows leased {leased_rows}, jobs in leased/ {leased_files}")
     return problems
 
 

@@ -1,7 +1,9 @@
 """Chaos with a history, bounded (8 s of faults by default; 40 s in the ``slow`` tier): clients
 submit with keys while a nemesis SIGKILLs, SIGSTOPs/SIGCONTs and restarts the coordinator and three
-workers; then every acknowledged submit is checked against the final files (see history.py for the
-checks).
+workers, and changes the limits of two queues (``capped``, ``concurrency 2``; ``rated``, ``rate 10/s``)
+that a share of the jobs goes to; then every acknowledged submit is checked against the final files,
+and the limits against the handlers' recorded runs and the attempts' records (see history.py for
+the checks).
 
 The seed is printed; ``SPOOL_CHAOS_SEED=N`` replays a run's client and nemesis choices (the
 processes' own timing is the machine's, so a replay is close, not exact).

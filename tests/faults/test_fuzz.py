@@ -14,7 +14,15 @@ crashes; no other job is touched.
   to another job, dangling, to a folder), a FIFO, a socket, a folder, hard links (to another job,
   to a file outside), and survives them all;
 - ``spool submit -f`` gets a sample of the same files: exit 0 with an id, or exit 2/3 with one
-  line on stderr and no traceback.
+  line on stderr and no traceback;
+- queue files (queues/<name>.yaml, which the coordinator syncs into the ledger every pass):
+  hypothesis writes their bytes (valid limits, trapped values, unknown and repeated fields,
+  random bytes, UTF-16, the size limit, aliases, tags); a valid file is in force after one pass,
+  a broken one is listed with its error and keeps the last valid limits in force; a real
+  coordinator meets symlinks, a FIFO, a socket, a folder and an oversized file there.
+
+The bench has a limited queue (``mail``, the queue a fuzzed drop's plausible ``queue:`` names) with
+a job in it: no drop and no other queue's file may change its file, its limits or its job.
 
 There is no HTTP API yet, so there are no API bodies to fuzz here.
 """
@@ -22,6 +30,7 @@ There is no HTTP API yet, so there are no API bodies to fuzz here.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -32,7 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from spool.runner.coordinator import Coordinator
 from support import Procs, run_spool, wait_until
@@ -46,9 +55,12 @@ from spool.disk.layout import State, key_name
 from spool.moves.recovery import list_folders
 from spool.moves.store import read_job
 from spool.moves.transitions import claim, complete
+from spool.queues import Limits, limits_in_force, limits_of_fields, read_files, set_limits
+from spool.views import queue_views
 from spool.yaml.safe import load_yaml
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+LIMITED = "mail"  # the queue a fuzzed drop's GOOD queue field names: limited on the bench
 MISSING_ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"  # a well-formed id of no job
 
 # -- the bench: a spool with sentinel jobs in three states -----------------------------------------
@@ -68,8 +80,9 @@ class Bench:
             result = self.root / "results" / f"{job_id}.json"
             if result.exists():
                 files[f"results/{job_id}.json"] = result.read_bytes()
-        for key in ("sentinel-pending", "sentinel-done", "sentinel-waiting"):
+        for key in ("sentinel-pending", "sentinel-done", "sentinel-waiting", "sentinel-mail"):
             files[f"keys/{key}"] = (self.root / "keys" / key_name(key)).read_bytes()
+        files[f"queues/{LIMITED}.yaml"] = (self.root / "queues" / f"{LIMITED}.yaml").read_bytes()
         return files
 
 
@@ -85,7 +98,13 @@ def make_bench(parent: str | None) -> Bench:
     pending = sp.submit("echo", {"who": "pending"}, key="sentinel-pending")
     # waiting on a job that stays pending (no worker runs here)
     waiting = sp.submit("echo", {"who": "waiting"}, key="sentinel-waiting", depends_on=[pending])
-    return Bench(root, sp, {done: State.DONE, pending: State.PENDING, waiting: State.WAITING})
+    # A limited queue (the one GOOD's drops name) holding a job: no drop may change either.
+    set_limits(sp, LIMITED, concurrency=1, rate="100/s")
+    mail = sp.submit("echo", {"who": "mail"}, key="sentinel-mail", queue=LIMITED)
+    return Bench(root, sp, {done: State.DONE, pending: State.PENDING, waiting: State.WAITING, mail: State.PENDING})
+
+
+BENCH_LIMITS = Limits(concurrency=1, rate_count=100, rate_ms=1000)
 
 
 def _shm() -> str | None:
@@ -142,6 +161,7 @@ def ingest_and_check(bench: Bench, name: str, data: bytes) -> tuple[State, JobFi
             else State.PENDING
         )
     assert bench.snapshot() == before, "a drop touched another job"
+    assert limits_in_force(sp, LIMITED) == BENCH_LIMITS, "a drop changed a queue's limits"
     report = fsck(sp)
     assert not report.violations, report.violations
 
@@ -357,6 +377,105 @@ def test_a_fuzzed_drop_becomes_one_job_and_touches_no_other(bench: Bench, name: 
     ingest_and_check(bench, name, data)
 
 
+# -- queue files: what a person (or anyone who can write queues/) leaves there ------------------------
+
+FUZZED_QUEUE = "fuzzq"
+FUZZED_BEFORE = Limits(concurrency=3)  # the last valid limits, set before each example
+QUEUE_FIELDS = ["concurrency", "rate", "paused", "Concurrency", "rates", "queue", "<<", "concurrency "]
+QUEUE_VALUES = {
+    "concurrency": ["2", "1", "0", "-1", "1000000000", "1000000001", "1.5", "true", "'2'", "0x10", "~", "[2]"],
+    "rate": ["5/s", "10/m", "3/h", "0/s", "5/d", "5 /s", "5/S", "'5/s'", "5", "1/ms", "99999999999/s", "-1/s", "~"],
+    "paused": ["true", "false", "yes", "on", "1", "'true'", "~", "True"],
+}
+
+
+@st.composite
+def queue_text(draw: st.DrawFn) -> str:
+    """A queue file's fields: mostly plausible values, traps, some fields twice, some unknown."""
+    lines = []
+    for _ in range(draw(st.integers(0, 4))):
+        name = draw(st.sampled_from(QUEUE_FIELDS[:3] if draw(st.integers(0, 3)) else QUEUE_FIELDS))
+        values = QUEUE_VALUES.get(name, [])
+        value = draw(st.sampled_from(values)) if values and draw(st.integers(0, 4)) else draw(scalar_text)
+        lines.append(f"{name}: {value}")
+    return "\n".join(lines) + ("\n" if draw(st.booleans()) else "")
+
+
+valid_queue_text = st.fixed_dictionaries(
+    {},
+    optional={
+        "concurrency": st.integers(1, 10**9).map(str),
+        "rate": st.tuples(st.integers(1, 10**9), st.sampled_from("smh")).map(lambda t: f"{t[0]}/{t[1]}"),
+        "paused": st.sampled_from(["true", "false"]),
+    },
+).map(lambda fields: "".join(f"{name}: {value}\n" for name, value in fields.items()))
+
+queue_bytes = st.one_of(
+    valid_queue_text.map(str.encode),
+    queue_text().map(str.encode),
+    queue_text().map(lambda t: t.encode("utf-16")),
+    st.binary(max_size=200),
+    st.integers(4096 - 20, 4096 + 20).map(lambda n: b"concurrency: 2\n#" + b"x" * (n - 18) + b"\n"),
+    st.sampled_from(
+        [
+            b"",
+            b"concurrency: 2\nconcurrency: 3\n",
+            b"concurrency: &a 2\nrate: *a\n",
+            b"- concurrency: 2\n",
+            b"!!python/object/apply:os.system ['true']\n",
+            b"concurrency: !!int 2\n",
+            b"rate: 5/s\n---\nrate: 1/s\n",
+            b"{concurrency: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n",
+        ]
+    ),
+)
+
+
+def _expected_queue(data: bytes) -> Limits | None:
+    """What the parser makes of a queue file's bytes: its limits, or None when it is broken."""
+    try:
+        return limits_of_fields(load_yaml(data, max_bytes=4096, source="q"), "q")
+    except InvalidJob:
+        return None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=queue_bytes)
+@example(data=b"rate: 5/d\n")
+@example(data=b"concurrency: 2\nrate: 5/s\npaused: true\n")
+def test_a_fuzzed_queue_file_is_synced_or_listed_broken_keeping_its_last_limits(bench: Bench, data: bytes) -> None:
+    """The coordinator's sync of queues/ (every pass) meets any bytes in a queue file: a valid file
+    is in force at once; a broken one keeps the last valid limits in force and shows its error in
+    ``spool queue list``'s view; no process crashes, no job is touched, the other queues keep theirs."""
+    sp = bench.sp
+    set_limits(sp, FUZZED_QUEUE, concurrency=FUZZED_BEFORE.concurrency, paused=False, clear=True)
+    assert limits_in_force(sp, FUZZED_QUEUE) == FUZZED_BEFORE
+    before = bench.snapshot()
+    folder = bench.root / "queues"
+    staged = folder / f".{FUZZED_QUEUE}.staged"  # a dot-name: no queue's
+    staged.write_bytes(data)
+    staged.rename(folder / f"{FUZZED_QUEUE}.yaml")  # a new inode: the sync sees a changed file
+
+    Coordinator(sp).run_pass()  # raises nothing, whatever the file holds
+
+    expected = _expected_queue(data)
+    event("broken" if expected is None else "limits nothing" if not expected.limits_anything else "limits")
+    found = read_files(sp)[FUZZED_QUEUE]
+    view = next(v for v in queue_views(sp) if v["name"] == FUZZED_QUEUE)
+    if expected is None:
+        assert found.limits is None and found.error, found
+        assert "\n" not in found.error and len(found.error) < 2000, found.error
+        assert limits_in_force(sp, FUZZED_QUEUE) == FUZZED_BEFORE, "a broken file changed the limits in force"
+        assert view["error"] == found.error and view["concurrency"] == FUZZED_BEFORE.concurrency, view
+    else:
+        assert found.limits == expected and found.error is None, found
+        assert limits_in_force(sp, FUZZED_QUEUE) == expected
+        assert view["error"] is None, view
+    assert limits_in_force(sp, LIMITED) == BENCH_LIMITS, "one queue's file changed another's limits"
+    assert bench.snapshot() == before, "a queue file touched a job"
+    assert not fsck(sp).violations
+
+
 # -- what must be refused, whatever else the fuzzer finds ---------------------------------------------
 
 REFUSED = {
@@ -485,6 +604,54 @@ def test_special_files_dropped_beside_a_running_coordinator(spool_dir: Path, tmp
     } == before
     assert Path("/etc/passwd").read_bytes() == passwd
     assert outside.read_bytes() == b"task: echo\n" and os.stat(outside).st_nlink == 1
+    assert "Traceback" not in procs.output()
+    check = run_spool("fsck", spool=spool_dir)
+    assert check.returncode == 0, check.stdout + check.stderr
+    sp.close()
+
+
+def test_special_queue_files_beside_a_running_coordinator(spool_dir: Path, tmp_path: Path, procs: Procs) -> None:
+    """What can't be written as bytes, in queues/: the coordinator's sync (every pass) lists each
+    with its error and survives; a valid file replaced by a symlink keeps its last valid limits
+    (the link's target is never read); names that are no queue's are left alone."""
+    sp = Spool(spool_dir, environ={})
+    set_limits(sp, "gpu", concurrency=1)
+    gpu_seen = sp.ledger.queue_limit_rows()["gpu"][2]
+    queues_dir = spool_dir / "queues"
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("concurrency: 50\n")
+    (queues_dir / "gpu.yaml").unlink()
+    os.symlink(outside, queues_dir / "gpu.yaml")
+    os.symlink("/etc/passwd", queues_dir / "to-passwd.yaml")
+    os.symlink("/nonexistent/nothing", queues_dir / "dangling.yaml")
+    os.mkfifo(queues_dir / "a-fifo.yaml")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(queues_dir / "a-socket.yaml"))
+    (queues_dir / "a-folder.yaml").mkdir()
+    (queues_dir / "huge.yaml").write_bytes(b"concurrency: 2\n#" + b"x" * 5000 + b"\n")
+    (queues_dir / "not a queue!.yaml").write_text("concurrency: 1\n")
+    (queues_dir / "no-suffix").write_text("concurrency: 1\n")
+    broken = {"gpu", "to-passwd", "dangling", "a-fifo", "a-socket", "a-folder", "huge"}
+    try:
+        coordinator = procs.start("coordinator", name="coordinator")
+
+        def synced() -> dict[str, Any] | None:
+            rows = sp.ledger.queue_limit_rows()
+            others = all(rows.get(name, (None, None))[1] for name in broken - {"gpu"})
+            return rows if others and rows["gpu"][2] != gpu_seen else None
+
+        rows = wait_until(synced, timeout=60, message="the coordinator's sync of every queue file")
+        assert coordinator.poll() is None, "the coordinator died"
+    finally:
+        server.close()
+    assert isinstance(rows, dict) and set(rows) == broken, sorted(rows)
+    for name in broken - {"gpu"}:
+        assert rows[name][0] == Limits(), f"{name}: {rows[name]}"
+    assert rows["gpu"][1] and rows["gpu"][0] == Limits(concurrency=1), f"gpu: the symlink's target read? {rows['gpu']}"
+    assert "root:" not in str(rows)
+    listed = run_spool("queue", "list", "--json", spool=spool_dir)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert {v["name"] for v in json.loads(listed.stdout) if v["error"]} == broken, listed.stdout
     assert "Traceback" not in procs.output()
     check = run_spool("fsck", spool=spool_dir)
     assert check.returncode == 0, check.stdout + check.stderr

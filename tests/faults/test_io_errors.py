@@ -1,5 +1,7 @@
 """I/O errors through the fsio seam: ENOSPC and EIO at every risky call of a submit, a claim, a
-complete and a fail, one call at a time; then a real full disk; then daemons whose fsync fails.
+complete and a fail, one call at a time, of a ``spool queue set`` (``set_limits``: the queue file
+staged, fsync'd, renamed over queues/<name>.yaml, queues/ fsync'd), and of a claim, a complete and a
+fail in a queue at concurrency 1 with a rate; then a real full disk; then daemons whose fsync fails.
 
 For each transition a recording pass (``FaultFS`` failing nothing) lists the risky calls it
 makes (writes, fsyncs, renames, links); then, on a fresh spool each time, the k-th call fails
@@ -12,7 +14,10 @@ with ENOSPC, then with EIO. After each failure:
   empty (the failing process removed its own staging files), no job is in two folders;
 - nothing else is lost: the bystander jobs' files are byte for byte the same;
 - recovery (the client's retry of a submit, a restarted coordinator and worker) brings every
-  job to done or dead exactly once, and fsck is clean.
+  job to done or dead exactly once, and fsck is clean;
+- in the limited queue: its file is whole and holds the old limits or the new (after a queue
+  set's retry, the new, in force in the ledger); every job in leased/ is counted against the cap;
+  and recovery finishes the queue's second job too, so no slot stayed taken.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from spool.disk.layout import State, worker_lock_name
 from spool.disk.locks import acquire
 from spool.moves.store import read_job
 from spool.moves.transitions import Lease, claim, complete, fail
+from spool.queues import Limits, limits_in_force, read_files, set_limits
 from support import ROOT, SPOOL_CMD, fill_disk, wait_until
 
 Ctx = dict[str, Any]
@@ -58,16 +64,16 @@ def _submit(sp: Spool, ctx: Ctx) -> Any:
     return sp.submit("echo", {"n": 1}, key="k-io")
 
 
-def _target(max_tries: int) -> Callable[[Spool, Ctx], None]:
+def _target(max_tries: int, queue: str | None = None) -> Callable[[Spool, Ctx], None]:
     def setup(sp: Spool, ctx: Ctx) -> None:
-        ctx["job"] = sp.submit("echo", {"n": 1}, max_tries=max_tries)
+        ctx["job"] = sp.submit("echo", {"n": 1}, max_tries=max_tries, queue=queue)
 
     return setup
 
 
-def _claimed(max_tries: int) -> Callable[[Spool, Ctx], None]:
+def _claimed(max_tries: int, queue: str | None = None) -> Callable[[Spool, Ctx], None]:
     def setup(sp: Spool, ctx: Ctx) -> None:
-        _target(max_tries)(sp, ctx)
+        _target(max_tries, queue)(sp, ctx)
         with acquire(sp.layout.fd("locks"), worker_lock_name(WORKER), blocking=True):
             job_file = claim(sp, WORKER, ["echo"])
         assert job_file is not None and job_file.id == ctx["job"]
@@ -104,6 +110,32 @@ def _resubmit_batch(sp: Spool, ctx: Ctx) -> None:
     ctx["job"] = _submit_batch(sp, ctx)[0].id
 
 
+CAPPED = "capped"
+
+
+def _limited(setup: Callable[[Spool, Ctx], None]) -> Callable[[Spool, Ctx], None]:
+    """``setup`` with queues/capped.yaml at concurrency 1 and a rate (its claims rows written),
+    the target job and a second one in that queue: recovery can finish both only if the
+    failure left the queue's one slot free (or the coordinator's reconcile freed it)."""
+
+    def limited(sp: Spool, ctx: Ctx) -> None:
+        set_limits(sp, CAPPED, concurrency=1, rate="50/s")
+        setup(sp, ctx)
+        ctx["second"] = sp.submit("echo", {"n": 2}, queue=CAPPED)
+
+    return limited
+
+
+def _set_limits(sp: Spool, ctx: Ctx) -> Any:
+    """``spool queue set capped --concurrency 2 --rate 20/s``: the file staged and fsync'd, renamed
+    over queues/capped.yaml, queues/ fsync'd, then the ledger's row."""
+    return set_limits(sp, CAPPED, concurrency=2, rate="20/s")
+
+
+def _set_limits_again(sp: Spool, ctx: Ctx) -> None:
+    _set_limits(sp, ctx)
+
+
 TRANSITIONS = [
     Transition("submit", lambda sp, ctx: None, _submit, _resubmit, frozenset({"done"})),
     Transition("submit_many", lambda sp, ctx: None, _submit_batch, _resubmit_batch, frozenset({"done"})),
@@ -120,6 +152,28 @@ TRANSITIONS = [
     Transition(
         "fail",
         _claimed(1),
+        _as_worker(lambda sp, ctx: fail(sp, ctx["lease"], "RuntimeError: boom")),
+        _no_retry,
+        frozenset({"dead:failed", "dead:expired"}),
+    ),
+    Transition("queue_set", _limited(_target(3, CAPPED)), _set_limits, _set_limits_again, frozenset({"done"})),
+    Transition(
+        "claim_limited",
+        _limited(_target(3, CAPPED)),
+        _as_worker(lambda sp, ctx: claim(sp, WORKER, ["echo"])),
+        _no_retry,
+        frozenset({"done"}),
+    ),
+    Transition(
+        "complete_limited",
+        _limited(_claimed(3, CAPPED)),
+        _as_worker(lambda sp, ctx: complete(sp, ctx["lease"], b'{"by": "w-io"}')),
+        _no_retry,
+        frozenset({"done"}),
+    ),
+    Transition(
+        "fail_limited",
+        _limited(_claimed(1, CAPPED)),
         _as_worker(lambda sp, ctx: fail(sp, ctx["lease"], "RuntimeError: boom")),
         _no_retry,
         frozenset({"dead:failed", "dead:expired"}),
@@ -195,6 +249,39 @@ def _check_nothing_torn(sp: Spool) -> None:
         assert held.endswith(b"\n") and is_valid_id(held.decode().strip()), f"keys/{name}: {held!r}"
     leftovers = fs.list_dir(sp.layout.fd("tmp"))
     assert not leftovers, f"tmp/ still holds {leftovers}"
+    for name, queue_file in read_files(sp).items():
+        assert queue_file.error is None, f"queues/{name}.yaml: {queue_file.error}"
+
+
+OLD_LIMITS, NEW_LIMITS = Limits(1, 50, 1000), Limits(2, 20, 1000)
+
+
+def _check_slots_counted(sp: Spool, where: str) -> None:
+    """Every job in leased/ is a 'leased' row of the ledger, so it holds a slot of its queue: a
+    failed step never lets a claim past a cap. (The converse may not hold until the coordinator
+    reconciles: a claim whose rename failed with EIO leaves its reserved row 'leased', a slot
+    held for nothing; recovery must free it, or it could not finish the queue's second job.)"""
+    rows = sp.ledger.states()
+    leased = {name.removesuffix(".yaml") for name in fs.list_dir(sp.layout.fd(State.LEASED)) if name.endswith(".yaml")}
+    uncounted = sorted(job_id for job_id in leased if rows.get(job_id) != "leased")
+    assert not uncounted, f"{where}: in leased/ but not counted against their queue's cap: {uncounted}"
+
+
+def _check_limits(sp: Spool, transition: Transition, where: str, *, retried: bool) -> None:
+    """The capped queue's file holds its old limits or the new ones, whole; after recovery (the
+    coordinator's sync) the ledger holds the file's; after a queue set's retry, the new ones."""
+    if transition.name == "queue_set":
+        allowed = {NEW_LIMITS} if retried else {OLD_LIMITS, NEW_LIMITS}
+    elif transition.name.endswith("_limited"):
+        allowed = {OLD_LIMITS}
+    else:
+        return
+    found = read_files(sp).get(CAPPED)
+    assert found is not None, f"{where}: queues/{CAPPED}.yaml is gone"
+    on_file = found.limits
+    assert on_file in allowed, f"{where}: queues/{CAPPED}.yaml holds {on_file}"
+    if retried:
+        assert limits_in_force(sp, CAPPED) == on_file, f"{where}: the ledger holds {limits_in_force(sp, CAPPED)}"
 
 
 @pytest.mark.parametrize("error_name", sorted(ERRORS))
@@ -229,11 +316,16 @@ def test_each_risky_call_fails_cleanly(
                 assert _cli_exit_code(raised) == (75 if error == errno.ENOSPC else 1), f"{where}: {raised!r}"
             assert not faults.fsyncs_after_failure(), f"{where}: fsync retried: {faults.fsyncs_after_failure()}"
             _check_nothing_torn(sp)
+            _check_limits(sp, transition, where, retried=False)
+            _check_slots_counted(sp, where)
             assert bystander_files(sp, ctx) == before, f"{where}: another job's files changed"
 
             transition.retry(sp, ctx)
             recover(sp)
             jobs = check_end_state(sp)
+            _check_limits(sp, transition, where, retried=True)
+            rows = sp.ledger.states()
+            assert all(rows[job_id] == state.value for job_id, (state, _f) in jobs.items()), f"{where}: {rows}"
             assert jobs[ctx["bystander"]][0] is State.PENDING
             if transition.name in ("submit", "submit_many"):
                 assert [j.job.key for _s, j in jobs.values()].count("k-io") == 1, f"{where}: {jobs}"

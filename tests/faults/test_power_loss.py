@@ -27,6 +27,7 @@ from spool.schedule.format import slot_of_key
 from spool.moves.fence import start_queued
 from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.transitions import Lease, claim, complete, fail
+from spool.queues import set_limits
 
 RESULT = b'{"echoed": "hello", "words": [1, 2, 3]}'
 DROP = b"task: echo\nkey: drop-1\nargs: {text: dropped}\n"
@@ -167,6 +168,37 @@ def schedule_fires(sp: Any, rec: RecordingFS) -> None:
     rec.ack("schedule", id=job_id, name="hourly", slot=slot_of_key(key))
 
 
+def queue_set(sp: Any, rec: RecordingFS) -> None:
+    """``spool queue set capped --concurrency 2 --rate 5/s`` (``set_limits``: the file staged in
+    tmp/ and fsync'd, renamed over queues/capped.yaml, queues/ fsync'd): once it returns, the
+    limits survive any power cut, and the coordinator's sync puts them in force."""
+    limits = set_limits(sp, "capped", concurrency=2, rate="5/s")
+    rec.ack("queue", name="capped", limits=limits)
+
+
+def limited_queue_with_two_jobs(root: Path) -> None:
+    """queues/capped.yaml at concurrency 1 with a rate, and two jobs of that queue, before the run."""
+    with Spool(root, environ={}) as sp:
+        set_limits(sp, "capped", concurrency=1, rate="100/s")
+        for key in ("q1", "q2"):
+            _SUBMITTED_BEFORE[key] = sp.submit("echo", {"text": key}, key=key, queue="capped")
+
+
+def limited_claims_around_a_set(sp: Any, rec: RecordingFS) -> None:
+    """Claim the first job of a queue at concurrency 1 (its one slot, and a claims row of its
+    rate), find the second held, raise the concurrency to 2 under the lease, claim the second,
+    complete the first: every power cut leaves the limits acknowledged and no slot leaked."""
+    for key in ("q1", "q2"):
+        rec.ack("submit", id=_SUBMITTED_BEFORE[key], key=key, task="echo")
+    first = _claim(sp, rec, _SUBMITTED_BEFORE["q1"])
+    assert claim(sp, "w1", {"echo"}) is None, "concurrency 1 let a second claim through"
+    limits = set_limits(sp, "capped", concurrency=2)
+    rec.ack("queue", name="capped", limits=limits)
+    _claim(sp, rec, _SUBMITTED_BEFORE["q2"])
+    complete(sp, first, RESULT)
+    rec.ack("complete", id=first.job_id, result=RESULT)
+
+
 SCENARIOS = [
     Scenario("keyed submit", keyed_submit, jobs_bound=(0, 1)),
     Scenario("unkeyed submit", unkeyed_submit, jobs_bound=(0, 1)),
@@ -182,6 +214,14 @@ SCENARIOS = [
     Scenario("batch claim and complete of 3", batch_claim_and_complete, prepare=submit_three, jobs_bound=(3, 3)),
     # Recovery's coordinator pass fires the same slot again: its key finds the job, or makes the one.
     Scenario("schedule firing", schedule_fires, prepare=write_hourly_schedule, jobs_bound=(0, 1)),
+    Scenario("queue set", queue_set, jobs_bound=(0, 0)),
+    # Claims held by a limit and a set_limits between them, on a spool whose ledger has limits.
+    Scenario(
+        "limited claims around a queue set",
+        limited_claims_around_a_set,
+        prepare=limited_queue_with_two_jobs,
+        jobs_bound=(2, 2),
+    ),
 ]
 SCENARIO = {scenario.name: scenario for scenario in SCENARIOS}
 
@@ -226,6 +266,37 @@ def test_model_finds_the_batch_lost_without_its_pending_fsync(tmp_path: Path) ->
     print(run.summary())
     assert run.violations, "the model passed a batch that never fsyncs pending/"
     assert any("acknowledged submit" in p and "lost" in p for p in run.violations[0].problems), run.violations[0]
+
+
+class SkipsQueuesFsync(RecordingFS):
+    """``set_limits`` with its fsync of queues/ removed: the rename over the queue file is never
+    made durable."""
+
+    def fsync_dir(self, dir_fd: int) -> None:
+        if self.rel(dir_fd) != "queues":
+            super().fsync_dir(dir_fd)
+
+
+def test_model_finds_the_queue_set_lost_without_the_queues_fsync(tmp_path: Path) -> None:
+    run = run_model(Scenario("queue set, no fsync of queues/", queue_set), tmp_path, fs_class=SkipsQueuesFsync)
+    print(run.summary())
+    assert run.violations, "the model passed a queue set that never fsyncs queues/"
+    assert any("acknowledged limits of queue capped" in p for p in run.violations[0].problems), run.violations[0]
+
+
+def test_model_finds_the_queue_file_torn_when_it_is_staged_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import spool.queues
+
+    def stage_unsynced(sp: Any, data: bytes, *, sync: bool) -> str:
+        return store.stage(sp, data, sync=False)
+
+    monkeypatch.setattr(spool.queues, "stage", stage_unsynced)
+    run = run_model(Scenario("queue set, file not fsync'd", queue_set), tmp_path, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed a queue file whose content is never fsync'd"
+    assert any("acknowledged limits of queue capped" in p for p in run.violations[0].problems), run.violations[0]
 
 
 class FsyncsPendingBetweenMembers(RecordingFS):

@@ -1,6 +1,8 @@
 """Chaos with a history, long (``-m stress``, several minutes): the run of tests/faults/test_chaos.py
 with more clients, more keys and five minutes of SIGKILL, SIGSTOP/SIGCONT and restarts of the
-coordinator and three workers, checked by the same checker (tests/faults/history.py).
+coordinator and three workers, and of changes to the limits of the queues ``capped`` (concurrency 2)
+and ``rated`` (10/s) that a share of the jobs goes to, checked by the same checker
+(tests/faults/history.py: the cap over the handlers' recorded runs, the rate over the claims).
 
 ``SPOOL_CHAOS_SEED=N`` replays a run's client and nemesis choices.
 """
