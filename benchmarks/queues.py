@@ -15,7 +15,8 @@ Three measurements, all in one work folder under ``--dir`` (so on one disk), rem
    - ``b``: queue ``bench``, no queues/ file (unlimited);
    - ``c``: queue ``bench`` with ``concurrency: 1000`` (a limit that never binds: 2 workers);
    - ``d``: queue ``bench`` with ``concurrency: 1`` (binds: one job at a time over both workers;
-     the most jobs leased at once, from the history's claim/complete rows, must be 1);
+     the most jobs leased at once, from the history's claim/complete rows, must be 1; its N is
+     ``--binding-jobs``, 40: it runs about one job per worker poll, see docs/performance.md);
    - ``base`` (with ``--base CHECKOUT``): shape ``a`` run by that checkout's own ``spool``
      (its ``.venv/bin/python``, its folder first on PYTHONPATH), e.g. the commit before queues.
 
@@ -195,7 +196,9 @@ def drains(work: Path, shapes: list[Shape], o: argparse.Namespace, say: Any) -> 
     for round_ in range(o.repeats):
         turn = shapes[round_ % len(shapes) :] + shapes[: round_ % len(shapes)]
         for shape in turn:
-            r = one_drain(work, shape, f"{shape.key}-{round_}", o.jobs, o.timeout)
+            jobs = o.binding_jobs if shape.concurrency == 1 else o.jobs  # one at a time: fewer
+            r = one_drain(work, shape, f"{shape.key}-{round_}", jobs, o.timeout)
+            r["jobs"] = jobs
             r["round"] = round_
             runs[shape.key].append(r)
             say(f"round {round_} {shape.key}: {r['rate']:.1f} jobs/s (load {r['load'][0]:.1f})")
@@ -358,11 +361,17 @@ def syscalls(work: Path, shape: Shape, jobs: int, timeout: float) -> dict[str, A
 
 
 def measure(work: Path, o: argparse.Namespace, say: Any) -> dict[str, Any]:
-    """Every section, in ``work`` (kept by the caller)."""
+    """Every section, in ``work`` (made if missing; removed by the caller)."""
+    work.mkdir(exist_ok=True)
     base = checkout_at(o.base) if o.base else None
     keys = [key for key in o.shapes.split(",") if key] + (["base"] if base and "base" not in o.shapes else [])
     shapes = shapes_of(keys, base)
-    report: dict[str, Any] = {"jobs": o.jobs, "repeats": o.repeats, "load_before": os.getloadavg()}
+    report: dict[str, Any] = {
+        "jobs": o.jobs,
+        "binding_jobs": o.binding_jobs,
+        "repeats": o.repeats,
+        "load_before": os.getloadavg(),
+    }
     if base is not None:
         report["base"] = {"root": str(base.root), "label": base.label, "python": base.python}
     if o.repeats and shapes:
@@ -445,6 +454,7 @@ def add_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     """The options, also under ``bench.py --queues`` (with ``prefix`` ``queues-``)."""
     parser.add_argument(f"--{prefix}repeats", type=int, default=5, help="rounds of the drains (0: none)")
     parser.add_argument(f"--{prefix}shapes", default="a,a2,b,c,d", help="drain shapes, comma-separated")
+    parser.add_argument(f"--{prefix}binding-jobs", type=int, default=40, help="N of shape d's drains")
     parser.add_argument(f"--{prefix}base", type=Path, default=None, help="a checkout to run shape a with too")
     parser.add_argument(
         f"--{prefix}sizes",
