@@ -770,6 +770,8 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         report["fsync_seam"] = fsyncs_in_process(work / "fsync-spool", 20)
         if o.strace_jobs:
             report["strace"] = measure_syscalls(work, o)
+        if o.queues:
+            report["queues"] = measure_queues(work, o, big, say)
     finally:
         report["load_after"] = os.getloadavg()
         kill_everything(work)
@@ -778,6 +780,27 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         else:
             shutil.rmtree(work, ignore_errors=True)
     return _finish(report, o, out)
+
+
+def measure_queues(work: Path, o: argparse.Namespace, big: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Issue 20's rows (``benchmarks/queues.py``) in this work folder: drains with and without
+    queues and limits, the claim unlimited and limited at 1,000 and ``big`` pending, syscalls."""
+    from benchmarks import queues  # here, not at the top: queues.py imports this module
+
+    options = argparse.Namespace(
+        jobs=o.queues_jobs,
+        binding_jobs=min(40, o.queues_jobs),
+        repeats=o.queues_repeats,
+        shapes="a,a2,b,c,d",
+        base=o.queues_base,
+        sizes=sorted({min(1000, big), big}),
+        claims=o.claims,
+        reserves=500,
+        blocks=5,
+        strace_jobs=o.strace_jobs,
+        timeout=o.timeout,
+    )
+    return queues.measure(work / "queues", options, say)
 
 
 def _finish(report: dict[str, Any], o: argparse.Namespace, out: TextIO) -> dict[str, Any]:
@@ -971,6 +994,10 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
         peers_report.print_table(r["peers"], out)
     else:
         print("\npeers (issue 19): skipped (--no-peers)", file=out)
+    if "queues" in r:
+        from benchmarks import queues
+
+        queues.print_table(r["queues"], out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1005,6 +1032,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=None, help="jobs of shape (b) (10,000; --quick 2,000)")
     parser.add_argument("--producers", type=int, default=4, help="producer processes of shape (c)")
     parser.add_argument("--peer-strace-jobs", type=int, default=300, help="peer jobs under strace (0: skip)")
+    parser.add_argument("--queues", action="store_true", help="also issue 20's rows (queues.py; ~40 min)")
+    parser.add_argument("--queues-jobs", type=int, default=1000, help="N of each --queues drain")
+    parser.add_argument("--queues-repeats", type=int, default=5, help="rounds of the --queues drains")
+    parser.add_argument("--queues-base", type=Path, default=None, help="a checkout to drain shape a with too")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     options = parser.parse_args(argv)

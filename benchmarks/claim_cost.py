@@ -21,6 +21,7 @@ on a busy host.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -120,23 +121,28 @@ def swapped_fs(replacement: fsio.RealFS) -> Iterator[None]:
 # -- building a big spool fast --------------------------------------------------------------------
 
 
-def _write_chunk(args: tuple[str, list[tuple[str, int, str]]]) -> int:
-    pending, rows = args
+def _write_chunk(args: tuple[str, list[tuple[str, int, str]], str | None]) -> int:
+    pending, rows, queue = args
     dir_fd = os.open(pending, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         for job_id, index, submitted_at in rows:
-            fsio.fs.write_new(dir_fd, job_name(job_id), encode(_job_file(job_id, index, submitted_at)), sync=False)
+            data = encode(_job_file(job_id, index, submitted_at, queue))
+            fsio.fs.write_new(dir_fd, job_name(job_id), data, sync=False)
     finally:
         os.close(dir_fd)
     return len(rows)
 
 
-def _job_file(job_id: str, index: int, submitted_at: str) -> JobFile:
-    return JobFile(job=Job(id=job_id, key=job_id, task=TASK, args={"i": index}), submitted_at=submitted_at)
+def _job_file(job_id: str, index: int, submitted_at: str, queue: str | None = None) -> JobFile:
+    job = Job(id=job_id, key=job_id, task=TASK, args={"i": index})
+    if queue is not None:
+        job = dataclasses.replace(job, queue=queue)
+    return JobFile(job=job, submitted_at=submitted_at)
 
 
-def build_spool(root: Path, size: int, processes: int = 2) -> float:
-    """A spool with ``size`` ready jobs in pending/ and a ledger that agrees; returns seconds."""
+def build_spool(root: Path, size: int, processes: int = 2, queue: str | None = None) -> float:
+    """A spool with ``size`` ready jobs in pending/ (in ``queue``; None: the default one) and a
+    ledger that agrees; returns seconds."""
     started = time.perf_counter()
     sp = Spool.init(root, environ={})
     try:
@@ -144,14 +150,14 @@ def build_spool(root: Path, size: int, processes: int = 2) -> float:
         rows = [(new_id(), index, submitted_at) for index in range(size)]
         pending = str(sp.layout.path(State.PENDING))
         chunk = max(1, min(2000, size // (processes * 4) or 1))
-        chunks = [(pending, rows[i : i + chunk]) for i in range(0, size, chunk)]
+        chunks = [(pending, rows[i : i + chunk], queue) for i in range(0, size, chunk)]
         if size < 5000:  # in this process: a fork pool once hung a smoke test (19:34 UTC, 2026-12-01)
             written = sum(map(_write_chunk, chunks))
         else:
             with multiprocessing.get_context("fork").Pool(processes) as pool:
                 written = sum(pool.imap_unordered(_write_chunk, chunks))
         assert written == size
-        sp.ledger.rebuild((_job_file(job_id, index, at), State.PENDING, True) for job_id, index, at in rows)
+        sp.ledger.rebuild((_job_file(job_id, index, at, queue), State.PENDING, True) for job_id, index, at in rows)
         os.sync()
     finally:
         sp.close()

@@ -24,14 +24,16 @@ def env(**extra: str) -> dict[str, str]:
 CHILDREN: list[subprocess.Popen[Any]] = []
 
 
-def popen(cmd: Sequence[str], environ: dict[str, str], log: Path | None = None) -> subprocess.Popen[str]:
-    """Start ``cmd`` in a session of its own, tied to our life (``spool.runner.lifeline``), kept in
-    ``CHILDREN`` for whoever cleans up; its output goes to ``log`` or to pipes."""
+def popen(
+    cmd: Sequence[str], environ: dict[str, str], log: Path | None = None, cwd: Path = ROOT
+) -> subprocess.Popen[str]:
+    """Start ``cmd`` in ``cwd``, in a session of its own, tied to our life (``spool.runner.lifeline``),
+    kept in ``CHILDREN`` for whoever cleans up; its output goes to ``log`` or to pipes."""
     parent = os.getpid()
     out = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115
     proc = subprocess.Popen(
         list(cmd),
-        cwd=ROOT,
+        cwd=cwd,
         env=environ,
         stdin=subprocess.DEVNULL,
         stdout=out,

@@ -248,3 +248,27 @@ def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_queues_bench_drains_a_limited_queue_and_counts_what_a_limit_adds_to_the_claim(tmp_path: Path) -> None:
+    """Issue 20's rows, tiny (~6 s): one drain of a queue with a limit, and the claim three ways."""
+    args = ("--jobs", "4", "--repeats", "1", "--shapes", "c", "--sizes", "30", "--claims", "3")
+    done = _run_benchmark(
+        tmp_path, "queues.py", *args, "--reserves", "3", "--blocks", "1", "--strace-jobs", "0", "--json"
+    )
+    report = _last_json(done.stdout)
+    drained = report["drains"]["summary"]["c"]  # type: ignore[index]
+    assert drained["median"] > 0 and 1 <= drained["most_leased"] <= 2 * 16, drained  # 2 workers, batches of <= 16
+    (claims,) = report["claims"]  # type: ignore[misc]
+    unlimited, concurrency, rate = (
+        claims["variants"][name] for name in ("unlimited", "concurrency 1000", "conc 1000 + rate 1e6/s")
+    )
+    assert unlimited["claims"] == concurrency["claims"] == rate["claims"] == 3
+    # No fsync of its own: a limit is decided in the reservation's ledger transaction.
+    assert unlimited["fsyncs_per_claim"] == concurrency["fsyncs_per_claim"] == rate["fsyncs_per_claim"] == 2
+    # What it does cost: the queue's leased count (concurrency), its window's count and a claims row (rate).
+    assert concurrency["reserve_statements"] == unlimited["reserve_statements"] + 1, claims
+    assert rate["reserve_statements"] == unlimited["reserve_statements"] + 3, claims
+    for label in ("c: queue bench, concurrency 1000", "claim at 30 pending", "stmts/reserve"):
+        assert label in done.stdout
+    assert list(tmp_path.iterdir()) == [], "the work folder is removed"
