@@ -69,8 +69,10 @@ class Reservations:
     def _reserve(
         self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None, token: str, trusted: bool
     ) -> limits.Reservation:
-        now_ms = int(self._clock.wall() * 1000)
         with self._write() as db:
+            # The clock is read once the transaction holds the write lock: a claim that waited for
+            # it starts after the completion that freed its slot, never before (its ``started``).
+            now_ms = int(self._clock.wall() * 1000)
             return limits.reserve(db, tasks, queues, most, now_ms, token, trust_limits=trusted)
 
     def unreserve(self, job_id: str, reservation: limits.Reservation | None = None) -> None:

@@ -397,9 +397,10 @@ def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdic
     The figures count the handlers clipped so (``ran_past_lease``), those that started after
     their lease had ended (``ran_after_lease``: a worker stopped between its claim and the start,
     on a dead lease, so not counted), and the most slots held at once by the records alone,
-    ``started`` to ``ended`` (``slot_overlap_by_records``, a figure only: ``started`` is the
-    reservation's time as read before its transaction waited for the ledger's lock, so it can
-    precede the moment the slot was taken: tests/faults/test_queue_faults.py shows it).
+    ``started`` to ``ended`` (``slot_overlap_by_records``, a figure: ``started`` is the
+    reservation's time, read once its transaction holds the ledger's write lock, so a claim that
+    waited there starts after the completion that freed its slot; tests/faults/test_queue_faults.py
+    holds that rule, and the stress tier's limited chaos run checks it over the records alone).
 
     **Rate** (queue ``rated``, at most ``RATE`` per ``RATE_MS``). A claim's window entry is
     its attempt's ``started`` (the same whole millisecond): no ``RATE + 1`` records of real claims

@@ -3,11 +3,10 @@ attempt records can and cannot say about a queue's concurrency.
 
 - ``most_at_once`` (tests/faults/history.py) counts half-open intervals: an attempt whose record
   ended at the millisecond another started did not overlap it; three that do overlap are three.
-- A claim's ``started`` is read before the claim waits for the ledger (``Ledger.reserve_many``
-  reads the clock, then takes the ledger's mutex and BEGIN IMMEDIATE), so a job file can show an
-  attempt of a queue at concurrency 1 starting before the previous one ended, though the ledger
-  never had two leased. Marked xfail (strict) until the clock is read inside the transaction; the
-  chaos checker's cap is therefore held over handler-recorded starts, not over ``started``.
+- A claim's ``started`` is read once its transaction holds the ledger's write lock
+  (``Ledger._reserve``), so a job file never shows an attempt of a queue at concurrency 1
+  starting before the previous one ended, even when the claim waited for the ledger behind the
+  completion that freed its slot. (Read before the lock, as it once was, it could.)
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from history import most_at_once, rate_busiest
 
 from spool import Spool
@@ -42,11 +40,6 @@ def test_rate_busiest_counts_claims_within_one_window() -> None:
     assert rate_busiest([], 1000) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Ledger.reserve_many reads now_ms before its mutex and BEGIN IMMEDIATE: a claim that "
-    "waited there records a started earlier than the slot it took",
-)
 def test_a_claims_started_is_never_before_the_end_of_the_attempt_whose_slot_it_took(tmp_path: Path) -> None:
     root = tmp_path / "spool"
     sp = Spool.init(root, environ={})

@@ -34,9 +34,9 @@ def check_slots(sp: Spool, cap: int) -> tuple[int, int]:
     started = ended) holds nothing. At most ``cap`` at once; no job's tries above its attempts
     not given back. Returns (most at once, attempts).
 
-    Stricter than the history run's rule (a handler's recorded start): a ``started`` is read
-    before the claim's transaction waits for the ledger, so a claim that waited records a start
-    before the slot was freed for it (tests/faults/test_queue_faults.py), which this would count.
+    Stricter than the history run's rule (a handler's recorded start): it holds because a
+    ``started`` is read once the claim's transaction holds the ledger's write lock, after the
+    completion that freed the slot (tests/faults/test_queue_faults.py).
     """
     from spool.base.timetext import parse_time
 
