@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import Procs
 
-from tests.faults import history
+import history
 
 # Read at import: the suite's clean_environ fixture removes every SPOOL_* variable before a test runs.
 SEED = history.seed_from_env()

@@ -20,7 +20,7 @@ from support import Procs
 from spool import Spool
 from spool.disk.layout import State
 from spool.queues import set_limits
-from tests.faults.history import most_at_once
+from history import most_at_once
 
 SEED = int(os.environ.get("CHAOS_SEED", "0")) or None
 CAP = 2
