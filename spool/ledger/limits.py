@@ -63,7 +63,8 @@ class Reservation:
     queue back next has room (None when nothing but a landing or a freed slot can give more);
     ``token``, written in the rows it took (``jobs.reserved``), so a claimer can tell under the
     job's lock that the row is still its own; ``fenced``, whether a job taken is in a queue with a
-    concurrency limit, the only case where a reservation taken back matters (see ``reserve``)."""
+    concurrency limit, the only case where a reservation taken back matters (see ``reserve``);
+    ``capped``, the queues with a concurrency limit as this reservation read them (None: not read)."""
 
     ids: list[str]
     at: float
@@ -71,6 +72,7 @@ class Reservation:
     token: str = ""
     fenced: bool = False
     unsynced: bool = False  # nothing taken: queues/ was never read into this ledger (``SYNCED``)
+    capped: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,8 +192,15 @@ def reserve(
     ]
     if rated:
         db.executemany("INSERT INTO claims(queue, at_ms, job_id) VALUES(?,?,?)", rated)
-    fenced = any(queue in limits and limits[queue].concurrency is not None for _, queue in taken)
-    return Reservation([job_id for job_id, _ in taken], at, min(retry_ats) if retry_ats else None, token, fenced)
+    capped = capped_of(limits)
+    fenced = any(queue in capped for _, queue in taken)
+    retry_at = min(retry_ats) if retry_ats else None
+    return Reservation([job_id for job_id, _ in taken], at, retry_at, token, fenced, capped=capped)
+
+
+def capped_of(limits: dict[str, Limits]) -> frozenset[str]:
+    """The queues whose concurrency is limited: a job of theirs leaving leased/ frees a slot."""
+    return frozenset(queue for queue, value in limits.items() if value.concurrency is not None)
 
 
 def _candidates(

@@ -33,6 +33,7 @@ class Reservations:
 
     _clock: Clock
     retry_at: float | None
+    _capped: frozenset[str] | None = None  # ``capped_queues``, as the last reservation read them
     # queues/ into this ledger (``spool.queues.sync``); None: a bare ledger, which then trusts
     # the limits rows it has.
     sync_limits: Callable[[], object] | None = None
@@ -64,7 +65,20 @@ class Reservations:
             self.sync_limits()  # a ledger new since queues/ was last read into it: read it, then ask again
             reservation = self._reserve(tasks, most, queues, token, trusted)
         self.retry_at = reservation.retry_at
+        if reservation.capped is not None:
+            self._capped = reservation.capped
         return reservation
+
+    def capped_queues(self) -> frozenset[str]:
+        """The queues with a concurrency limit, as this process's last reservation read them (read
+        here once when it has made none). A job of one of them leaving leased/ frees a slot that
+        idle workers wait on, and nothing else would wake them before their slow poll
+        (``spool.moves.store.wake_slot``). A limit set since the last reservation is missed until
+        the next: its freed slot is then found by the poll, seconds late, never wrongly."""
+        if self._capped is None:
+            rows = self._read("SELECT name FROM queue_limits WHERE concurrency IS NOT NULL")
+            self._capped = frozenset(row[0] for row in rows)
+        return self._capped
 
     def _reserve(
         self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None, token: str, trusted: bool

@@ -71,7 +71,7 @@ from spool.job import JobFile
 from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
 from spool.moves.outcomes import as_done
 from spool.moves.recovery import resync
-from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage
+from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage, wake_slot
 from spool.moves.claiming import as_claimed, claim_held, claimable, still_reserved
 
 if TYPE_CHECKING:
@@ -220,6 +220,7 @@ def complete_many(sp: Handle, finished: Sequence[Finished]) -> list[LeaseLost | 
             for name in staged:
                 unstage(sp, name)
         _record(sp, [done_file for done_file, _name in done], State.DONE, "complete", members[0].lease.worker)
+    wake_slot(sp, [done_file.job.queue for done_file, _name in done])
     for member in finished:
         if outcome[member.lease.job_id] is None:
             log.info("complete %s attempt=%d worker=%s", member.lease.job_id, member.lease.attempt, member.lease.worker)

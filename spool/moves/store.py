@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal, overload
 
 from spool.base import crash
 from spool import job as jobs
-from spool.base.errors import InvalidJob, TryLater
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, TryLater
 from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import (
@@ -321,3 +321,17 @@ def wake(sp: Handle, state: State = State.PENDING) -> None:
         fs.overwrite_small(sp.layout.fd(state), WAKE_NAME, b"")
     except OSError:
         pass  # a lost wake-up only delays a job until the next poll
+
+
+def wake_slot(sp: Handle, queues: Iterable[str]) -> None:
+    """After the ledger records jobs of ``queues`` leaving leased/ (done, dead, given back): wake the
+    workers if one of them has a concurrency limit. A worker held back by that limit sleeps on
+    pending/ and nothing lands there when a slot frees, so without this it would wait for its slow
+    poll (``poll_seconds``) for every job of a queue at ``concurrency 1``. Unlimited queues pay
+    nothing but a look at the set of capped queues the last reservation read."""
+    try:
+        capped = sp.ledger.capped_queues()
+    except (LedgerError, DiskFull):
+        capped = frozenset()  # the poll finds the freed slot
+    if capped and any(queue in capped for queue in queues):
+        wake(sp)

@@ -39,6 +39,7 @@ from spool.moves.store import (
     stage,
     unstage,
     wake,
+    wake_slot,
 )
 from spool.base.timetext import now_text
 from spool.moves.claiming import claim, claim_held  # re-exported: the first move of an attempt's life
@@ -81,6 +82,7 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
     finally:
         unstage(sp, staged)
     log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
+    wake_slot(sp, [job_file.job.queue])
 
 
 # -- fail -------------------------------------------------------------------------------------
@@ -127,6 +129,8 @@ def fail(sp: Handle, lease: Lease, error: str, *, reject: bool = False, held: He
         # RACE: the coordinator: woken by the move alone, it may read the ledger before our
         # record and miss the backoff's timer until its next reconcile (seconds late).
         wake(sp)
+    else:
+        wake_slot(sp, [job_file.job.queue])
     return state
 
 
@@ -169,6 +173,7 @@ def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
     log.info("expire %s attempt=%d -> %s (%s)", job_id, attempt, state.value, why)
     if state is State.DONE:
         wake(sp, State.DONE)
+    wake_slot(sp, [final.job.queue])  # a killed worker's slot: the workers it held back look again
     return state
 
 
@@ -261,3 +266,4 @@ def cancel_leased(sp: Handle, lease: Lease, held: Held | None = None) -> None:
         sp.ledger.record(dead, State.DEAD, ready=False, event="cancel", worker=lease.worker)
     log.info("cancel %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)
     wake(sp, State.DEAD)
+    wake_slot(sp, [dead.job.queue])

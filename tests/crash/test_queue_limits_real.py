@@ -217,3 +217,27 @@ def test_a_paused_queue_holds_on_a_ledger_made_anew_while_the_coordinator_is_slo
         assert not [run for run in read_runs(runs) if run.job_id == frozen]
     finally:
         coordinator.send_signal(signal.SIGCONT)
+
+
+def test_a_freed_slot_wakes_the_workers_it_held_back_without_waiting_for_their_slow_poll(
+    kit: Kit, tmp_path: Path
+) -> None:
+    """``concurrency 1`` over two workers whose slow poll is a minute: each job of the queue that
+    ends frees the slot, and the workers held back by it must look again at once (the mover wakes
+    them: ``spool.moves.store.wake_slot``). Nothing lands in pending/ when a slot frees, so before,
+    every job after the first waited for a worker's poll (0.6 jobs/s at the default 2 s poll)."""
+    queue_cli(kit, "set", "gpu", "--concurrency", "1")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    kit.coordinator()
+    slow_poll = ("--poll-seconds", "60")  # after FAST's: the last one counts
+    kit.worker("w1", *slow_poll, extra=LIMIT_TASKS)
+    kit.worker("w2", *slow_poll, extra=LIMIT_TASKS)
+    job_ids = kit.submit_many(12, "interval", {"folder": str(runs), "seconds": 0.05}, queue="gpu")
+    wait_until(lambda: all_done(kit, job_ids), 30, 0.05, "12 jobs of a concurrency-1 queue done, well within one poll")
+    kit.assert_all_done(job_ids)
+    spans = sorted((run.start, run.end if run.end is not None else float("inf")) for run in read_runs(runs))
+    assert len(spans) == 12
+    overlaps = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+    assert not overlaps, f"two jobs of a concurrency-1 queue ran at once: {overlaps}"
+    kit.fsck_ok()
