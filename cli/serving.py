@@ -22,9 +22,19 @@ from spool.tokens import ROLES, TokenStore
 @click.option("--cert", "cert_file", metavar="FILE", help="The server's certificate chain (PEM).")
 @click.option("--key", "key_file", metavar="FILE", help="The certificate's private key (PEM).")
 @click.option("--self-signed", is_flag=True, help="Use tls/cert.pem and tls/key.pem, made on first use.")
+@click.option(
+    "--reuse-port",
+    is_flag=True,
+    help="Share the port with other `spool serve --reuse-port` processes of this spool (SO_REUSEPORT).",
+)
 @pass_app
-def serve(app: App, host: str, port: int, cert_file: str | None, key_file: str | None, self_signed: bool) -> None:
-    """Serve the HTTPS API and the dashboard (HTTPS only, TLS 1.2 or newer)."""
+def serve(
+    app: App, host: str, port: int, cert_file: str | None, key_file: str | None, self_signed: bool, reuse_port: bool
+) -> None:
+    """Serve the HTTPS API and the dashboard (HTTPS only, TLS 1.2 or newer).
+
+    Several servers may serve one spool: with --reuse-port on one port (the kernel spreads the
+    connections), or each on its own port behind a proxy. Dashboard logins hold on all of them."""
     from spool.runner.api import serve as server, tls  # start-up: uvicorn, starlette, cryptography only here
 
     if self_signed == bool(cert_file or key_file) or bool(cert_file) != bool(key_file):
@@ -38,7 +48,7 @@ def serve(app: App, host: str, port: int, cert_file: str | None, key_file: str |
     else:
         cert, key = Path(str(cert_file)), Path(str(key_file))
     fingerprint = tls.fingerprint(cert)
-    sock = server.bind(host, port)
+    sock = server.bind(host, port, reuse_port=reuse_port)
     url = server.url_of(sock)
 
     def ready() -> None:

@@ -44,11 +44,18 @@ from spool.spool import Spool
 from spool.tokens import TokenStore
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: any free port)."""
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: any free port).
+
+    ``reuse_port``: SO_REUSEPORT, so several ``spool serve`` processes of one user listen on one
+    port and the kernel spreads new connections over them (the control plane's second process:
+    everything they share is in the spool, the dashboard's sessions too, ``dashboard.sessions``).
+    Each process still has its own caps on held requests (``context.MAX_HELD``)."""
     family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     if family == socket.AF_INET6:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     sock.bind(address)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
         KEY_NAME as KEY_NAME,
         MARKER as MARKER,
         SCHEDULES as SCHEDULES,
+        SESSIONS_NAME as SESSIONS_NAME,
         State as State,
         TLS as TLS,
         WAKE_NAME as WAKE_NAME,

@@ -60,6 +60,7 @@ suffix or a prefix itself. Who writes each entry and who reads it:
                                          fsync, rename; 0600): hashes only  ``spool token list``
     tls/cert.pem, tls/key.pem            ``spool serve --self-signed`` on   ``spool serve``
                                          first use (key 0600)
+    tls/sessions.sqlite3                 every ``spool serve``: logins      every ``spool serve`` (a cache)
     tmp/<pid>-<random>.tmp               every atomic write, staged         the tmp sweep (fsck): swept once
                                                                             the writer pid is gone
     tmp/<pid>-purge-<id>.tmp             purge: the job file it removes     the tmp sweep finishes that purge
@@ -368,10 +369,7 @@ class Layout:
 
 # -- tls/ ---------------------------------------------------------------------------------------
 
-TLS = "tls"
-TOKENS_NAME = "tokens.yaml"
-CERT_NAME = "cert.pem"
-KEY_NAME = "key.pem"
+TLS, TOKENS_NAME, CERT_NAME, KEY_NAME, SESSIONS_NAME = "tls", "tokens.yaml", "cert.pem", "key.pem", "sessions.sqlite3"
 
 
 def tls_lock_name() -> str:

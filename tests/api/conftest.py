@@ -11,7 +11,8 @@
 - ``serve_spool(env=..., config=..., parent=..., cert=(cert, key))``: the same with settings of the
   test's own (``config`` is written to config.yaml before the server starts), the spool made in
   ``parent`` (a small disk) when given, ``--cert/--key`` instead of ``--self-signed`` when given;
-  ``served`` is ``serve_spool()``.
+  ``root=`` starts another server of that spool, on ``port`` (0: any), with ``serve_args`` more
+  (``--reuse-port``); ``served`` is ``serve_spool()``.
 """
 
 from __future__ import annotations
@@ -186,19 +187,23 @@ def serve_spool(tmp_path: Path) -> Iterator[Callable[..., Served]]:
         config: str | None = None,
         parent: Path | None = None,
         cert: tuple[Path, Path] | None = None,
+        root: Path | None = None,
+        port: int = 0,
+        serve_args: tuple[str, ...] = (),
     ) -> Served:
-        root = (parent or tmp_path) / f"spool-{len(started)}"
-        Spool.init(root, environ={}).close()
+        if root is None:  # a new spool; else another server of that one
+            root = (parent or tmp_path) / f"spool-{len(started)}"
+            Spool.init(root, environ={}).close()
         if config is not None:
             (root / "config.yaml").write_text(config)
         logs = tmp_path / f"serve-logs-{len(started)}"
         logs.mkdir()
-        tls_args = ["--cert", str(cert[0]), "--key", str(cert[1])] if cert else None
-        served = Served(root, logs, env or {}, tls_args)
+        tls_args = ["--cert", str(cert[0]), "--key", str(cert[1])] if cert else ["--self-signed"]
+        served = Served(root, logs, env or {}, [*tls_args, *serve_args])
         if cert:
             served.cacert = cert[0]
         started.append(served)
-        served.start()
+        served.start(port)
         return served
 
     yield start

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spool.runner.api.dashboard import auth as dashboard_auth
+from spool.runner.api.dashboard import sessions as dashboard_sessions
 from spool.runner.api.context import ApiError, Slots
 from spool.runner.api.dashboard.auth import Sessions, SessionsFull
 from spool.tokens import TokenInfo
@@ -42,7 +42,7 @@ class Tokens:
 def test_a_tokens_logins_end_only_its_own_oldest_and_a_full_table_refuses_without_ending_any(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(dashboard_auth, "MAX_SESSIONS", 8)
+    monkeypatch.setattr(dashboard_sessions, "MAX_SESSIONS", 8)
     sessions = Sessions(Tokens("a", "b", "c"))  # type: ignore[arg-type]
     first_b = sessions.login("b")
     assert first_b is not None

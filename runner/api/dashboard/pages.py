@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from spool.views import browse
+from spool.disk import SESSIONS_NAME, TLS
 from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
 
 from .auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
@@ -65,7 +66,7 @@ class Dash:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
         self.sp = ctx.sp
-        self.sessions = Sessions(ctx.tokens)
+        self.sessions = Sessions(ctx.tokens, ctx.sp.layout.path(TLS, SESSIONS_NAME))
         self.live = Live(ctx.sp)
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
