@@ -2,9 +2,11 @@
 
     python benchmarks/remote.py [--dir DIR] [--jobs N] [--pickups N] [--json]
 
-One spool, one ``spool serve --self-signed`` on 127.0.0.1 and one ``spool coordinator`` for the
-whole run; then, for each side in turn (2 remote workers ``spool worker --server``, then 2 local
-``spool worker`` processes, the other side stopped):
+One spool, one ``spool serve --self-signed --reuse-port`` on 127.0.0.1 and one ``spool
+coordinator`` for the whole run; then, for each side in turn (2 remote workers ``spool worker
+--server`` with one server; 2 more after a second ``spool serve --reuse-port`` joined the first on
+its port, the kernel spreading their connections over the two; then 2 local ``spool worker``
+processes; the other sides stopped):
 
 - idle pickup: ``--pickups`` (100) times, a random 0-50 ms pause, one ``bench_clock`` job submitted
   through the Python API; latency = the handler's first ``time.time()`` - the moment submit
@@ -12,7 +14,8 @@ whole run; then, for each side in turn (2 remote workers ``spool worker --server
   long-poll on the server, local ones on inotify.
 - drain: ``--jobs`` (2,000) trivial ``echo`` jobs in one ``submit_many`` while the workers wait;
   rate = N / (submit returned -> the N-th job file in done/); and the CPU each process (with its
-  children) spent over it, per job, from /proc/PID/stat. ``spool serve`` idles on the local side.
+  children) spent over it, per job, from /proc/PID/stat (``spool serve``: every server summed).
+  The servers idle on the local side.
 
 Every process it starts is in its own process group, killed at the end; the work folder is
 removed. Numbers, not verdicts.
@@ -199,7 +202,8 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
     procs = Processes(root, logs)
     try:
         port = free_port()
-        serve = procs.start("serve", "serve", "--self-signed", "--host", "127.0.0.1", "--port", str(port))
+        serve_args = ("serve", "--self-signed", "--reuse-port", "--host", "127.0.0.1", "--port", str(port))
+        serve = procs.start("serve", *serve_args)
         cacert = root / "tls" / "cert.pem"
         wait_healthy(port, cacert, 60)
         coordinator = procs.start("coordinator", "coordinator")
@@ -215,6 +219,17 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
         shared = {"serve": [serve.pid], "coordinator": [coordinator.pid]}
         results["remote"] = measure(sp, o, {**shared, "workers": [p.pid for p in remote]})
         procs.stop(remote)
+        second = procs.start("serve-2", *serve_args)
+        wait_listening(logs / "serve-2.log", second, 60)
+        remote = [
+            procs.start(
+                name, "worker", "--server", url, "--token", add_token(root, name), "--cacert", str(cacert), *TASKS
+            )
+            for name in ("bench-remote-3", "bench-remote-4")
+        ]
+        shared["serve"].append(second.pid)
+        results["remote_2_serves"] = measure(sp, o, {**shared, "workers": [p.pid for p in remote]})
+        procs.stop(remote)
         local = [procs.start(f"local-{n}", "worker", *TASKS) for n in (1, 2)]
         results["local"] = measure(sp, o, {**shared, "workers": [p.pid for p in local]})
         procs.stop(local)
@@ -223,6 +238,15 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
     finally:
         procs.kill_all()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def wait_listening(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until ``spool serve`` says it listens (a second one on the port: /healthz may reach the first)."""
+    deadline = time.monotonic() + timeout
+    while b"listening on " not in (log.read_bytes() if log.exists() else b""):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the second spool serve did not start: {log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.05)
 
 
 def print_table(r: dict[str, Any]) -> None:
@@ -235,9 +259,10 @@ def print_table(r: dict[str, Any]) -> None:
         ("  CPU ms per job: 2 workers (+ children)", "cpu_ms_per_job_workers", "{:.2f}"),
     ]
     width = max(len(label) for label, _, _ in rows)
-    print(f"{'':{width}}  {'remote (API)':>13}  {'local':>8}")
+    print(f"{'':{width}}  {'remote (API)':>13}  {'remote, 2 serves':>16}  {'local':>8}")
     for label, key, fmt in rows:
-        print(f"{label:{width}}  {fmt.format(r['remote'][key]):>13}  {fmt.format(r['local'][key]):>8}")
+        cells = [fmt.format(r[side][key]) for side in ("remote", "remote_2_serves", "local")]
+        print(f"{label:{width}}  {cells[0]:>13}  {cells[1]:>16}  {cells[2]:>8}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
