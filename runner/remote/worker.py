@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -298,13 +298,22 @@ class RemoteWorker:
 
 class ApiLease:
     """A remote attempt's lease keeper (``runner.attempt.loop.LeaseKeeper``): beats, progress and
-    the outcome are calls to the server's lease endpoints, which write the files for us. A beat
-    the server does not answer keeps the attempt running: only the coordinator expires a lease."""
+    the outcome are calls to the server's lease endpoints, which write the files for us.
 
-    def __init__(self, worker: RemoteWorker, lease: RemoteLease) -> None:
+    Only the coordinator expires a lease, so a beat the server does not answer keeps the attempt
+    running, for a while: once a full lease term (three heartbeat intervals, the term the
+    coordinator publishes) has passed since the server last confirmed a beat, the coordinator may
+    have expired the lease and handed the job to another worker, which this one cannot know. The
+    attempt is then killed as a lost lease's is (``cut_off``), so a worker cut off from its server
+    never runs on beside the job's next attempt; if the lease was in fact still held, it expires
+    and the job runs again, which is the safe direction."""
+
+    def __init__(self, worker: RemoteWorker, lease: RemoteLease, *, monotonic: Callable[[], float] = time.monotonic):
         self.worker, self.lease = worker, lease
         self.interval = lease.heartbeat_seconds
         self.refusal = ""  # what the server said when it took the lease away
+        self._monotonic = monotonic
+        self.confirmed = monotonic()  # when the server last confirmed this lease (handed out, or a beat answered)
 
     def heartbeat_seconds(self) -> float:
         return self.interval
@@ -316,16 +325,27 @@ class ApiLease:
         reply = self.worker.lease_call(self.lease, "heartbeat", body, patient=False)
         if is_beat:
             self.interval = _interval(reply, self.interval)  # a coordinator restarted with a shorter term
-        if reply is None:
-            return Beat.HELD  # the server is away: the attempt runs on; its lease is the coordinator's call
-        if reply.status == 409:
+        if reply is not None and reply.status == 409:
             self.refusal = reply.error()
             return Beat.LOST
-        if reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("cancel") is True:
-            return Beat.CANCEL
-        if reply.status != 200:
+        if reply is not None and reply.status == 200:
+            self.confirmed = self._monotonic()
+            return Beat.CANCEL if isinstance(reply.body, dict) and reply.body.get("cancel") is True else Beat.HELD
+        if reply is not None:
             log.warning("heartbeat of %s: %s", self.lease.job_id, reply.error())
-        return Beat.HELD
+        return Beat.LOST if self.cut_off() else Beat.HELD  # the server is away, or said no more than "later"
+
+    def cut_off(self) -> bool:
+        """Whether a full term has passed since the server last confirmed the lease (see the class)."""
+        term = 3 * self.interval
+        unconfirmed = self._monotonic() - self.confirmed
+        if unconfirmed <= term:
+            return False
+        self.refusal = (
+            f"no beat confirmed by the server for {unconfirmed:.1f}s, past a full lease term ({term:g}s): "
+            "the coordinator may have given the job to another worker"
+        )
+        return True
 
     def report(self, outcome: Outcome) -> None:
         self.worker.report_outcome(self.lease, outcome)
