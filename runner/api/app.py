@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from spool.runner.api import dashboard, jobs, leases, metrics, openapi, queues
 from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext, ApiError
+from spool.runner.api.health import health
 
 TOKEN_FLUSH_SECONDS = 1.0  # how often the server looks whether last-use marks are due (spool.tokens)
 
@@ -41,13 +42,15 @@ def create_app(ctx: ApiContext) -> Starlette:
         lifespan=functools.partial(_lifespan, ctx),
     )
     app.state.body_seconds = ctx.sp.settings.http_body_seconds  # read_body's deadline
+    app.state.sp = ctx.sp  # /healthz's
     app.add_middleware(RequestCaps, max_bytes=ctx.max_body_bytes)
     return app
 
 
 async def healthz(request: Request) -> Response:
-    """Anonymous: the server is up and answers."""
-    return JSONResponse({"ok": True})
+    """Anonymous: 200 while the server answers (what a load balancer acts on), and whether a
+    coordinator runs (``runner.api.health``)."""
+    return JSONResponse(await run_in_threadpool(health, request.app.state.sp))
 
 
 def error_response(

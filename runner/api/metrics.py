@@ -19,6 +19,8 @@ so the numbers are the ledger's, never a second count kept beside it that could 
     spool_queue_concurrency_limit{queue}        gauge: its ``concurrency`` (queues that set one)
     spool_queue_rate_limit_per_second{queue}    gauge: its ``rate``, per second (queues that set one)
     spool_queue_file_broken{queue}              gauge: 1 while queues/<name>.yaml does not parse
+    spool_coordinator_up, spool_workers_alive{kind}, spool_unhandled_ready_jobs{task},
+    spool_schedule_lag_seconds{schedule}        gauges: the processes (``runner.api.health``)
 
 The counters come from the history table, folded in as it grows: a scrape reads only the rows
 since the previous one (one lock, so concurrent scrapes never fold a row twice). The server's first
@@ -58,6 +60,7 @@ from spool.disk import State
 from spool.ledger import OTHER, Durations, HistoryTotals, catch_up, job_counts_by_queue, ready_by_queue, shown_queues
 from spool.queues import Limits
 from spool.runner.api.context import ApiContext, ApiError, require
+from spool.runner.api.health import process_gauges
 from spool.spool import Spool
 from spool.base.timetext import parse_time
 
@@ -129,6 +132,7 @@ class SpoolCollector(Collector):
         yield _jobs(counts, label)
         yield _oldest("task", [(task, at) for task, _, at, _ in ready], label, now)
         yield from queue_gauges(_sum_by(by_queue, task=False), ready, files, queue_label, now)
+        yield from process_gauges(self.sp, label, now)
 
 
 def _oldest(name: str, submitted: list[tuple[str, str]], label: Callable[[str], str], now: float) -> Metric:

@@ -15,6 +15,11 @@ from starlette.routing import BaseRoute, Route
 from spool.runner.api.context import ApiContext, require
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
+_HEALTH: dict[str, Any] = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "coordinator": {"type": "boolean"}},
+    "required": ["ok", "coordinator"],
+}
 _STATUS = {"$ref": "#/components/schemas/JobStatus"}
 _QUEUE = {"$ref": "#/components/schemas/Queue"}
 _HOLD = {
@@ -58,7 +63,14 @@ _FENCE = {"fence": {"type": "string", "description": "the lease's fence, as POST
 _LEASE_ERRORS = _errors(400, 401, 403, 404, 409, 413, 422)
 
 PATHS: dict[str, Any] = {
-    "/healthz": {"get": _op("The server is up", "anonymous", {"200": _json({"type": "object"}, "ok")}, security=[])},
+    "/healthz": {
+        "get": _op(
+            "The server is up (200 whenever it answers: what a load balancer acts on); whether a coordinator runs",
+            "anonymous",
+            {"200": _json(_HEALTH, "ok, and coordinator: true or false")},
+            security=[],
+        )
+    },
     "/v1/jobs": {
         "post": _op(
             "Submit a job (durable when answered)",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
         entries as entries,
         fire as fire,
         ignored as ignored,
+        lag_seconds as lag_seconds,
         resume_from as resume_from,
     )
     from spool.schedule.format import (

@@ -218,6 +218,18 @@ def resume_from(schedule: Schedule, through: float, now: float) -> float:
     return through if through <= schedule.next_slot(now) else schedule.last_slot(now)
 
 
+def lag_seconds(sp: Handle, entry: Entry, now: float) -> float | None:
+    """How late the schedule's first slot not yet handled is at ``now`` (0: none is due yet); None
+    for a broken or disabled schedule. The coordinator handles a due slot within a pass, so a lag
+    that grows means no coordinator fires it (``spool_schedule_lag_seconds``)."""
+    schedule = entry.schedule
+    if schedule is None or not schedule.enabled:
+        return None
+    fired = last_fired(sp, entry.name)
+    through = resume_from(schedule, max(fired.slot if fired else entry.written, entry.written), now)
+    return max(0.0, now - schedule.next_slot(through))
+
+
 def views(sp: Handle, now: float) -> list[dict[str, Any]]:
     """What ``spool schedule list`` shows of every schedule file, broken ones with their error."""
     return [view(sp, entry, now) for entry in entries(sp).values()]

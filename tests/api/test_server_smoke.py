@@ -7,7 +7,7 @@ from typing import Any
 
 
 def test_healthz_is_anonymous_and_a_submit_reads_back(served: Any) -> None:
-    assert served.call("GET", "/healthz").json == {"ok": True}
+    assert served.call("GET", "/healthz").json == {"ok": True, "coordinator": False}  # none runs here
     token = served.token("producer", "submit")
     created = served.call("POST", "/v1/jobs", token=token, json={"task": "echo", "args": {"n": 1}})
     assert created.status == 201, created
