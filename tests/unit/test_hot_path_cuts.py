@@ -1,6 +1,8 @@
 """Issue 19's third round of per-job cuts (docs/notes/issue19-cuts3.md): each keeps what it saves
 from changing what anyone sees.
 
+- a worker reads the coordinator's published term once a second at most, not per attempt, and
+  still follows a new term;
 - ``.wake`` is touched, not truncated: a waiter still wakes, on IN_CLOSE_WRITE alone, and a
   planted FIFO under its name never blocks a submit;
 - a small file is read in one read, not two (the second only heard its end), and any file whole.
@@ -27,6 +29,35 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def test_a_worker_reads_the_published_term_once_for_many_attempts_and_still_follows_a_new_one(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spool.runner import worker as worker_module
+
+    sp.ledger.set_meta(lease_seconds=30)
+    worker = worker_module.Worker(sp, burst=True)
+    reads: list[float] = []
+    real = worker_module.published_term
+
+    def counted(handle: Spool) -> float:
+        reads.append(time.monotonic())
+        return real(handle)
+
+    monkeypatch.setattr(worker_module, "published_term", counted)
+    try:
+        intervals = {worker.heartbeat_interval() for _ in range(200)}
+        assert intervals == {10.0}
+        assert 1 <= len(reads) <= 3, f"{len(reads)} ledger reads for 200 attempts"
+        sp.ledger.set_meta(lease_seconds=3)  # a coordinator restarted with a shorter term
+        wait_until(
+            lambda: worker.heartbeat_interval() == 1.0,
+            timeout=10 * worker_module.TERM_MAX_AGE_SECONDS,
+            what="the worker to beat for the new term",
+        )
+    finally:
+        worker.child.close()
 
 
 def test_a_wake_is_one_close_write_event_and_the_file_stays_empty(sp: Spool) -> None:
