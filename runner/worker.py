@@ -43,6 +43,7 @@ from spool.workers import advertisement, check_worker_name, published_term
 log = logging.getLogger("spool.worker")
 
 DUPLICATE_WAIT_SECONDS = 0.5
+TERM_MAX_AGE_SECONDS = 1.0  # a published term is read again after this (or a tenth of it), not per attempt
 KEEP_ALIVE_BEATS = 1_000_000_000  # heartbeat counters while an ended attempt waits for disk space
 
 
@@ -86,6 +87,7 @@ class Worker:
         self._waker: Waker | None = None
         self._lock: Lock | None = None
         self._overruled_term: float | None = None  # the published term we last warned about
+        self._term = (0.0, -math.inf)  # (the published term, monotonic when read)
         self._disk_full = DiskFullPause(log, f"worker {self.name}")  # while claims or completions meet ENOSPC
         self._ledger_waiting = False  # said once that the ledger failed
         self._batches = Batches(sp, self.name, self.save_outcome)  # group commit (runner.batching)
@@ -220,7 +222,10 @@ class Worker:
         """A third of the term the coordinator publishes, unless set; a set heartbeat that cannot
         keep the published term (over half of it: a coordinator with a shorter lease) is
         overruled, with one warning per term, because only the coordinator's term decides."""
-        term = published_term(self.sp)  # an unreadable ledger: our own setting, the job is never dropped
+        now = time.monotonic()  # a new term is seen this late: sooner than a running attempt's next beat
+        if now - self._term[1] >= min(TERM_MAX_AGE_SECONDS, self._term[0] / 10.0):
+            self._term = (published_term(self.sp), now)  # an unreadable ledger: our setting, the job is never dropped
+        term = self._term[0]
         derived = max(term / 3.0, 0.05)
         explicit = self.sp.settings.heartbeat_seconds
         if not explicit:

@@ -144,6 +144,13 @@ class RealFS:
         finally:
             os.close(fd)
 
+    def touch(self, dir_fd: int, name: str) -> None:
+        """Open ``name`` for writing (made empty when missing) and close it, changing nothing: an
+        inotify watcher of the folder sees IN_CLOSE_WRITE (a wake-up hint, ``.wake``) and no
+        truncate dirties the inode. A FIFO planted there fails (ENXIO), never blocks the caller."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        os.close(os.open(name, flags, self.file_mode, dir_fd=dir_fd))
+
     def read_file(
         self, dir_fd: int, name: str, max_bytes: int, *, single_link: bool = False, settled: bool = False
     ) -> bytes:
@@ -172,7 +179,7 @@ class RealFS:
                 _refuse_if_being_written(fd, name)
             if info.st_size > max_bytes:
                 raise InvalidJob(f"{name}: {info.st_size} bytes, over the limit of {max_bytes}")
-            data = _read_at_most(fd, max_bytes + 1)
+            data = _read_at_most(fd, max_bytes + 1, size=info.st_size)
             if len(data) > max_bytes:
                 raise InvalidJob(f"{name}: over the limit of {max_bytes} bytes")
             return data
@@ -363,14 +370,19 @@ def use(impl: RealFS) -> RealFS:
 fs: RealFS = Seam(RealFS())  # type: ignore[assignment]  # it delegates every RealFS method
 
 
-def _read_at_most(fd: int, limit: int) -> bytes:
-    """Up to ``limit`` bytes from ``fd``'s position to its end, in 64 KiB reads."""
+def _read_at_most(fd: int, limit: int, size: int = -1) -> bytes:
+    """Up to ``limit`` bytes from ``fd``'s position to its end, in 64 KiB reads. ``size``: what
+    fstat said a regular file read from its start holds; a short read that brings exactly that
+    much is its end (no read of nothing to hear it: one read per small file, not two)."""
     chunks: list[bytes] = []
     remaining = limit
     while remaining > 0:
-        chunk = os.read(fd, min(remaining, 1 << 16))
+        asked = min(remaining, 1 << 16)
+        chunk = os.read(fd, asked)
         if not chunk:
             break
         chunks.append(chunk)
         remaining -= len(chunk)
+        if len(chunk) < asked and limit - remaining == size:
+            break
     return b"".join(chunks)

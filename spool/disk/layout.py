@@ -335,9 +335,9 @@ class Layout:
             raise NotASpool(f"{self.root}: not a spool; run `spool init`")
 
     def fd(self, folder: str | State) -> int:
-        name = folder.value if isinstance(folder, State) else folder
-        dir_fd = self._fds.get(name)
+        dir_fd = self._fds.get(folder)  # a State is the str of its name (~35 calls a job: no .value)
         if dir_fd is None:
+            name = folder.value if isinstance(folder, State) else folder
             try:
                 dir_fd = fs.open_dir(name, dir_fd=self.root_fd)
             except OSError as err:

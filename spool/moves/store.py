@@ -318,7 +318,7 @@ def set_aside(sp: Handle, state: State, name: str) -> str:
 def wake(sp: Handle, state: State = State.PENDING) -> None:
     """Touch ``<state>/.wake`` after the ledger commit, so inotify watchers look again."""
     try:
-        fs.overwrite_small(sp.layout.fd(state), WAKE_NAME, b"")
+        fs.touch(sp.layout.fd(state), WAKE_NAME)
     except OSError:
         pass  # a lost wake-up only delays a job until the next poll
 

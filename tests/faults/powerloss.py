@@ -164,6 +164,11 @@ class RecordingFS(RealFS):
         where = self.rel(dir_fd)
         self._log(None if where is None else Op("overwrite", where, name, data=bytes(data)))
 
+    def touch(self, dir_fd: int, name: str) -> None:
+        super().touch(dir_fd, name)  # a wake-up hint: an empty file, as an overwrite with nothing
+        where = self.rel(dir_fd)
+        self._log(None if where is None else Op("overwrite", where, name, data=b""))
+
     def rename_noreplace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         super().rename_noreplace(src_fd, src, dst_fd, dst)
         self._log_pair("rename", src_fd, src, dst_fd, dst, replace=False)
