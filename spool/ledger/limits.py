@@ -140,6 +140,7 @@ def reserve(
     token: str = "",
     *,
     trust_limits: bool = False,
+    only: str | None = None,
 ) -> Reservation:
     """Take up to ``most`` of the best ready jobs of ``tasks`` in ``queues`` (None: any) that the
     queues' limits allow, mark their rows 'leased' (with ``token``) and write the rate windows'
@@ -155,7 +156,7 @@ def reserve(
 
     A ledger that queues/ was never read into (``SYNCED``: made anew under running processes)
     takes nothing and says ``unsynced`` unless ``trust_limits``: ``Ledger.reserve_many`` reads
-    queues/ in and asks again."""
+    queues/ in and asks again. ``only``: that one job or none (``spool run-one --job ID``)."""
     at = now_ms / 1000.0
     if (tasks is not None and not tasks) or (queues is not None and not queues) or most <= 0:
         return Reservation([], at, token=token)
@@ -173,7 +174,7 @@ def reserve(
     taken: list[tuple[str, str]] = []
     while len(taken) < most:
         held = {queue for queue, room in rooms.items() if room <= 0}
-        rows = _candidates(db, tasks, queues, held, most - len(taken))
+        rows = _candidates(db, tasks, queues, held, most - len(taken), only)
         if not rows:
             break
         skipped = False
@@ -203,18 +204,53 @@ def capped_of(limits: dict[str, Limits]) -> frozenset[str]:
     return frozenset(queue for queue, value in limits.items() if value.concurrency is not None)
 
 
+def peek(
+    db: sqlite3.Connection, tasks: Collection[str] | None, queues: Collection[str] | None, most: int, now_ms: int
+) -> list[tuple[str, str, str]]:
+    """(id, task, queue) of up to ``most`` ready jobs a claim of ``tasks`` in ``queues`` could
+    take now, best first, reserving nothing: a queue whose limits leave no room shows none, and
+    one with room for n shows at most n (``spool dispatch`` starts one engine job per job seen)."""
+    if (tasks is not None and not tasks) or (queues is not None and not queues) or most <= 0:
+        return []
+    rooms = {
+        queue: _room(db, queue, queue_limits, now_ms)[0]
+        for queue, queue_limits in in_force(db).items()
+        if queues is None or queue in queues
+    }
+    seen: list[str] = []
+    for job_id, queue in _candidates(db, tasks, queues, {q for q, room in rooms.items() if room <= 0}, most):
+        if queue in rooms:
+            if rooms[queue] <= 0:
+                continue
+            rooms[queue] -= 1
+        seen.append(job_id)
+    if not seen:
+        return []
+    marks = ",".join("?" * len(seen))
+    found = {row[0]: row for row in db.execute(f"SELECT id, task, queue FROM jobs WHERE id IN ({marks})", seen)}
+    return [found[job_id] for job_id in seen if job_id in found]
+
+
 def _candidates(
     db: sqlite3.Connection,
     tasks: Collection[str] | None,
     queues: Collection[str] | None,
     held: set[str],
     most: int,
+    only: str | None = None,
 ) -> list[tuple[str, str]]:
-    """The ``most`` best ready (id, queue) of ``tasks``, in ``queues`` and not in ``held``."""
+    """The ``most`` best ready (id, queue) of ``tasks``, in ``queues`` and not in ``held``
+    (``only``: that job, if it is one of them)."""
     task_clause, task_params = "", []
     if tasks is not None:
         task_clause = f" AND task IN ({','.join('?' * len(tasks))})"
         task_params = list(tasks)
+    if only is not None:  # by its primary key, not by a walk of the claim order
+        rows = db.execute(
+            f"SELECT id, queue FROM jobs WHERE id = ? AND state = 'pending' AND ready = 1{task_clause}",
+            [only, *task_params],
+        ).fetchall()
+        return [(job_id, queue) for job_id, queue in rows if queue not in held and (queues is None or queue in queues)]
     if queues is None and not held:
         # INDEXED BY: left to itself SQLite picks by_state (state = ?) and sorts every pending row
         # on each claim (~0.5 s at 100,000 pending; benchmarks/claim_cost.py); claim_order is

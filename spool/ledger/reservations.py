@@ -44,6 +44,9 @@ class Reservations:
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError  # spool.ledger.Ledger
 
+    def _snapshot(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # spool.ledger.Ledger
+
     def reserve_next(self, tasks: Collection[str] | None, queues: Collection[str] | None = None) -> str | None:
         """Take the best ready job of ``tasks`` (in ``queues``) off the claim order; the caller then claims it.
 
@@ -54,16 +57,21 @@ class Reservations:
         return reserved[0] if reserved else None
 
     def reserve_many(
-        self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None = None
+        self,
+        tasks: Collection[str] | None,
+        most: int,
+        queues: Collection[str] | None = None,
+        only: str | None = None,
     ) -> limits.Reservation:
         """``reserve_next`` for up to ``most`` jobs in one transaction, best first (a worker's
-        batch claim: ``spool.moves.group``), within the queues' limits (``spool.ledger.limits``)."""
+        batch claim: ``spool.moves.group``), within the queues' limits (``spool.ledger.limits``);
+        ``only``: that one job, or none."""
         token = f"{os.getpid()}.{next(_RESERVATIONS)}"
         trusted = self.sync_limits is None
-        reservation = self._reserve(tasks, most, queues, token, trusted)
+        reservation = self._reserve(tasks, most, queues, token, trusted, only)
         if reservation.unsynced and self.sync_limits is not None:
             self.sync_limits()  # a ledger new since queues/ was last read into it: read it, then ask again
-            reservation = self._reserve(tasks, most, queues, token, trusted)
+            reservation = self._reserve(tasks, most, queues, token, trusted, only)
         self.retry_at = reservation.retry_at
         if reservation.capped is not None:
             self._capped = reservation.capped
@@ -81,13 +89,27 @@ class Reservations:
         return self._capped
 
     def _reserve(
-        self, tasks: Collection[str] | None, most: int, queues: Collection[str] | None, token: str, trusted: bool
+        self,
+        tasks: Collection[str] | None,
+        most: int,
+        queues: Collection[str] | None,
+        token: str,
+        trusted: bool,
+        only: str | None = None,
     ) -> limits.Reservation:
         with self._write() as db:
             # The clock is read once the transaction holds the write lock: a claim that waited for
             # it starts after the completion that freed its slot, never before (its ``started``).
             now_ms = int(self._clock.wall() * 1000)
-            return limits.reserve(db, tasks, queues, most, now_ms, token, trust_limits=trusted)
+            return limits.reserve(db, tasks, queues, most, now_ms, token, trust_limits=trusted, only=only)
+
+    def ready_now(
+        self, tasks: Collection[str] | None, queues: Collection[str] | None, most: int
+    ) -> list[tuple[str, str, str]]:
+        """(id, task, queue) of up to ``most`` jobs a claim could take now, reserving nothing
+        (``spool.ledger.limits.peek``)."""
+        with self._snapshot() as db:  # the limits' rooms and the rows at one moment, blocking no claim
+            return limits.peek(db, tasks, queues, most, int(self._clock.wall() * 1000))
 
     def unreserve(self, job_id: str, reservation: limits.Reservation | None = None) -> None:
         """Undo a reservation of a job the caller could not take (its lock was busy, or the row

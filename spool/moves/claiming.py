@@ -45,11 +45,13 @@ def claim_held(
     tasks: Collection[str] | None,
     reserved: Reservation | None = None,
     queues: Collection[str] | None = None,
+    only: str | None = None,
 ) -> Held | None:
     """PENDING -> LEASED: the best ready job of ``tasks`` in ``queues`` (None: any) that the
-    queues' limits let through, or None; with the bytes written, so the attempt's later steps
-    can check their fence without a parse (``spool.moves.fence``). ``reserved``: one job the
-    caller reserved already (``reserve_many``), tried first.
+    queues' limits let through (``only``: that job, if it is one), or None; with the bytes
+    written, so the attempt's later steps can check their fence without a parse
+    (``spool.moves.fence``). ``reserved``: one job the caller reserved already (``reserve_many``),
+    tried first.
 
     Crash point ``claim-after-reserve``: the row 'leased' (a queue's slot counted as taken), the
     file in pending/; the coordinator's reconcile puts the row back, which frees the slot.
@@ -64,7 +66,7 @@ def claim_held(
     busy: list[tuple[str, Reservation]] = []  # each given back after this claim (the finally)
     try:
         for _ in range(64):
-            reservation, reserved = reserved or sp.ledger.reserve_many(tasks, 1, queues), None
+            reservation, reserved = reserved or sp.ledger.reserve_many(tasks, 1, queues, only), None
             if not reservation.ids:
                 return None
             crash.point("claim-after-reserve")

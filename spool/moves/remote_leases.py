@@ -103,8 +103,11 @@ def _claiming(sp: Handle, job_id: str, attempt: int) -> bool:
         return False
 
 
-def fence_worker(sp: Handle, worker: str, *, wait_seconds: float = FENCE_WAIT_SECONDS) -> list[str]:
-    """Expire every lease ``worker`` holds now; the ids expired.
+def fence_worker(
+    sp: Handle, worker: str, *, wait_seconds: float = FENCE_WAIT_SECONDS, why: str = "its token was revoked"
+) -> list[str]:
+    """Expire every lease ``worker`` holds now; the ids expired (``why``: for the job's error,
+    e.g. a dispatcher's engine that reported the runner's engine job lost).
 
     A lease whose job lock a move holds (its own complete, a claim in flight) is tried again until
     it is gone or ``wait_seconds`` pass; one that ended meanwhile (completed first: the first result
@@ -114,7 +117,7 @@ def fence_worker(sp: Handle, worker: str, *, wait_seconds: float = FENCE_WAIT_SE
     while True:
         busy = False
         for job_id, attempt in leases_of(sp, worker):
-            if expire(sp, job_id, attempt, f"worker {worker} was fenced (its token was revoked)") is None:
+            if expire(sp, job_id, attempt, f"worker {worker} was fenced ({why})") is None:
                 busy = True
             else:
                 expired.append(job_id)
