@@ -9,7 +9,8 @@ token is close). It re-reads the file whenever its identity (inode, size, times)
 ``spool token revoke`` run by another process takes effect at the server's next request.
 
 A token's name follows the worker-name grammar: a work token's name is the worker name written
-into the leases it takes.
+into the leases it takes; a dispatch token's runners hold theirs as ``<token name>/<runner>``
+(``spool dispatch``: one secret for every engine job it starts).
 
 Last use is kept in memory by ``verify`` and written by ``flush_last_used``, which the server
 calls about once a second: it writes only when a token was used that the file says was never
@@ -38,7 +39,7 @@ from spool.yaml.safe import load_yaml
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-ROLES = ("submit", "work", "admin")
+ROLES = ("submit", "work", "dispatch", "admin")
 LAST_USED_WRITE_SECONDS = 60.0
 _MAX_FILE_BYTES = 4 * 1024 * 1024
 _FILE_MODE = 0o600

@@ -2,7 +2,8 @@
 calling, with which role) and ``read_json`` (a request body read under a cap, as hostile input).
 
 Roles: ``submit`` submits, reads, cancels and requeues jobs; ``work`` leases and reports its own
-leases (its token's name is its worker name); ``admin`` passes every check (and alone may submit
+leases (its token's name is its worker name); ``dispatch`` leases and reports for its runners
+only (``<token>/<runner>``: ``runner.api.runners``); ``admin`` passes every check (and alone may submit
 a ``shell`` job). ``/healthz`` alone is anonymous.
 """
 

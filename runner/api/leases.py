@@ -3,10 +3,13 @@
 Every endpoint goes through the same transitions as a local worker (``claim_held``,
 ``heartbeat``/``lease_status``, ``complete``, ``fail``, ``release``, ``cancel_leased``); the server
 keeps no lease of its own. A work token's name is its worker name: the claim writes it into the
-job file as the holder, and only that token (or an admin's) may act on the lease afterwards.
+job file as the holder, and only that token (or an admin's) may act on the lease afterwards. A
+dispatch token names a runner and holds as ``<token>/<runner>`` (``runner.api.runners``); its
+``spool run-one --job ID`` names the one job it may claim.
 
     POST /v1/leases                  {"tasks": [...], "wait": s,      200 {"lease": {..., "parent_results"}} | 204
-                                      "queues"?: [...]}
+                                      "queues"?: [...], "runner"?,
+                                      "job"?: id}
     POST /v1/leases/{id}/heartbeat   {"fence", "counter"?, "progress"?}  200 {"cancel", "heartbeat_seconds"}
     POST /v1/leases/{id}/complete    {"fence", "result"}            200 {"id", "state": "done"}
     POST /v1/leases/{id}/fail        {"fence", "error", "reject"?}  200 {"id", "state"}
@@ -46,12 +49,14 @@ from spool.job import tail
 from spool.disk import State
 from spool.progress import check as check_progress
 from spool.base.records import Lease, LeaseStatus
-from spool.registry import is_valid_task_name
 from spool.base.resultjson import ResultNotJSON, encode_result
 from spool.moves import fence_of, held_by_fence
-from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, object_body, read_json, require
+from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, read_json, require
 from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
+from spool.runner.api.bodies import fields, number, progress_of, queues_of, tasks_of
+from spool.runner.api.runners import may_act, worker_name
+from spool.runner.api.runners import routes as runner_routes
 from spool.runner.attempt.parents import ParentResultsError, parent_results
 from spool.base.timetext import format_time
 from spool.moves import cancel_leased, claim_held, complete, fail, heartbeat, lease_status, release
@@ -61,14 +66,13 @@ log = logging.getLogger("spool.serve")
 
 MAX_WAIT_SECONDS = 30.0  # the longest a lease request is held open
 DISCONNECT_CHECK_SECONDS = 1.0  # a waiting request notices its client left within this
-MAX_TASKS = 256
 SMALL_BODY_BYTES = 64 * 1024  # lease, heartbeat, release: a few fields
 MAX_ERROR_INPUT_BYTES = 64 * 1024  # a failure's text as sent; the job keeps its 4 KiB tail
-MAX_PROGRESS_MESSAGE = 1000
 SEEN_EVERY_SECONDS = 5.0  # how often a remote worker's "last heard from" is written to the ledger
 # Long-polls one token may have waiting at once: a worker needs one (a few while it reconnects);
 # without a cap one work token could hold every connection the server takes and starve the rest.
-MAX_POLLS_PER_TOKEN = 4
+MAX_POLLS_PER_TOKEN = 4  # per runner, for a dispatch token's
+_ROLES = ("work", "dispatch")  # who may lease and act on leases (admin passes every check)
 
 T = TypeVar("T")
 
@@ -83,6 +87,7 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
         Route("/v1/leases/{id}/complete", api.complete, methods=["POST"]),
         Route("/v1/leases/{id}/fail", api.fail, methods=["POST"]),
         Route("/v1/leases/{id}/release", api.release, methods=["POST"]),
+        *runner_routes(ctx, api.watch),  # a dispatcher's peek waits on the same watch of pending/
     ]
 
 
@@ -100,23 +105,34 @@ class _Leases:
     # -- POST /v1/leases ---------------------------------------------------------------------
 
     async def lease(self, request: Request) -> Response:
-        info = require(self.ctx, request, "work")
-        body = _fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=("wait", "queues"))
-        tasks = _tasks(body["tasks"])
-        queues = _queues(body["queues"]) if body.get("queues") is not None else None
-        wait = _number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
-        with self._polls.held(info.name, f"worker {info.name}"):
-            return await self._poll(request, info.name, tasks, wait, queues)
+        info = require(self.ctx, request, *_ROLES)
+        optional = ("wait", "queues", "runner", "job")
+        body = fields(await read_json(request, SMALL_BODY_BYTES), required=("tasks",), optional=optional)
+        tasks = tasks_of(body["tasks"])
+        queues = queues_of(body["queues"]) if body.get("queues") is not None else None
+        wait = number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
+        worker = worker_name(info, body.get("runner"))
+        only = body.get("job")
+        if only is not None and (not isinstance(only, str) or not is_valid_id(only)):
+            raise ApiError(422, f"{str(only)[:80]!r} is not a job id", "body.job")
+        with self._polls.held(worker, f"worker {worker}"):  # the caps count per runner
+            return await self._poll(request, worker, tasks, wait, queues, only)
 
     async def _poll(
-        self, request: Request, worker: str, tasks: list[str], wait: float, queues: list[str] | None = None
+        self,
+        request: Request,
+        worker: str,
+        tasks: list[str],
+        wait: float,
+        queues: list[str] | None = None,
+        only: str | None = None,
     ) -> Response:
         await self._heard_from(worker, request, tasks)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait
         while True:
             woken = self.watch.ticket()  # before the claim: a job landing after it still wakes us
-            held = await self._claim(worker, tasks, queues)
+            held = await self._claim(worker, tasks, queues, only)
             if held is not None:
                 handed = await self._hand_over(request, held)
                 if handed is not None:
@@ -137,9 +153,11 @@ class _Leases:
                 except TimeoutError:
                     pass
 
-    async def _claim(self, worker: str, tasks: list[str], queues: list[str] | None = None) -> Held | None:
+    async def _claim(
+        self, worker: str, tasks: list[str], queues: list[str] | None = None, only: str | None = None
+    ) -> Held | None:
         try:
-            return await _off_loop(claim_held, self.sp, worker, tasks, None, queues)
+            return await _off_loop(claim_held, self.sp, worker, tasks, None, queues, only)
         except DiskFull as err:  # the claim took nothing: the job is where it was
             raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
         except LedgerError as err:  # the coordinator (or fsck --repair) rebuilds it
@@ -153,7 +171,7 @@ class _Leases:
         job_file = held.job_file
         lease = Lease(job_file.id, job_file.lease.worker if job_file.lease else "", job_file.attempt)
         try:
-            require(self.ctx, request, "work")
+            require(self.ctx, request, *_ROLES)
             gone = await request.is_disconnected()
         except ApiError:
             await self._give_back(lease, held)
@@ -238,7 +256,7 @@ class _Leases:
             raise ApiError(422, "expected a whole number from 0", "body.counter")
         # The handler's progress rides on the heartbeat file (no extra fsync); a beat that brings
         # only progress carries the counter of the last one, so it keeps no lease alive.
-        progress = None if body.get("progress") is None else check_progress(*_progress(body["progress"]))
+        progress = None if body.get("progress") is None else check_progress(*progress_of(body["progress"]))
         await _off_loop(heartbeat, self.sp, lease, counter, progress)
         status = await _off_loop(lease_status, self.sp, lease, held)
         if status is LeaseStatus.LOST:
@@ -290,11 +308,11 @@ class _Leases:
     ) -> tuple[dict[str, Any], Lease, Held]:
         """The caller's lease, checked: its token (401/403), the id (422), the body, the fence
         against the leased file (409 when stale), and that the caller holds it (403)."""
-        info = require(self.ctx, request, "work")
+        info = require(self.ctx, request, *_ROLES)
         job_id = request.path_params["id"]
         if not is_valid_id(job_id):
             raise ApiError(422, f"{job_id[:80]!r} is not a job id", "path.id")
-        body = _fields(await read_json(request, max_bytes), required=("fence", *required), optional=optional)
+        body = fields(await read_json(request, max_bytes), required=("fence", *required), optional=optional)
         fence = body["fence"]
         if not isinstance(fence, str) or not 0 < len(fence) <= 64:
             raise ApiError(422, "expected the fence string the lease came with", "body.fence")
@@ -303,9 +321,9 @@ class _Leases:
             sent = _sent(info.name, body) if "result" in required else None
             raise await _off_loop(lost_lease, self.sp, job_id, _fence_attempt(fence), "body.fence", None, sent)
         holder = held.job_file.lease.worker if held.job_file.lease else ""
-        if holder != info.name and info.role != "admin":
+        if not may_act(info, holder):
             raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
-        if holder == info.name:  # an admin acting on the lease is not its worker heard from
+        if info.role != "admin":  # an admin acting on the lease is not its worker heard from
             await self._heard_from(holder, request)
         return body, Lease(job_id, holder, held.job_file.attempt), held
 
@@ -341,56 +359,6 @@ def _sent(caller: str, body: dict[str, Any]) -> tuple[str, bytes] | None:
 def _heartbeat_seconds(term: float) -> float:
     """A third of the coordinator's term, as local workers beat: one lost beat never costs it."""
     return max(term / 3.0, 0.05)
-
-
-def _fields(
-    value: Any, *, required: tuple[str, ...] = (), optional: tuple[str, ...] = (), where: str = "body"
-) -> dict[str, Any]:
-    """``value`` as an object with exactly these fields (the required ones present), or 422."""
-    body = object_body(value, where)
-    for name in body:
-        if name not in required and name not in optional:
-            raise ApiError(422, f"unknown field {str(name)[:80]!r}", f"{where}.{str(name)[:80]}")
-    for name in required:
-        if name not in body:
-            raise ApiError(422, f"missing field {name!r}", f"{where}.{name}")
-    return body
-
-
-def _tasks(value: Any) -> list[str]:
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_TASKS:
-        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} task names", "body.tasks")
-    for n, task in enumerate(value):
-        if not is_valid_task_name(task):
-            raise ApiError(422, f"{str(task)[:80]!r} is not a task name", f"body.tasks[{n}]")
-    return list(dict.fromkeys(value))
-
-
-def _queues(value: Any) -> list[str]:
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_TASKS:
-        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} queue names", "body.queues")
-    for n, queue in enumerate(value):
-        if not is_valid_id(queue):
-            raise ApiError(422, f"{str(queue)[:80]!r} is not a queue name", f"body.queues[{n}]")
-    return list(dict.fromkeys(value))
-
-
-def _number(value: Any, where: str, low: float, high: float) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-        raise ApiError(422, f"expected a number of seconds from {low:g} to {high:g}", where)
-    return float(value)
-
-
-def _progress(value: Any) -> tuple[float | None, str]:
-    """A heartbeat's ``progress``: ``{"fraction": 0..1 or null, "message": str}``, both optional."""
-    progress = _fields(value, optional=("fraction", "message"), where="body.progress")
-    fraction = progress.get("fraction")
-    if fraction is not None:
-        fraction = _number(fraction, "body.progress.fraction", 0.0, 1.0)
-    message = progress.get("message", "")
-    if not isinstance(message, str) or len(message) > MAX_PROGRESS_MESSAGE:
-        raise ApiError(422, f"expected a string of at most {MAX_PROGRESS_MESSAGE} characters", "body.progress.message")
-    return fraction, message
 
 
 def _fence_attempt(fence: str) -> int | None:

@@ -12,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from spool.runner.api.bodies import body as _body, errors as _errors, json_reply as _json, op as _op
 from spool.runner.api.context import ApiContext, require
+from spool.runner.api.runners import DISPATCH_PATHS
 
-_ERROR = {"$ref": "#/components/schemas/Error"}
 _HEALTH: dict[str, Any] = {
     "type": "object",
     "properties": {"ok": {"type": "boolean"}, "coordinator": {"type": "boolean"}},
@@ -29,34 +30,6 @@ _HOLD = {
 }
 _ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _errors(*codes: int) -> dict[str, Any]:
-    words = {
-        400: "not JSON, or a bad header",
-        401: "no token, or an unknown or revoked one",
-        403: "the token's role may not do this",
-        404: "no such job (or no result yet)",
-        408: "the body did not arrive whole in time",
-        409: "the job (or lease) is not in a state that allows this",
-        413: "the body is over the cap",
-        422: "the body or a parameter has the wrong shape; `where` says which",
-        429: "too much at once: the spool is full (backpressure), or too many lease requests wait; see Retry-After",
-        503: "the disk is full or a job's lock is busy; see Retry-After",
-    }
-    return {str(code): _json(_ERROR, words[code]) for code in codes}
-
-
-def _op(summary: str, roles: str, responses: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {"summary": summary, "description": f"Roles: {roles}.", "responses": responses, **more}
-
-
-def _body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
 _FENCE = {"fence": {"type": "string", "description": "the lease's fence, as POST /v1/leases gave it"}}
@@ -138,7 +111,7 @@ PATHS: dict[str, Any] = {
     "/v1/leases": {
         "post": _op(
             "Long-poll for a job of the worker's tasks",
-            "work (the token's name is the worker)",
+            "work (the token's name is the worker), dispatch (names its runner: the holder is <token>/<runner>)",
             {
                 "200": _json({"$ref": "#/components/schemas/Lease"}, "a lease"),
                 "204": {"description": "none in time"},
@@ -152,6 +125,8 @@ PATHS: dict[str, Any] = {
                         "tasks": {"type": "array", "items": {"type": "string"}},
                         "queues": {"type": "array", "items": {"type": "string"}, "description": "default: every queue"},
                         "wait": {"type": "number", "minimum": 0},
+                        "runner": {"type": "string", "description": "a dispatch token's runner (required for one)"},
+                        "job": {"type": "string", "description": "claim this job or none (spool run-one --job)"},
                     },
                 }
             ),
@@ -160,7 +135,7 @@ PATHS: dict[str, Any] = {
     "/v1/leases/{id}/heartbeat": {
         "post": _op(
             "Heartbeat a lease (with progress)",
-            "work (its own leases)",
+            "work (its own leases), dispatch (its runners' leases)",
             {
                 "200": _json(
                     {
@@ -191,7 +166,7 @@ PATHS: dict[str, Any] = {
     "/v1/leases/{id}/complete": {
         "post": _op(
             "Complete a lease with its result (the first result wins)",
-            "work (its own leases)",
+            "work (its own leases), dispatch (its runners' leases)",
             {"200": _json({"type": "object"}, "done"), **_LEASE_ERRORS},
             requestBody=_body(
                 {"type": "object", "required": ["fence", "result"], "properties": {**_FENCE, "result": {}}}
@@ -202,7 +177,7 @@ PATHS: dict[str, Any] = {
     "/v1/leases/{id}/fail": {
         "post": _op(
             "Fail a lease (retried after backoff, or dead after its last try or with reject)",
-            "work (its own leases)",
+            "work (its own leases), dispatch (its runners' leases)",
             {"200": _json({"type": "object"}, "failed"), **_LEASE_ERRORS},
             requestBody=_body(
                 {
@@ -217,7 +192,7 @@ PATHS: dict[str, Any] = {
     "/v1/leases/{id}/release": {
         "post": _op(
             "Give a lease back at a graceful stop (its try is not spent)",
-            "work (its own leases)",
+            "work (its own leases), dispatch (its runners' leases)",
             {"200": _json({"type": "object"}, "pending again"), **_LEASE_ERRORS},
             requestBody=_body({"type": "object", "required": ["fence"], "properties": {**_FENCE}}),
         ),
@@ -265,6 +240,7 @@ PATHS: dict[str, Any] = {
             {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": _ID_PATTERN}}
         ],
     },
+    **DISPATCH_PATHS,
     "/metrics": {"get": _op("Prometheus metrics", "any", {"200": {"description": "text exposition format"}})},
     "/openapi.json": {"get": _op("This document", "any", {"200": _json({"type": "object"}, "OpenAPI 3.1")})},
     "/": {
