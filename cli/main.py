@@ -68,6 +68,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("processes", "demo"),
     "serve": ("serving", "serve"),
     "token": ("serving", "token"),
+    "dispatch": ("dispatching", "dispatch"),
+    "run-one": ("dispatching", "run_one"),
 }
 
 

@@ -16,6 +16,12 @@ doubling to 5 s), and the log says "server unreachable, retrying" once and "serv
 again" once when it answers. An attempt keeps running meanwhile; its outcome waits for the
 server. A 401 (the token was revoked) or 403 ends the worker with an error: no retry fixes it.
 
+``spool run-one`` (an engine job of ``spool dispatch``) is this worker with ``once``: it asks
+for a lease once, at once (no long-poll), for its ``runner`` name under a dispatch token and for
+the one ``job`` it was started for; it runs that attempt as above and exits, 0 also when it
+claimed nothing (an engine that started it twice gets one run). A server that does not answer is
+retried for ``CLAIM_PATIENCE_SECONDS``, then it exits 1 having claimed nothing.
+
 Stopping: the first SIGTERM/SIGINT stops polling (a long-poll in flight is cut: the server gives
 back a job it claimed for it; a lease that arrived anyway is released at once); a running attempt
 may finish within ``grace_seconds``, after which it is killed and released over the API
@@ -53,6 +59,7 @@ BACKOFF_MAX_SECONDS = 5.0
 CALL_MARGIN_SECONDS = 10.0  # beyond a long-poll's wait, before its answer counts as lost
 STOP_CHECK_SECONDS = 0.05
 OUTCOME_TIMEOUT_SECONDS = 60.0  # a complete or fail call, before its answer counts as lost
+CLAIM_PATIENCE_SECONDS = 60.0  # run-one: how long its one claim waits for the server to answer
 
 
 class _Stderr:
@@ -77,12 +84,16 @@ class RemoteWorker:
         sys_path: Sequence[str] = (),
         long_poll_seconds: float = LONG_POLL_SECONDS,
         queues: Sequence[str] | None = None,
+        once: bool = False,
+        runner: str | None = None,
+        job: str | None = None,
     ) -> None:
         self.client = client
+        self.once, self.runner, self.job = once, runner, job
         self.queues = sorted(set(queues)) if queues is not None else None  # None: every queue
         self.settings = settings
-        self.burst = burst
-        self.long_poll_seconds = 0.0 if burst else long_poll_seconds
+        self.burst = burst or once
+        self.long_poll_seconds = 0.0 if self.burst else long_poll_seconds
         self.import_modules = list(dict.fromkeys([*settings.tasks, *import_modules]))
         registry.import_task_modules(self.import_modules)
         self.tasks = sorted(registry.registered() | ({"shell"} if allow_shell else set()))
@@ -104,17 +115,23 @@ class RemoteWorker:
     def run(self) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info("remote worker started: server %s, tasks %s", self.client.url, ", ".join(self.tasks))
+        started = time.monotonic()
         try:
             while not self._signals:
                 lease = self._next_lease()
                 if lease is None:
                     if self.burst and not self._unreachable:
                         break
+                    if self.once and time.monotonic() - started > CLAIM_PATIENCE_SECONDS:
+                        log.error("run-one stops: no answer to its claim in %gs", CLAIM_PATIENCE_SECONDS)
+                        return 1
                     continue
                 if self._signals:
                     self.release_lease(lease)
                     break
                 self._run_attempt(lease)
+                if self.once:
+                    break
         except Refused as err:
             log.error("remote worker stops: %s", err)
             return 1
@@ -177,6 +194,10 @@ class RemoteWorker:
         asked: dict[str, Any] = {"tasks": self.tasks, "wait": wait}
         if self.queues is not None:
             asked["queues"] = self.queues
+        if self.runner is not None:
+            asked["runner"] = self.runner
+        if self.job is not None:
+            asked["job"] = self.job
         reply = self._call(
             "/v1/leases",
             asked,

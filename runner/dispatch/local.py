@@ -1,0 +1,194 @@
+"""The ``local`` engine: each engine job is a ``spool run-one`` subprocess on the dispatcher's host.
+
+No dependency, for tests and small hosts. Its label is a folder of the dispatcher's own
+(``--engine-opt state_dir=DIR``, default ``$XDG_STATE_HOME/spool/dispatch/<label>``, 0700) that
+holds one small JSON file per engine job, ``<runner>.json``: the spool job, when it was handed
+over, when it may start, and once started its pid and the pid's start time (field 22 of
+/proc/PID/stat, so a reused pid is never taken for ours). Each is written whole in a temporary
+file, fsync'd and renamed into place, the folder fsync'd, so a dispatcher SIGKILLed at any point
+finds every engine job it had (``adopt``). The subprocesses run in sessions of their own: they
+outlive a dispatcher that dies, and the next one adopts them.
+
+Verdicts: a child of ours is ``SUCCEEDED`` on exit 0 and ``FAILED`` otherwise (killed by a
+signal included: a dead process holds no lease worth waiting for); an adopted process (not our
+child, so its status is not ours to read) is ``RUNNING`` while its pid has its start time, and
+``FAILED`` once gone: fencing a runner that completed is a no-op, and one that died must not wait
+out its lease. A state file that can't be read says ``LOST``.
+
+``--engine-opt start_delay=S`` holds each engine job ``PENDING`` that long before its process
+starts, as a busy cluster's queue would (``--dispatch-timeout`` is tested with it). The token
+goes to the subprocesses in ``<state_dir>/token`` (0600), never on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spool.base.errors import UsageError
+from spool.runner.dispatch.engine import EngineJob, RunOne, Verdict
+from spool.workers import WORKER_NAME
+
+log = logging.getLogger("spool.dispatch")
+
+OPTIONS = ("state_dir", "start_delay", "label")
+_SUFFIX = ".json"
+
+
+def open_engine(run_one: RunOne, token: str, label: str, options: Mapping[str, str]) -> LocalEngine:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise UsageError(f"--engine-opt {unknown[0]}: the local engine takes {', '.join(OPTIONS)}")
+    try:
+        delay = float(options.get("start_delay", "0"))
+    except ValueError:
+        raise UsageError(f"--engine-opt start_delay={options['start_delay']}: expected seconds") from None
+    if not 0 <= delay <= 86400:
+        raise UsageError("--engine-opt start_delay: expected seconds from 0 to 86400")
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    folder = Path(options.get("state_dir") or os.path.join(state_home, "spool", "dispatch", label))
+    return LocalEngine(run_one, token, folder, delay)
+
+
+class LocalEngine:
+    def __init__(self, run_one: RunOne, token: str, folder: Path, start_delay: float = 0.0) -> None:
+        self.run_one, self.folder, self.start_delay = run_one, folder, start_delay
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.token_file = str(folder / "token")
+            _write_whole(folder, "token", token.encode(), mode=0o600)
+        except OSError as err:
+            raise UsageError(f"--engine-opt state_dir={folder}: {err.strerror or err}") from None
+        self._children: dict[str, subprocess.Popen[bytes]] = {}  # runner -> the process we started
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    def submit(self, runner: str, job_id: str) -> EngineJob:
+        now = time.time()
+        self._save(runner, {"runner": runner, "job": job_id, "submitted": now, "start_at": now + self.start_delay})
+        job = EngineJob(runner, job_id, now)
+        if self.start_delay <= 0:
+            self._start(job)
+        return job
+
+    def poll(self, job: EngineJob) -> Verdict:
+        child = self._children.get(job.runner)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return Verdict.RUNNING
+            return Verdict.SUCCEEDED if code == 0 else Verdict.FAILED
+        record = self._load(job.runner)
+        if record is None:
+            return Verdict.LOST
+        pid = record.get("pid")
+        if pid is None:
+            if time.time() < float(record.get("start_at", 0)):
+                return Verdict.PENDING
+            self._start(job)
+            return Verdict.RUNNING
+        return Verdict.RUNNING if _started_at(int(pid)) == record.get("pid_start") else Verdict.FAILED
+
+    def cancel(self, job: EngineJob) -> None:
+        child = self._children.get(job.runner)
+        if child is not None:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            return
+        record = self._load(job.runner) or {}
+        pid = record.get("pid")
+        if pid is not None and _started_at(int(pid)) == record.get("pid_start"):
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+
+    def forget(self, job: EngineJob) -> None:
+        self._children.pop(job.runner, None)
+        try:
+            os.unlink(self.folder / f"{job.runner}{_SUFFIX}")
+            _fsync_dir(self.folder)
+        except FileNotFoundError:
+            pass
+
+    def adopt(self) -> list[EngineJob]:
+        jobs = []
+        for path in sorted(self.folder.glob(f"*{_SUFFIX}")):
+            runner = path.name[: -len(_SUFFIX)]
+            record = self._load(runner) if WORKER_NAME.fullmatch(runner) else None
+            if record is None or not isinstance(record.get("job"), str):
+                log.warning("engine state %s is not one of ours; left alone", path)
+                continue
+            jobs.append(EngineJob(runner, record["job"], float(record.get("submitted", 0)), str(record.get("pid", ""))))
+        return jobs
+
+    def stop(self) -> None:
+        self._children.clear()  # the processes run on: the next dispatcher adopts them
+
+    # -- the processes and their files -------------------------------------------------------
+
+    def _start(self, job: EngineJob) -> None:
+        argv = self.run_one.argv(job.runner, job.job_id, self.token_file)
+        with open(self.folder / f"{job.runner}.log", "ab") as out:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env={**os.environ, **self.run_one.env},
+                start_new_session=True,  # outlives us: the next dispatcher adopts it
+            )
+        self._children[job.runner] = child
+        record = self._load(job.runner) or {"runner": job.runner, "job": job.job_id, "submitted": job.submitted}
+        self._save(job.runner, {**record, "pid": child.pid, "pid_start": _started_at(child.pid)})
+
+    def _save(self, runner: str, record: dict[str, Any]) -> None:
+        _write_whole(self.folder, f"{runner}{_SUFFIX}", json.dumps(record).encode(), mode=0o600)
+
+    def _load(self, runner: str) -> dict[str, Any] | None:
+        try:
+            value = json.loads((self.folder / f"{runner}{_SUFFIX}").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+
+def _started_at(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); None if
+    there is no such process (or it is a zombie: over, its status waiting to be read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] == b"Z":
+        return None
+    return int(fields[19])
+
+
+def _write_whole(folder: Path, name: str, data: bytes, *, mode: int) -> None:
+    """``folder/name`` replaced whole: a temporary file, fsync'd, renamed, the folder fsync'd."""
+    staged = folder / f".{name}.{os.getpid()}.tmp"
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(staged, folder / name)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,279 @@
+"""``spool run-one`` and ``spool dispatch --engine local`` as real processes against a real
+``spool serve`` (``served``): the claim at start is the fence, a dispatcher drains the queue with
+one result per job, a dead runner is fenced or expires, a dispatcher SIGKILLed and started again
+adopts its engine jobs, an engine job that never starts is dispatched again with no try spent,
+and a dispatch token acts only for its own runners."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spool import Spool
+from spool.disk.layout import State
+from support import ROOT, SPOOL_CMD, kill_groups, wait_until
+
+LEASE_SECONDS = "1.5"
+
+
+class Runs:
+    """The processes a test starts (each in a session of its own), and the local engine's
+    subprocesses (read from its state folder), all SIGKILLed at the end."""
+
+    def __init__(self, served: Any, tmp: Path) -> None:
+        self.served, self.logs, self.state = served, tmp / "logs", tmp / "engine"
+        self.logs.mkdir()
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.token_file = tmp / "dispatch.token"
+        self.token_file.write_text(served.token("d1", "dispatch"))
+        self.token_file.chmod(0o600)
+        self._runs: dict[str, int] = {}
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        self._runs[name] = self._runs.get(name, 0) + 1
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [*SPOOL_CMD, *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            )
+        self.started.append(proc)
+        return proc
+
+    def _remote(self) -> list[str]:
+        return ["--server", self.served.url, "--token-file", str(self.token_file), "--cacert", str(self.served.cacert)]
+
+    def run_one(self, runner: str, job_id: str) -> subprocess.Popen[bytes]:
+        return self.start(
+            runner, "run-one", *self._remote(), "--runner", runner, "--job", job_id, "--import", "examples.tasks"
+        )
+
+    def dispatcher(self, *extra: str) -> subprocess.Popen[bytes]:
+        args = ["dispatch", *self._remote(), "--engine", "local", "--engine-opt", f"state_dir={self.state}"]
+        return self.start("dispatch", *args, "--import", "examples.tasks", *extra)
+
+    def coordinator(self) -> subprocess.Popen[bytes]:
+        root = str(self.served.root)
+        proc = self.start(
+            "coordinator",
+            "--spool",
+            root,
+            "--lease-seconds",
+            LEASE_SECONDS,
+            "--backoff-base-seconds",
+            "0.1",
+            "coordinator",
+        )
+        wait_until(lambda: _meta(self.served, "lease_seconds") == LEASE_SECONDS, 30, message="the term published")
+        return proc
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def engine_records(self) -> list[dict[str, Any]]:
+        if not self.state.exists():
+            return []
+        return [json.loads(path.read_text()) for path in sorted(self.state.glob("*.json"))]
+
+    def kill_all(self) -> None:
+        kill_groups(self.started)
+        for record in self.engine_records():
+            if record.get("pid"):
+                try:
+                    os.killpg(int(record["pid"]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.fixture
+def runs(served: Any, tmp_path: Path) -> Iterator[Runs]:
+    started = Runs(served, tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+def _meta(served: Any, name: str) -> str | None:
+    with Spool(served.root, environ={}) as sp:
+        value = sp.ledger.meta(name)
+    return None if value is None else str(float(value))
+
+
+def _status(served: Any, job_id: str) -> dict[str, Any]:
+    with Spool(served.root, environ={}) as sp:
+        return sp.status(job_id)
+
+
+def _done(served: Any, job_ids: list[str]) -> bool:
+    return all((served.root / "done" / f"{job_id}.yaml").exists() for job_id in job_ids)
+
+
+def _submit(served: Any, task: str, args: dict[str, Any], n: int = 1, **options: Any) -> list[str]:
+    with Spool(served.root, environ={}) as sp:
+        return [sp.submit(task, args, **options) for _ in range(n)]
+
+
+def test_two_run_ones_for_one_job_run_it_once(served: Any, runs: Runs, tmp_path: Path) -> None:
+    ran = tmp_path / "ran.txt"
+    [job_id] = _submit(served, "touch", {"path": str(ran)})
+    first, second = runs.run_one("r1", job_id), runs.run_one("r2", job_id)
+    assert first.wait(60) == 0 and second.wait(60) == 0  # the one that claimed nothing exits 0 too
+    assert ran.read_text().count("\n") == 1  # the handler ran once
+    status = _status(served, job_id)
+    assert status["state"] == "done" and status["attempt"] == 1
+    assert [a["worker"] for a in status["attempts"]] in (["d1/r1"], ["d1/r2"])
+    assert sum(f"lease {job_id} attempt=1" in runs.log(r) for r in ("r1", "r2")) == 1
+
+
+def test_a_dispatcher_over_the_local_engine_drains_the_queue_one_result_each(served: Any, runs: Runs) -> None:
+    job_ids = [_submit(served, "echo", {"n": n})[0] for n in range(8)]
+    runs.dispatcher("--max-inflight", "3")
+    wait_until(lambda: _done(served, job_ids), 90, message="8 jobs done through the local engine")
+    for n, job_id in enumerate(job_ids):
+        status = _status(served, job_id)
+        assert status["attempt"] == 1 and len(status["attempts"]) == 1
+        assert status["attempts"][0]["worker"].startswith("d1/r-")
+        with Spool(served.root, environ={}) as sp:
+            assert sp.result(job_id)["args"] == {"n": n}
+    wait_until(lambda: not runs.engine_records(), 30, message="every engine job forgotten once over")
+    assert sorted(p.name for p in (served.root / "results").iterdir()) == sorted(f"{i}.json" for i in job_ids)
+
+
+def test_a_run_one_sigkilled_mid_attempt_gives_its_job_back_by_lease_expiry(served: Any, runs: Runs) -> None:
+    runs.coordinator()
+    [job_id] = _submit(served, "sleep", {"seconds": 2.0})
+    first = runs.run_one("r1", job_id)
+    wait_until(lambda: f"lease {job_id} attempt=1" in runs.log("r1"), 30, message="run-one r1 running the attempt")
+    os.killpg(first.pid, signal.SIGKILL)
+    wait_until(lambda: _status(served, job_id)["state"] == "pending", 30, message="the lease expired")
+    assert runs.run_one("r2", job_id).wait(60) == 0
+    status = _status(served, job_id)
+    assert status["state"] == "done" and status["attempt"] == 2
+    assert [(a["worker"], a["outcome"]) for a in status["attempts"]] == [("d1/r1", "expired"), ("d1/r2", "done")]
+
+
+def test_a_dispatcher_fences_a_runner_whose_process_died_at_once(served: Any, runs: Runs) -> None:
+    """Under a dispatcher, the engine job's death is definitive: the runner is fenced, the job
+    retried without waiting out the lease (the term here is the default 30 s)."""
+    root = str(served.root)
+    runs.start("coordinator", "--spool", root, "--backoff-base-seconds", "0.1", "coordinator")
+    [job_id] = _submit(served, "sleep", {"seconds": 2.0})
+    runs.dispatcher("--max-inflight", "1")
+    wait_until(lambda: _status(served, job_id)["state"] == "leased", 30, message="the job leased by a runner")
+    [record] = wait_until(lambda: [r for r in runs.engine_records() if r.get("pid")], 30, message="a run-one")
+    os.killpg(int(record["pid"]), signal.SIGKILL)
+    wait_until(lambda: _done(served, [job_id]), 25, message="the job done by a second runner before the term")
+    attempts = _status(served, job_id)["attempts"]
+    assert [a["outcome"] for a in attempts] == ["expired", "done"]
+    assert "fenced" in attempts[0]["error"] and attempts[0]["worker"] == f"d1/{record['runner']}"
+
+
+def test_a_dispatcher_sigkilled_and_restarted_adopts_its_engine_jobs_and_loses_nothing(
+    served: Any, runs: Runs, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    job_ids = [_submit(served, "sleep", {"seconds": 1.5})[0] for _ in range(6)]
+    first = runs.dispatcher("--max-inflight", "3")
+    wait_until(lambda: len([r for r in runs.engine_records() if r.get("pid")]) == 3, 60, message="3 engine jobs")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    in_flight = {r["runner"] for r in runs.engine_records()}
+    runs.dispatcher("--max-inflight", "3")
+    wait_until(lambda: _done(served, job_ids), 90, message="every job done after the restart")
+    adopted = {
+        line.split("runner ")[1].split(")")[0] for line in runs.log("dispatch").splitlines() if "adopted" in line
+    }
+    assert in_flight <= adopted
+    for job_id in job_ids:
+        status = _status(served, job_id)
+        assert status["attempt"] == 1 and [a["outcome"] for a in status["attempts"]] == ["done"]
+
+
+def test_an_engine_job_not_started_in_time_is_dispatched_again_with_no_try_spent(served: Any, runs: Runs) -> None:
+    [job_id] = _submit(served, "echo", {})
+    held = runs.dispatcher("--engine-opt", "start_delay=600", "--dispatch-timeout", "0.5")
+    wait_until(lambda: runs.log("dispatch").count("not started within") >= 2, 60, message="two engine jobs cancelled")
+    os.killpg(held.pid, signal.SIGKILL)
+    held.wait()
+    status = _status(served, job_id)
+    assert status["state"] == "pending" and status["tries"] == 0 and status["attempts"] == []
+    assert not list(runs.state.glob("*.log"))  # no run-one ever started
+    runs.dispatcher("--dispatch-timeout", "0.5")  # adopts the held one, cancels it, dispatches anew
+    wait_until(lambda: _done(served, [job_id]), 60, message="the job done once engine jobs start")
+    status = _status(served, job_id)
+    assert status["attempt"] == 1 and status["tries"] == 1
+
+
+def test_a_dispatch_token_acts_only_for_its_own_runners(served: Any, runs: Runs) -> None:
+    d1 = runs.token_file.read_text()
+    d2, work = served.token("d2", "dispatch"), served.token("w1", "work")
+    first, second = _submit(served, "echo", {}, 2)
+
+    def call(path: str, token: str, body: dict[str, Any]) -> Any:
+        return served.call("POST", path, token=token, json=body)
+
+    assert call("/v1/leases", d1, {"tasks": ["echo"]}).status == 422  # a dispatch token names its runner
+    assert call("/v1/leases", work, {"tasks": ["echo"], "runner": "r1"}).status == 422
+    ready = call("/v1/dispatch/ready", d1, {"tasks": ["echo"], "most": 5})
+    assert ready.status == 200 and {item["id"] for item in ready.json["ready"]} == {first, second}
+    assert call("/v1/dispatch/ready", work, {}).status == 403
+    leased = call("/v1/leases", d1, {"tasks": ["echo"], "runner": "r1", "job": second})
+    assert leased.status == 200 and leased.json["lease"]["id"] == second
+    assert leased.json["lease"]["worker"] == "d1/r1"
+    fence = leased.json["lease"]["fence"]
+    for other in (d2, work):  # another dispatch token, a work token: not theirs
+        assert call(f"/v1/leases/{second}/heartbeat", other, {"fence": fence}).status == 403
+        assert call(f"/v1/leases/{second}/complete", other, {"fence": fence, "result": 1}).status == 403
+    assert call("/v1/runners/r1/fence", d2, {}).json == {"runner": "d2/r1", "expired": []}
+    assert call("/v1/runners/r1/fence", work, {}).status == 403
+    theirs = call("/v1/leases", work, {"tasks": ["echo"]})
+    assert theirs.status == 200 and theirs.json["lease"]["id"] == first
+    body = {"fence": theirs.json["lease"]["fence"]}
+    assert call(f"/v1/leases/{first}/heartbeat", d1, body).status == 403
+    assert call(f"/v1/leases/{first}/fail", d1, {**body, "error": "x"}).status == 403
+    assert call(f"/v1/leases/{second}/heartbeat", d1, {"fence": fence}).status == 200
+    assert call("/v1/runners/r1/fence", d1, {}).json == {"runner": "d1/r1", "expired": [second]}
+    late = call(f"/v1/leases/{second}/complete", d1, {"fence": fence, "result": 1})
+    assert late.status == 409
+    with Spool(served.root, environ={}) as sp:
+        assert sp.job(second)[0] is State.PENDING
+
+
+def test_run_one_and_dispatch_usage_errors_are_one_line(tmp_path: Path) -> None:
+    from support import run_spool
+
+    token = tmp_path / "t"
+    token.write_text("x")
+    for args, says in [
+        (["run-one", "--server", "https://h:1", "--token-file", str(token), "--runner", "a/b"], "--runner"),
+        (
+            ["run-one", "--server", "https://h:1", "--token-file", str(token), "--runner", "a", "--job", "../x"],
+            "job id",
+        ),
+        (["dispatch", "--server", "https://h:1", "--token-file", str(token), "--engine", "ray"], "--engine 'ray'"),
+        (
+            [
+                "dispatch",
+                "--server",
+                "https://h:1",
+                "--token-file",
+                str(token),
+                "--engine",
+                "local",
+                "--engine-opt",
+                "x",
+            ],
+            "KEY=VALUE",
+        ),
+    ]:
+        ran = run_spool(*args)
+        assert ran.returncode == 2, (args, ran.stderr)
+        assert says in ran.stderr and "Traceback" not in ran.stderr
