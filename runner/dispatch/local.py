@@ -9,11 +9,13 @@ file, fsync'd and renamed into place, the folder fsync'd, so a dispatcher SIGKIL
 finds every engine job it had (``adopt``). The subprocesses run in sessions of their own: they
 outlive a dispatcher that dies, and the next one adopts them.
 
-Verdicts: a child of ours is ``SUCCEEDED`` on exit 0 and ``FAILED`` otherwise (killed by a
-signal included: a dead process holds no lease worth waiting for); an adopted process (not our
-child, so its status is not ours to read) is ``RUNNING`` while its pid has its start time, and
-``FAILED`` once gone: fencing a runner that completed is a no-op, and one that died must not wait
-out its lease. A state file that can't be read says ``LOST``.
+Each engine job is ``/bin/sh -c '"$@"; echo $? > <runner>.exit'`` around ``spool run-one``, in a
+session of its own (its pid is its process group: ``cancel`` kills the group), so its exit status
+outlives the dispatcher too. Verdicts: ``SUCCEEDED`` on exit 0; ``FAILED`` on any other status, a
+signal included, or when the process is gone without a status (the group SIGKILLed): a dead
+process holds no lease worth waiting for, and fencing a runner that completed is a no-op;
+``RUNNING`` while the pid still has the start time recorded; ``LOST`` when its state file can't be
+read. The output of an engine job that did not succeed stays in ``<runner>.log``.
 
 ``--engine-opt start_delay=S`` holds each engine job ``PENDING`` that long before its process
 starts, as a busy cluster's queue would (``--dispatch-timeout`` is tested with it). The token
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -39,6 +42,8 @@ log = logging.getLogger("spool.dispatch")
 
 OPTIONS = ("state_dir", "start_delay", "label")
 _SUFFIX = ".json"
+# The wrapper that keeps run-one's exit status in <runner>.exit (staged, then renamed into place).
+_WRAPPER = '"$@"; code=$?; echo $code > "$0.tmp" && mv "$0.tmp" "$0"; exit $code'
 
 
 def open_engine(run_one: RunOne, token: str, label: str, options: Mapping[str, str]) -> LocalEngine:
@@ -66,6 +71,7 @@ class LocalEngine:
         except OSError as err:
             raise UsageError(f"--engine-opt state_dir={folder}: {err.strerror or err}") from None
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # runner -> the process we started
+        self._succeeded: set[str] = set()  # runners whose log is not worth keeping
 
     # -- the protocol ------------------------------------------------------------------------
 
@@ -81,9 +87,7 @@ class LocalEngine:
         child = self._children.get(job.runner)
         if child is not None:
             code = child.poll()
-            if code is None:
-                return Verdict.RUNNING
-            return Verdict.SUCCEEDED if code == 0 else Verdict.FAILED
+            return Verdict.RUNNING if code is None else self._ended(job, code)
         record = self._load(job.runner)
         if record is None:
             return Verdict.LOST
@@ -93,30 +97,44 @@ class LocalEngine:
                 return Verdict.PENDING
             self._start(job)
             return Verdict.RUNNING
-        return Verdict.RUNNING if _started_at(int(pid)) == record.get("pid_start") else Verdict.FAILED
+        if _started_at(int(pid)) == record.get("pid_start"):
+            return Verdict.RUNNING
+        try:
+            code = int((self.folder / f"{job.runner}.exit").read_text())
+        except (OSError, ValueError):
+            code = -1  # gone with no status: its whole group was killed
+        return self._ended(job, code)
+
+    def _ended(self, job: EngineJob, code: int) -> Verdict:
+        if code == 0:
+            self._succeeded.add(job.runner)
+            return Verdict.SUCCEEDED
+        return Verdict.FAILED
 
     def cancel(self, job: EngineJob) -> None:
         child = self._children.get(job.runner)
-        if child is not None:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            return
         record = self._load(job.runner) or {}
-        pid = record.get("pid")
-        if pid is not None and _started_at(int(pid)) == record.get("pid_start"):
+        pid = child.pid if child is not None else record.get("pid")
+        if pid is not None and (child is not None or _started_at(int(pid)) == record.get("pid_start")):
             try:
-                os.kill(int(pid), 9)
+                os.killpg(int(pid), signal.SIGKILL)  # the wrapper and run-one, with its attempt child
             except ProcessLookupError:
                 pass
+        if child is not None:
+            child.wait()
 
     def forget(self, job: EngineJob) -> None:
         self._children.pop(job.runner, None)
-        try:
-            os.unlink(self.folder / f"{job.runner}{_SUFFIX}")
-            _fsync_dir(self.folder)
-        except FileNotFoundError:
-            pass
+        names = [f"{job.runner}{_SUFFIX}", f"{job.runner}.exit"]
+        if job.runner in self._succeeded:
+            self._succeeded.discard(job.runner)
+            names.append(f"{job.runner}.log")
+        for name in names:
+            try:
+                os.unlink(self.folder / name)
+            except FileNotFoundError:
+                pass
+        _fsync_dir(self.folder)
 
     def adopt(self) -> list[EngineJob]:
         jobs = []
@@ -135,7 +153,8 @@ class LocalEngine:
     # -- the processes and their files -------------------------------------------------------
 
     def _start(self, job: EngineJob) -> None:
-        argv = self.run_one.argv(job.runner, job.job_id, self.token_file)
+        run_one = self.run_one.argv(job.runner, job.job_id, self.token_file)
+        argv = ["/bin/sh", "-c", _WRAPPER, str(self.folder / f"{job.runner}.exit"), *run_one]
         with open(self.folder / f"{job.runner}.log", "ab") as out:
             child = subprocess.Popen(
                 argv,

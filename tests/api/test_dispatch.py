@@ -200,7 +200,11 @@ def test_a_dispatcher_sigkilled_and_restarted_adopts_its_engine_jobs_and_loses_n
 def test_an_engine_job_not_started_in_time_is_dispatched_again_with_no_try_spent(served: Any, runs: Runs) -> None:
     [job_id] = _submit(served, "echo", {})
     held = runs.dispatcher("--engine-opt", "start_delay=600", "--dispatch-timeout", "0.5")
-    wait_until(lambda: runs.log("dispatch").count("not started within") >= 2, 60, message="two engine jobs cancelled")
+    wait_until(
+        lambda: runs.log("dispatch").count("not started within") >= 2 and runs.engine_records(),
+        60,
+        message="two engine jobs cancelled, a third one held",
+    )
     os.killpg(held.pid, signal.SIGKILL)
     held.wait()
     status = _status(served, job_id)
@@ -208,6 +212,7 @@ def test_an_engine_job_not_started_in_time_is_dispatched_again_with_no_try_spent
     assert not list(runs.state.glob("*.log"))  # no run-one ever started
     runs.dispatcher("--dispatch-timeout", "0.5")  # adopts the held one, cancels it, dispatches anew
     wait_until(lambda: _done(served, [job_id]), 60, message="the job done once engine jobs start")
+    assert "adopted engine job" in runs.log("dispatch")
     status = _status(served, job_id)
     assert status["attempt"] == 1 and status["tries"] == 1
 
