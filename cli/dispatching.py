@@ -8,7 +8,7 @@ import sys
 import click
 
 from spool.base.errors import UsageError
-from spool.cli.app import App, command, flag_duration, pass_app
+from spool.cli.app import App, flag_duration, pass_app
 from spool.cli.processes import _daemonise_stdio, _import_option, _queues_option, _remote_token
 from spool.runner.logs import setup_logging
 from spool.settings import load_settings
@@ -28,7 +28,7 @@ def _job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     return value
 
 
-@command("run-one")
+@click.command("run-one")
 @_server
 @_token_file
 @_cacert
@@ -86,7 +86,7 @@ def _task_names(ctx: click.Context, param: click.Parameter, value: str | None) -
     return names
 
 
-@command()
+@click.command()
 @_server
 @click.option("--token", metavar="TOKEN", help="A dispatch token. Visible in ps: prefer --token-file.")
 @_token_file

@@ -41,7 +41,9 @@ from spool.workers import WORKER_NAME
 log = logging.getLogger("spool.dispatch")
 
 OPTIONS = ("state_dir", "start_delay", "label")
-_SUFFIX = ".json"
+# The files of one engine job in the state folder (not a spool: spool.disk.layout names none of
+# them): <runner>.json its record, <runner>.log its output, <runner>.exit its exit status.
+RECORD, OUTPUT, STATUS = "json", "log", "exit"
 # The wrapper that keeps run-one's exit status in <runner>.exit (staged, then renamed into place).
 _WRAPPER = '"$@"; code=$?; echo $code > "$0.tmp" && mv "$0.tmp" "$0"; exit $code'
 
@@ -67,7 +69,7 @@ class LocalEngine:
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.token_file = str(folder / "token")
-            _write_whole(folder, "token", token.encode(), mode=0o600)
+            _write_whole(folder / "token", token.encode(), mode=0o600)
         except OSError as err:
             raise UsageError(f"--engine-opt state_dir={folder}: {err.strerror or err}") from None
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # runner -> the process we started
@@ -100,7 +102,7 @@ class LocalEngine:
         if _started_at(int(pid)) == record.get("pid_start"):
             return Verdict.RUNNING
         try:
-            code = int((self.folder / f"{job.runner}.exit").read_text())
+            code = int(self._file(job.runner, STATUS).read_text())
         except (OSError, ValueError):
             code = -1  # gone with no status: its whole group was killed
         return self._ended(job, code)
@@ -125,21 +127,23 @@ class LocalEngine:
 
     def forget(self, job: EngineJob) -> None:
         self._children.pop(job.runner, None)
-        names = [f"{job.runner}{_SUFFIX}", f"{job.runner}.exit"]
+        kinds = [RECORD, STATUS]
         if job.runner in self._succeeded:
             self._succeeded.discard(job.runner)
-            names.append(f"{job.runner}.log")
-        for name in names:
+            kinds.append(OUTPUT)
+        for kind in kinds:
             try:
-                os.unlink(self.folder / name)
+                os.unlink(self._file(job.runner, kind))
             except FileNotFoundError:
                 pass
         _fsync_dir(self.folder)
 
     def adopt(self) -> list[EngineJob]:
         jobs = []
-        for path in sorted(self.folder.glob(f"*{_SUFFIX}")):
-            runner = path.name[: -len(_SUFFIX)]
+        for path in sorted(self.folder.iterdir()):
+            runner, _, kind = path.name.rpartition(".")
+            if kind != RECORD or path.name.startswith("."):
+                continue
             record = self._load(runner) if WORKER_NAME.fullmatch(runner) else None
             if record is None or not isinstance(record.get("job"), str):
                 log.warning("engine state %s is not one of ours; left alone", path)
@@ -154,8 +158,8 @@ class LocalEngine:
 
     def _start(self, job: EngineJob) -> None:
         run_one = self.run_one.argv(job.runner, job.job_id, self.token_file)
-        argv = ["/bin/sh", "-c", _WRAPPER, str(self.folder / f"{job.runner}.exit"), *run_one]
-        with open(self.folder / f"{job.runner}.log", "ab") as out:
+        argv = ["/bin/sh", "-c", _WRAPPER, str(self._file(job.runner, STATUS)), *run_one]
+        with open(self._file(job.runner, OUTPUT), "ab") as out:
             child = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -168,12 +172,15 @@ class LocalEngine:
         record = self._load(job.runner) or {"runner": job.runner, "job": job.job_id, "submitted": job.submitted}
         self._save(job.runner, {**record, "pid": child.pid, "pid_start": _started_at(child.pid)})
 
+    def _file(self, runner: str, kind: str) -> Path:
+        return self.folder / f"{runner}.{kind}"
+
     def _save(self, runner: str, record: dict[str, Any]) -> None:
-        _write_whole(self.folder, f"{runner}{_SUFFIX}", json.dumps(record).encode(), mode=0o600)
+        _write_whole(self._file(runner, RECORD), json.dumps(record).encode(), mode=0o600)
 
     def _load(self, runner: str) -> dict[str, Any] | None:
         try:
-            value = json.loads((self.folder / f"{runner}{_SUFFIX}").read_bytes())
+            value = json.loads(self._file(runner, RECORD).read_bytes())
         except (OSError, ValueError):
             return None
         return value if isinstance(value, dict) else None
@@ -192,16 +199,17 @@ def _started_at(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _write_whole(folder: Path, name: str, data: bytes, *, mode: int) -> None:
-    """``folder/name`` replaced whole: a temporary file, fsync'd, renamed, the folder fsync'd."""
-    staged = folder / f".{name}.{os.getpid()}.tmp"
+def _write_whole(path: Path, data: bytes, *, mode: int) -> None:
+    """``path`` replaced whole: a hidden file beside it, fsync'd, renamed, the folder fsync'd."""
+    folder = path.parent
+    staged = folder / f".{path.name}-{os.getpid()}"
     fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(staged, folder / name)
+    os.replace(staged, path)
     _fsync_dir(folder)
 
 

@@ -364,7 +364,7 @@ ARGS_FOR = {
     "serve": ["--self-signed", "--port", "0"],
     "token": ["list"],
 }
-NEEDS_NO_SPOOL = {"init", "crash-points", "demo"}
+NEEDS_NO_SPOOL = {"init", "crash-points", "demo", "dispatch", "run-one"}  # the last two: over the API
 RUNS_PROCESSES = {"coordinator", "worker", "run", "serve"}  # checked as real processes: they must never start
 
 
