@@ -118,9 +118,9 @@ def token_list(app: App) -> None:
 @click.argument("name")
 @pass_app
 def token_revoke(app: App, name: str) -> None:
-    """Revoke NAME's token: refused at the server's next request, and a work token's leases
-    fenced now (expired, the try already counted at pickup), so its worker's attempts can neither
-    finish nor hold their jobs until the term runs out."""
+    """Revoke NAME's token: refused at the server's next request, and a work token's leases (a
+    dispatch token's: its runners') fenced now (expired, the try already counted at pickup), so
+    its worker's attempts can neither finish nor hold their jobs until the term runs out."""
     # start-up: only a revoke reads leases; `token add` and `list` never do
     from spool.moves import fence_worker
 
@@ -130,6 +130,9 @@ def token_revoke(app: App, name: str) -> None:
     if not tokens.revoke(name):
         raise NotFound(f"no token named {name!r}")
     fenced = fence_worker(sp, name) if role != "submit" else []  # a submit token never holds a lease
+    if role == "dispatch":  # its runners hold as <name>/<runner>: each one the server heard from
+        runners = sorted({row[0] for row in sp.ledger.remote_workers(0.0) if row[0].startswith(f"{name}/")})
+        fenced += [job_id for runner in runners for job_id in fence_worker(sp, runner)]
     if app.json_output:
         echo_json({"revoked": name, "fenced": fenced})
     else:

@@ -166,9 +166,10 @@ def test_a_dispatcher_fences_a_runner_whose_process_died_at_once(served: Any, ru
     runs.start("coordinator", "--spool", root, "--backoff-base-seconds", "0.1", "coordinator")
     [job_id] = _submit(served, "sleep", {"seconds": 2.0})
     runs.dispatcher("--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 30, message="the job leased by a runner")
     [record] = wait_until(lambda: [r for r in runs.engine_records() if r.get("pid")], 30, message="a run-one")
-    os.killpg(int(record["pid"]), signal.SIGKILL)
+    output = runs.state / f"{record['runner']}.log"
+    wait_until(lambda: f"lease {job_id} attempt=1" in output.read_text(), 30, message="run-one running the attempt")
+    os.killpg(int(record["pid"]), signal.SIGKILL)  # the engine job's whole group: the wrapper, run-one, its child
     wait_until(lambda: _done(served, [job_id]), 25, message="the job done by a second runner before the term")
     attempts = _status(served, job_id)["attempts"]
     assert [a["outcome"] for a in attempts] == ["expired", "done"]
@@ -282,3 +283,16 @@ def test_run_one_and_dispatch_usage_errors_are_one_line(tmp_path: Path) -> None:
         ran = run_spool(*args)
         assert ran.returncode == 2, (args, ran.stderr)
         assert says in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_revoking_a_dispatch_token_fences_its_runners_leases(served: Any, runs: Runs) -> None:
+    from support import run_spool
+
+    d1 = runs.token_file.read_text()
+    [job_id] = _submit(served, "echo", {})
+    leased = served.call("POST", "/v1/leases", token=d1, json={"tasks": ["echo"], "runner": "r9"})
+    assert leased.status == 200
+    ran = run_spool("token", "revoke", "d1", "--json", spool=served.root)
+    assert ran.returncode == 0 and json.loads(ran.stdout)["fenced"] == [job_id]
+    status = _status(served, job_id)
+    assert status["state"] == "pending" and status["attempts"][0]["outcome"] == "expired"

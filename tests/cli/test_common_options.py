@@ -15,8 +15,9 @@ from spool.cli.app import SpoolCommand
 from spool.cli.main import COMMANDS, cli
 from spool.spool import Spool
 
-# Commands that read no spool: crash-points keeps its own bare --json, demo makes its own spool.
-NOT_SPOOL_COMMANDS = {"crash-points", "demo"}
+# Commands that read no spool: crash-points keeps its own bare --json, demo makes its own spool,
+# dispatch and run-one work over the API.
+NOT_SPOOL_COMMANDS = {"crash-points", "demo", "dispatch", "run-one"}
 
 
 def test_the_group_holds_exactly_the_listed_commands() -> None:
