@@ -105,7 +105,7 @@ class Engine(Protocol):
 
 # The engines ``--engine`` names, each a module of its own loaded only when chosen (the ones beyond
 # ``local`` need an optional extra).
-ENGINES = {"local": "spool.runner.dispatch.local"}
+ENGINES = {"local": "spool.runner.dispatch.local", "dask": "spool.runner.dispatch.dask"}
 
 
 def default_label(server: str, token: str) -> str:
