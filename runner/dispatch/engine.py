@@ -105,7 +105,11 @@ class Engine(Protocol):
 
 # The engines ``--engine`` names, each a module of its own loaded only when chosen (the ones beyond
 # ``local`` need an optional extra).
-ENGINES = {"local": "spool.runner.dispatch.local", "dask": "spool.runner.dispatch.dask"}
+ENGINES = {
+    "local": "spool.runner.dispatch.local",
+    "dask": "spool.runner.dispatch.dask",
+    "slurm": "spool.runner.dispatch.slurm",
+}
 
 
 def default_label(server: str, token: str) -> str:
