@@ -23,8 +23,15 @@ from test_dispatch import Runs, _done, _status, _submit
 from support import kill_groups, wait_until
 
 NEEDED = ("slurmctld", "slurmd", "sbatch", "squeue", "scancel", "munged")
+
+
+def program(name: str) -> str | None:
+    """Where ``name`` is: on PATH, or in /usr/sbin (the daemons, off a plain user's PATH)."""
+    return shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+
+
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(name) or Path(f"/usr/sbin/{name}").exists() for name in NEEDED),
+    os.geteuid() != 0 or not all(program(name) for name in NEEDED),
     reason="a single-node Slurm needs root, slurm-wlm and munge (apt-get install slurm-wlm munge)",
 )
 
@@ -41,7 +48,7 @@ def start_munge() -> None:
         return
     os.makedirs("/run/munge", exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
-    subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True)
+    subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", str(program("munged"))], check=True)
     wait_until(lambda: subprocess.run(["sh", "-c", "munge -n | unmunge"], capture_output=True).returncode == 0, 30)
 
 
@@ -85,7 +92,7 @@ class Slurm:
             with open(tmp / f"{daemon}.log", "wb") as log:
                 self.started.append(
                     subprocess.Popen(
-                        [daemon, "-D", "-f", str(conf)],
+                        [str(program(daemon)), "-D", "-f", str(conf)],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=self.env,
