@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from spool.runner.lifeline import die_with_parent
 from spool.runner.logs import setup_logging
 from spool.runner.supervisor import ChildSpec, Supervisor
 from spool.spool import Spool
+from spool.workers import WORKER_NAME
 
 _import_option = click.option(
     "--import",
@@ -99,6 +101,12 @@ def coordinator(app: App) -> None:
     "--token-file", metavar="FILE", type=click.Path(dir_okay=False), help="With --server: read the token from FILE."
 )
 @click.option("--cacert", metavar="FILE", help="With --server: trust this CA (a self-signed server's cert.pem).")
+@click.option(
+    "--runner",
+    metavar="NAME",
+    help="With --server and a dispatch token: this worker's runner name; its leases are held by "
+    "TOKEN-NAME/NAME, so many workers share one token (a Slurm array, a Kubernetes Deployment).",
+)
 @pass_app
 def worker(
     app: App,
@@ -111,14 +119,14 @@ def worker(
     token: str | None,
     token_file: str | None,
     cacert: str | None,
+    runner: str | None,
 ) -> None:
     """Run a worker: claim jobs of the tasks it knows, run each attempt in a child process."""
     if server is not None:
-        sys.exit(
-            _remote_worker(app, import_modules, allow_shell, queues, burst, name, server, token, token_file, cacert)
-        )
-    if token or token_file or cacert:
-        raise UsageError("--token, --token-file and --cacert go with --server URL")
+        remote = RemoteOptions(server, token, token_file, cacert, runner)
+        sys.exit(_remote_worker(app, import_modules, allow_shell, queues, burst, name, remote))
+    if token or token_file or cacert or runner:
+        raise UsageError("--token, --token-file, --cacert and --runner go with --server URL")
     from spool.runner.worker import Worker  # start-up: ~13 ms that no other command needs
 
     sp = app.spool()
@@ -138,6 +146,17 @@ def worker(
     sys.exit(worker.run())
 
 
+@dataclass(frozen=True)
+class RemoteOptions:
+    """``worker --server``'s own flags."""
+
+    server: str
+    token: str | None
+    token_file: str | None
+    cacert: str | None
+    runner: str | None  # pool mode: a dispatch token's runner
+
+
 def _remote_worker(
     app: App,
     import_modules: tuple[str, ...],
@@ -145,10 +164,7 @@ def _remote_worker(
     queues: tuple[str, ...] | None,
     burst: bool,
     name: str | None,
-    server: str,
-    token: str | None,
-    token_file: str | None,
-    cacert: str | None,
+    remote: RemoteOptions,
 ) -> int:
     """``worker --server``: no spool folder here; the settings come from the environment and flags."""
     # start-up: the remote worker's modules (ssl, http.client) only this command needs
@@ -156,10 +172,15 @@ def _remote_worker(
     from spool.runner.remote.client import ApiClient  # start-up: as above
 
     if name is not None:
-        raise UsageError("--name does not go with --server: the work token's name is the worker's name")
-    token, token_from = _remote_token(token, token_file)
+        raise UsageError(
+            "--name does not go with --server: a work token's name is the worker's name "
+            "(with a dispatch token, name each worker with --runner)"
+        )
+    if remote.runner is not None and not WORKER_NAME.fullmatch(remote.runner):
+        raise UsageError(f"--runner {remote.runner!r}: expected letters, digits, '_', '.' and '-', at most 64")
+    token, token_from = _remote_token(remote.token, remote.token_file)
     settings = load_settings(None, os.environ, app.flags)
-    client = ApiClient(server, token, cacert, token_from=token_from)
+    client = ApiClient(remote.server, token, remote.cacert, token_from=token_from)
     _daemonise_stdio()
     setup_logging(settings.log_level, settings.log_format, "worker")
     sys.path.insert(0, os.getcwd())  # so `--import examples.tasks` works from a checkout
@@ -171,6 +192,7 @@ def _remote_worker(
         burst=burst,
         sys_path=[os.getcwd()],
         queues=queues,
+        runner=remote.runner,
     )
 
 
