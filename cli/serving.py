@@ -74,14 +74,56 @@ def token() -> None:
 @token.command("add", cls=SpoolCommand)
 @click.argument("name")
 @click.option("--role", required=True, type=click.Choice(ROLES), help="What the token may do.")
+@click.option(
+    "--out",
+    "out_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Write the token alone to FILE (made 0600, never replaced) and print no secret.",
+)
 @pass_app
-def token_add(app: App, name: str, role: str) -> None:
-    """Make a token for NAME (a work token's name is its worker's name); prints it once, last."""
-    value = TokenStore(app.spool()).add(name, role)
+def token_add(app: App, name: str, role: str, out_file: str | None) -> None:
+    """Make a token for NAME (a work token's name is its worker's name); prints it once, last,
+    or with --out writes it to a new file (for --token-file) and prints only where.
+
+    \b
+    Example:
+      spool token add build-7 --role work --out build-7.token
+      spool worker --server https://HOST:8443 --token-file build-7.token --cacert cert.pem
+    """
+    out = _claim_out_file(out_file) if out_file else None  # refused before a token exists
+    try:
+        value = TokenStore(app.spool()).add(name, role)
+    except BaseException:
+        if out is not None:
+            os.close(out)
+            os.unlink(str(out_file))
+        raise
+    if out is not None:
+        try:
+            os.write(out, value.encode() + b"\n")
+            os.fsync(out)
+        finally:
+            os.close(out)
+        if app.json_output:
+            echo_json({"name": name, "role": role, "token_file": str(out_file)})
+        else:
+            click.echo(f"token {name} ({role}) written to {out_file}")
+        return
     if app.json_output:
         echo_json({"name": name, "role": role, "token": value})
     else:
         click.echo(f"token {name} ({role}), shown this once: {value}")
+
+
+def _claim_out_file(path: str) -> int:
+    """``--out FILE``, created new and 0600 (an existing file, or a symlink, is never replaced)."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise UsageError(f"--out {path}: the file exists; nothing was written (remove it, or name another)") from None
+    except OSError as err:
+        raise UsageError(f"--out {path}: {err.strerror or err}") from None
 
 
 @token.command("list", cls=SpoolCommand)

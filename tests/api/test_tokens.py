@@ -153,3 +153,27 @@ def test_a_worker_started_from_python_keeps_the_same_rule(spool_dir: Path) -> No
         with pytest.raises(UsageError, match="work token of that name"):
             Worker(sp, name="remote-y", burst=True)
         assert Worker(sp, name="local-y", burst=True).run() == 0
+
+
+def test_add_with_out_writes_the_token_alone_to_a_new_0600_file_and_prints_no_secret(
+    spool_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "ops.token"
+    ran = run_spool("token", "add", "ops", "--role", "admin", "--out", str(out), spool=spool_dir)
+    assert ran.returncode == 0, ran.stderr
+    token = out.read_text().strip()
+    assert out.stat().st_mode & 0o777 == 0o600 and len(token) >= 40
+    assert token not in ran.stdout + ran.stderr and str(out) in ran.stdout
+    with Spool(spool_dir, environ={}) as sp:
+        found = TokenStore(sp).verify(token)
+        assert found is not None and (found.name, found.role) == ("ops", "admin")
+    # Never replaced: a second add to the same file is refused before any token is made.
+    again = run_spool("token", "add", "ops2", "--role", "submit", "--out", str(out), spool=spool_dir)
+    assert again.returncode == 2 and "exists" in again.stderr and "Traceback" not in again.stderr
+    assert out.read_text().strip() == token
+    with Spool(spool_dir, environ={}) as sp:
+        assert [info.name for info in TokenStore(sp).list()] == ["ops"]
+    # A name taken: no file is left behind.
+    taken = tmp_path / "taken.token"
+    refused = run_spool("token", "add", "ops", "--role", "admin", "--out", str(taken), spool=spool_dir)
+    assert refused.returncode != 0 and not taken.exists(), refused.stderr
