@@ -173,7 +173,7 @@ def _remote_worker(
 
     if name is not None:
         raise UsageError(
-            "--name does not go with --server: a work token's name is the worker's name "
+            "--name does not go with --server: the work token's name is the worker's name "
             "(with a dispatch token, name each worker with --runner)"
         )
     if remote.runner is not None and not WORKER_NAME.fullmatch(remote.runner):

@@ -40,6 +40,7 @@ from spool.workers import WORKER_NAME
 log = logging.getLogger("spool.dispatch")
 
 OPTIONS = ("state_dir", "label", "token_file", "partition", "account", "sbatch_args")
+OUTPUT = "log"  # <state_dir>/<runner>.log: a batch job's output (the state folder is no spool)
 STATES_FRESH_SECONDS = 0.5  # one squeue serves every poll of one round
 COMMAND_SECONDS = 30.0
 VERDICTS = {
@@ -94,6 +95,9 @@ class SlurmEngine:
         self._jobs: dict[str, tuple[str, str, str]] = {}  # slurm id -> (state, name, comment)
         self._looked = 0.0
 
+    def output(self, runner: str) -> Path:
+        return self.folder / f"{runner}.{OUTPUT}"
+
     # -- the protocol ------------------------------------------------------------------------
 
     def submit(self, runner: str, job_id: str) -> EngineJob:
@@ -102,7 +106,7 @@ class SlurmEngine:
             "sbatch",
             "--parsable",
             f"--job-name=spool.{runner}.{job_id}",
-            f"--output={self.folder / (runner + '.log')}",
+            f"--output={self.output(runner)}",
             *self.flags,
             "--wrap",
             shlex.join(argv),
@@ -128,7 +132,7 @@ class SlurmEngine:
         listed = self._jobs.get(job.handle)
         if listed is not None and listed[0] == "COMPLETED":
             try:
-                os.unlink(self.folder / f"{job.runner}.log")  # a success's output is not worth keeping
+                os.unlink(self.output(job.runner))  # a success's output is not worth keeping
             except FileNotFoundError:
                 pass
 
