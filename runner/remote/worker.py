@@ -225,7 +225,9 @@ class RemoteWorker:
             reply = self._call(path, {"fence": lease.fence, **body}, timeout_seconds=timeout)
             if reply is not None and (reply.status < 500 or not patient):
                 return reply
-            if not patient or self._signals > 1:
+            if not patient or self._signals > 1 or self._must_stop_now():
+                # Past a stop's grace the backoff waits no more: retrying would spin. The lease
+                # expires on the coordinator's clock, as for a worker that died here.
                 return None
             if reply is not None:
                 log.warning("%s of %s: %s; retrying", step, lease.job_id, reply.error())

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from limit_tasks import read_run
 from test_dispatch import Runs, _done, _status, _submit
 
 from support import ROOT, kill_groups, wait_until
@@ -31,7 +32,8 @@ class Cluster:
         self.tmp, self.started = tmp, []
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.file = tmp / "scheduler.json"
-        env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+        tests = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])  # limit_tasks, for run-one's children
+        env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0", "PYTHONPATH": tests}
         self.env = env
         self._start(
             "scheduler",
@@ -83,6 +85,11 @@ class Cluster:
         kill_groups(self.started)
 
 
+@pytest.fixture(autouse=True)
+def _limit_tasks_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+
+
 @pytest.fixture
 def runs(served: Any, tmp_path: Path) -> Iterator[Runs]:
     started = Runs(served, tmp_path)
@@ -127,23 +134,27 @@ def test_a_dask_cluster_drains_the_queue_with_one_result_per_job(served: Any, ru
 
 
 def test_a_dask_worker_killed_mid_attempt_is_fenced_at_once_and_the_job_runs_again(
-    served: Any, runs: Runs, cluster: Cluster
+    served: Any, runs: Runs, cluster: Cluster, tmp_path: Path
 ) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
     cluster.worker("w1")
     wait_until(lambda: workers_up(cluster, 1), 60, message="a Dask worker registered")
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 60.0})
-    dispatcher(runs, cluster, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 60, message="the job leased through Dask")
+    (job_id,) = _submit(served, "interval", {"folder": str(folder), "seconds": 60.0})
+    dispatcher(runs, cluster, "--max-inflight", "1", "--import", "limit_tasks")
+    first = wait_until(lambda: read_run(folder / f"{job_id}.1"), 60, message="attempt 1's handler running via Dask")
     cluster.workers["w1"].send_signal(signal.SIGKILL)  # the worker and, by PDEATHSIG, its run-one
-    cluster.worker("w2")
+    wait_until(lambda: not first.is_alive(), 30, message="attempt 1's handler dead with its Dask worker")
     wait_until(lambda: "fenced: " in runs.log("dispatch"), 60, message="the runner fenced on KilledWorker")
-    wait_until(lambda: len(_status(served, job_id)["attempts"]) == 2, 60, message="a second attempt, on w2")
-    first, second = _status(served, job_id)["attempts"]
-    assert first["outcome"] == "expired" and "fenced" in (first["error"] or ""), first  # no try of its own left open
-    assert second["outcome"] is None, second  # running now, on the worker that lives
-    assert not (served.root / "results" / f"{job_id}.json").exists()
-    assert _status(served, job_id)["tries"] == 2
+    cluster.worker("w2")
+    second = wait_until(lambda: read_run(folder / f"{job_id}.2"), 60, message="attempt 2's handler, on w2")
+    attempts = _status(served, job_id)["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2], attempts
+    assert attempts[0]["outcome"] == "expired" and "fenced" in (attempts[0]["error"] or ""), attempts
+    # No Dask re-run: each attempt's handler ran once, and no third attempt appeared.
+    assert sorted(path.name for path in folder.iterdir()) == [f"{job_id}.1", f"{job_id}.2"]
+    assert second.is_alive() and not (served.root / "results" / f"{job_id}.json").exists()
 
 
 def test_a_dispatcher_killed_and_started_again_adopts_its_tasks_on_the_scheduler(

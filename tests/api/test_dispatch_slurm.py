@@ -190,3 +190,31 @@ def test_a_dispatcher_killed_and_started_again_adopts_its_batch_jobs(served: Any
     wait_until(lambda: "ended" in runs.log("dispatch").split("adopted engine job")[-1], 30, message="seen over")
     batch = [row for row in slurm.squeue() if row[2].startswith("spool.")]
     assert len(batch) == 1, batch  # adopted, never submitted twice
+
+
+def test_a_node_gone_down_under_an_attempt_ends_its_batch_job_unrequeued_and_spool_retries_once(
+    served: Any, runs: Runs, slurm: Slurm
+) -> None:
+    """The issue's Slurm sandbox proof: every batch job is ``--no-requeue`` (``Requeue=0``), so a
+    node set DOWN ends the running one ``NODE_FAIL`` instead of Slurm running it again, the runner
+    is fenced, and spool's own retry runs the job once more when the node is back."""
+    runs.coordinator()
+    (job_id,) = _submit(served, "sleep", {"seconds": 3.0})
+    dispatcher(runs, "--max-inflight", "1")
+    wait_until(lambda: _status(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
+    (first,) = [row for row in slurm.squeue() if row[2].endswith(f".{job_id}") and row[1] == "RUNNING"]
+    shown = subprocess.run(["scontrol", "show", "job", first[0]], capture_output=True, text=True, env=slurm.env)
+    assert "Requeue=0" in shown.stdout, shown.stdout
+    down = ["scontrol", "update", "nodename=localhost", "state=down", "reason=spool-test"]
+    subprocess.run(down, env=slurm.env, check=True)
+    wait_until(
+        lambda: any(row[0] == first[0] and row[1] == "NODE_FAIL" for row in slurm.squeue()), 60, 0.2, "NODE_FAIL"
+    )
+    wait_until(lambda: "failed; its runner is fenced" in runs.log("dispatch"), 60, message="the runner fenced")
+    subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"], env=slurm.env, check=True)
+    wait_until(lambda: _done(served, [job_id]), 120, message="the job done by spool's retry")
+    attempts = _status(served, job_id)["attempts"]
+    assert [a["outcome"] for a in attempts][-1] == "done" and len(attempts) == 2, attempts
+    assert len(list((served.root / "results").iterdir())) == 1
+    rows = [row for row in slurm.squeue() if row[2].endswith(f".{job_id}")]
+    assert [row[1] for row in rows].count("NODE_FAIL") == 1 and len(rows) == 2, rows  # never requeued by Slurm

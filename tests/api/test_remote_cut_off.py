@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,51 @@ def test_a_remote_worker_cut_off_from_its_server_kills_its_attempt_after_a_full_
         attempts = sp.status(job_id)["attempts"]
     assert attempts[0]["attempt"] == 1 and attempts[0]["outcome"] == "expired", attempts
     assert not (served.root / "results" / f"{job_id}.json").exists()
+
+
+def test_a_server_stopped_past_the_lease_makes_the_runner_kill_its_attempt_and_one_result_follows(
+    served: Any, processes: Processes, tmp_path: Path
+) -> None:
+    """SIGSTOP, not a kill: the connection stays open and every beat hangs until its timeout, so
+    the cut-off must come from the missing confirmations, not from a refused connection."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    processes.coordinator()
+    with _spool(served) as sp:
+        job_id = sp.submit("interval", {"folder": str(runs), "seconds": 4.0}, max_tries=3)
+    processes.remote("remote-a", "--import", "limit_tasks")
+    _wait_running(processes, "remote-a", job_id, 1)
+    first = wait_until(lambda: read_run(runs / f"{job_id}.1"), 30, message="the handler's start line")
+    assert served.proc is not None
+    os.killpg(served.proc.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: not first.is_alive(), 30, message="the attempt killed while the server is stopped")
+    finally:
+        os.killpg(served.proc.pid, signal.SIGCONT)
+    assert "no beat confirmed by the server" in processes.log("remote-a")
+    wait_until(lambda: (served.root / "done" / f"{job_id}.yaml").exists(), 60, message="the job done after SIGCONT")
+    with _spool(served) as sp:
+        attempts = sp.status(job_id)["attempts"]
+    assert [a["outcome"] for a in attempts][-1] == "done" and len(attempts) >= 2, attempts
+    assert len(list((served.root / "results").iterdir())) == 1
+    killed = read_run(runs / f"{job_id}.1")
+    assert killed is not None and killed.end is None  # the killed attempt never finished its handler
+
+
+def test_a_stopping_worker_whose_server_is_gone_gives_up_its_outcome_past_the_grace_and_exits(
+    served: Any, processes: Processes
+) -> None:
+    """SIGTERM lets the running attempt finish; its complete finds no server. Past the grace the
+    backoff waits no more, so the outcome call must give up (the lease expires) rather than retry
+    in a tight loop: such a worker spun at full CPU for as long as the server was gone."""
+    processes.coordinator()
+    with _spool(served) as sp:
+        job_id = sp.submit("sleep", {"seconds": 1.5})
+    token = served.token("remote-a", "work")
+    argv = ["--grace-seconds", "3", "worker", "--server", served.url, "--token", token, "--cacert"]
+    worker = processes.start("remote-a", *argv, str(served.cacert), "--import", "examples.tasks")
+    _wait_running(processes, "remote-a", job_id, 1)
+    worker.send_signal(signal.SIGTERM)  # finish the attempt within 3 s, then stop
+    served.kill()  # its complete will find nobody
+    assert worker.wait(timeout=60) == 0
+    assert "before its complete was saved" in processes.log("remote-a")
