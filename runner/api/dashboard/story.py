@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spool import queues
 from spool.attemptlog import LogReader
@@ -30,6 +30,9 @@ SHOW_BYTES = 64 * 1024
 LOGS_SHOWN = 10  # the latest attempts' logs (a job requeued often has many; `spool logs` has all)
 STATES = tuple(state.value for state in State)
 _FIELD_MAX = 200
+
+if TYPE_CHECKING:
+    from spool.handle import Handle
 
 
 def filter_of(query: Mapping[str, str]) -> Filter:
@@ -103,7 +106,7 @@ def progress_of(sp: Spool, job_id: str) -> dict[str, Any] | None:
     return progresses_of(sp, [job_id]).get(job_id)
 
 
-def progresses_of(sp: Spool, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+def progresses_of(sp: Handle, job_ids: list[str]) -> dict[str, dict[str, Any]]:
     """job id -> its progress, for the leased jobs among ``job_ids`` that reported one."""
     if not job_ids:
         return {}

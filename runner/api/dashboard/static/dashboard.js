@@ -1,28 +1,34 @@
-// spool's dashboard: live counts and the last hour's throughput from /events (server-sent events).
-// Hand-written, no libraries. The server keeps the numbers; this only draws what it is sent.
+// spool's dashboard: live numbers, job lists and job pages from /events (server-sent events).
+// Hand-written, no libraries. The server keeps the numbers and picks the rows; this only draws them.
 "use strict";
 
-(function () {
-  const live = document.getElementById("live");
-  if (!live || !window.EventSource) return;
+function setText(id, text) {
+  const el = document.getElementById(id);
+  if (el) el.textContent = text;
+}
 
+function element(tag, className, text) {
+  const el = document.createElement(tag);
+  if (className) el.className = className;
+  if (text !== undefined && text !== null) el.textContent = String(text);
+  return el;
+}
+
+// Every count of a state on the page (the overview's boxes, the job list's tabs).
+function showCounts(counts) {
+  for (const el of document.querySelectorAll(".n[data-state]")) {
+    el.textContent = String(counts[el.dataset.state] || 0);
+  }
+}
+
+// The overview: counts and the last hour's throughput chart. Returns the stream's receiver.
+function overview(live) {
   const SVG = "http://www.w3.org/2000/svg";
   const chart = document.getElementById("chart");
   const WIDTH = 720, HEIGHT = 200, BINS = 720;
   let points = new Map();  // second -> [completed, failed]
   let now = 0, windowSeconds = 3600;  // what the server keeps
   let shownSeconds = 3600;  // what the chart shows: the zoom buttons pick it
-
-  function setText(id, text) {
-    const el = document.getElementById(id);
-    if (el) el.textContent = text;
-  }
-
-  function showCounts(counts) {
-    for (const el of document.querySelectorAll("[data-state]")) {
-      if (el.classList.contains("n")) el.textContent = String(counts[el.dataset.state] || 0);
-    }
-  }
 
   function bins() {
     // Average per-second rates in equal slices of the shown window, oldest first; a slice is never
@@ -79,7 +85,6 @@
       if (c || f) points.set(second, [c, f]); else points.delete(second);
     }
     for (const second of points.keys()) if (second <= now - windowSeconds) points.delete(second);
-    showCounts(message.counts);
     const trouble = document.getElementById("trouble");
     if (trouble) { trouble.hidden = !message.trouble; trouble.textContent = message.trouble || ""; }
     live.dataset.updated = String(now);
@@ -97,17 +102,127 @@
     });
   }
 
+  draw();
+  return receive;
+}
+
+// A job list: the server sends the changed rows its filter matches ("jobs", newest first) and the
+// ids of changed jobs it no longer matches ("gone"). Shown rows are redrawn in place; on the first
+// page a new job takes its place by id (newest first) and the page keeps its length.
+function jobList(table) {
+  const body = table.tBodies[0];
+  const size = Number(table.dataset.pageSize);
+  const first = table.dataset.firstPage === "1";
+
+  function shown(id) {
+    return body.querySelector('tr[data-id="' + CSS.escape(id) + '"]');
+  }
+
+  function rowOf(job) {
+    const tr = element("tr");
+    tr.dataset.id = job.id;
+    tr.dataset.task = job.task;
+    tr.dataset.state = job.state;
+    const id = element("td", "id");
+    const link = element("a", "", job.id);
+    link.href = "/jobs/" + encodeURIComponent(job.id);
+    id.appendChild(link);
+    tr.appendChild(id);
+    tr.appendChild(element("td", "", job.task));
+    const state = element("td");
+    state.appendChild(element("span", "badge state-" + job.state, job.state));
+    tr.appendChild(state);
+    tr.appendChild(element("td", "", job.reason || ""));
+    tr.appendChild(element("td", "", job.attempt));
+    tr.appendChild(element("td", "", job.tries + "/" + job.max_tries));
+    tr.appendChild(element("td", "key", job.key !== job.id ? job.key : ""));
+    tr.appendChild(element("td", "time", job.submitted_at));
+    tr.classList.add("fresh");
+    return tr;
+  }
+
+  function place(tr, id) {
+    for (const other of body.querySelectorAll("tr[data-id]")) {
+      if (other.dataset.id < id) { body.insertBefore(tr, other); return; }
+    }
+    body.appendChild(tr);
+  }
+
+  return (message) => {
+    if (!message.jobs) return;
+    for (const id of message.gone) {
+      const tr = shown(id);
+      if (tr) tr.remove();
+    }
+    for (const job of message.jobs) {
+      const tr = shown(job.id);
+      if (tr) tr.replaceWith(rowOf(job));
+      else if (first) place(rowOf(job), job.id);
+    }
+    const rows = body.querySelectorAll("tr[data-id]");
+    for (let i = size; i < rows.length; i++) rows[i].remove();
+    const empty = body.querySelector("td.empty");
+    if (empty && rows.length) empty.parentElement.remove();
+    const next = document.getElementById("page-next");
+    const kept = body.querySelectorAll("tr[data-id]");
+    if (next && kept.length) next.href = next.href.replace(/before=[^&]*/, "before=" + kept[kept.length - 1].dataset.id);
+    const cut = document.getElementById("live-cut");
+    if (cut && message.cut) cut.hidden = false;
+  };
+}
+
+// A job's page: its progress while it runs, drawn in place; any other change to the job (its
+// state, a new attempt) reloads the page, which shows the whole new story.
+function jobPage(live) {
+  return (message) => {
+    if (!message.jobs) return;
+    for (const job of message.jobs) {
+      if (job.state !== live.dataset.state || String(job.attempt) !== live.dataset.attempt) {
+        window.location.reload();
+        return;
+      }
+    }
+    const progress = message.progress;
+    if (!progress || live.dataset.state !== "leased") return;
+    let section = document.getElementById("progress");
+    if (!section) {
+      section = element("section", "progress");
+      section.id = "progress";
+      live.insertAdjacentElement("afterend", section);
+    }
+    section.replaceChildren(element("h2", "", "Progress"));
+    if (progress.percent !== null) {
+      const bar = element("progress", "", progress.percent + "%");
+      bar.max = 100;
+      bar.value = progress.percent;
+      section.append(bar, " " + progress.percent + "% ");
+    }
+    section.append(progress.message || "");
+  };
+}
+
+(function () {
+  const box = document.querySelector("[data-events]");
+  if (!box || !window.EventSource) return;
+  const receivers = [(message) => showCounts(message.counts)];
+  if (box.id === "live") receivers.push(overview(box));
+  if (box.id === "jobs") receivers.push(jobList(box));
+  if (box.id === "job-live") receivers.push(jobPage(box));
+
   // A browser reconnects by itself after a stream ends, but gives up on a refusal (429: this
   // token has its most streams open, e.g. in other tabs): then try again a little later.
   const connect = () => {
-    const source = new EventSource(live.dataset.events);
-    source.onmessage = (event) => receive(JSON.parse(event.data));
+    const source = new EventSource(box.dataset.events);
+    source.onmessage = (event) => {
+      const message = JSON.parse(event.data);
+      for (const receive of receivers) receive(message);
+      box.dataset.updated = String(message.now);
+    };
     source.onerror = () => {
-      live.classList.add("stale");
+      box.classList.add("stale");
       if (source.readyState === EventSource.CLOSED) setTimeout(connect, 15000);
     };
-    source.onopen = () => { live.classList.remove("stale"); };
+    source.onopen = () => { box.classList.remove("stale"); };
   };
   connect();
-  draw();
 })();
