@@ -17,7 +17,7 @@ from typing import Any
 
 from spool.base.errors import InvalidJob
 from spool.disk import is_valid_id
-from spool.schedule.format import key_prefix
+from spool.schedule import key_prefix
 from spool.views import Filter
 
 from .story import filter_of
