@@ -200,3 +200,14 @@ def test_a_following_stream_gets_the_changed_rows_its_filter_matches_and_drops_t
         except InvalidJob:
             continue
         raise AssertionError(f"{bad!r} was taken for a job id")
+
+
+def test_durations_read_as_people_say_them() -> None:
+    from spool.runner.api.dashboard.story import duration_text, run_text
+
+    said = [duration_text(s) for s in (0.35, 4.24, 185, 7440)]
+    assert said == ["350 ms", "4.2 s", "3 min 5 s", "2 h 4 min"]
+    assert run_text({"started": 100.0, "ended": 104.2}, "done", 500.0) == "4.2 s"
+    assert run_text({"started": 100.0, "ended": None}, "leased", 130.0) == "running 30.0 s"
+    assert run_text({"started": 100.0, "ended": None}, "pending", 130.0) == ""  # waits for its retry
+    assert run_text(None, "pending", 130.0) == ""

@@ -10,6 +10,7 @@ test never times speed): the sampler reads once a second, so the page has it wit
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +111,14 @@ def test_a_job_list_shows_a_new_job_and_its_new_state_without_a_reload(served: A
     ids = browser.execute_script("return [...document.querySelectorAll('#jobs tr[data-id]')].map(tr => tr.dataset.id)")
     assert ids == [newer, older]  # newest first, as the server draws it
     assert "live-key" in row_of(browser, newer)[1]  # type: ignore[index]
+    submitted = browser.execute_script(
+        "const t = document.querySelector(`#jobs tr[data-id='${arguments[0]}'] time.ago`);"
+        "return [t.textContent, t.title]",
+        newer,
+    )
+    assert submitted[0] == "just now" and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", submitted[1]), (
+        submitted
+    )
     wait_until(lambda: text_of(browser, "tab-pending").endswith("2"), timeout=DEADLINE, message="the pending tab")
 
     with Spool(served.root) as sp:
@@ -156,6 +165,17 @@ def test_a_jobs_page_shows_its_progress_live_then_its_end(
     (steps / "end").touch()
     wait_until(lambda: text_of(browser, "state") == "done", timeout=30, message="the job's end on its page")
     assert not browser.find_elements(By.ID, "progress") and browser.find_elements(By.ID, "result")
+
+    # The list says how long it ran, and when it was submitted as people say it (the time in a title).
+    browser.get(served.url + "/jobs?state=done")
+    ran, ago, title = browser.execute_script(
+        "const tr = document.querySelector(`#jobs tr[data-id='${arguments[0]}']`);"
+        "const t = tr.querySelector('time.ago');"
+        "return [tr.querySelector('td.duration').textContent, t.textContent, t.title]",
+        job_id,
+    )
+    assert re.fullmatch(r"\d+\.\d s|\d+ min \d+ s", ran), ran
+    assert re.fullmatch(r"just now|\d+ (s|min) ago", ago) and title.endswith("Z"), (ago, title)
 
 
 def test_the_tabs_count_a_bulk_requeue_on_the_page_it_lands_on(served: Any, browser: Any) -> None:

@@ -72,8 +72,9 @@ def picked(follow: Follow, rows: Mapping[str, Mapping[str, Any]], cut: bool) -> 
     return {"jobs": sorted(wanted, key=lambda r: r["id"], reverse=True), "gone": gone, "cut": cut}
 
 
-def shown_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: row.get(name) for name in ROW_FIELDS}
+def shown_row(row: Mapping[str, Any], run: Mapping[str, float | None] | None) -> dict[str, Any]:
+    """A row as a page draws it, with its last attempt's start and end (``story.runs_of``)."""
+    return {**{name: row.get(name) for name in ROW_FIELDS}, "run": dict(run) if run else None}
 
 
 def merged(samples: Iterable[Any]) -> tuple[dict[str, dict[str, Any]], bool]:

@@ -23,7 +23,17 @@ from spool.base.errors import InvalidJob, SpoolError
 from spool.disk import State
 
 from .auth import FormError, Session
-from .story import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of
+from .story import (
+    STATES,
+    cursor_of,
+    filter_fields,
+    filter_of,
+    find_job,
+    job_story,
+    progresses_of,
+    run_text,
+    runs_of,
+)
 from .pages import Dash, back, query_string
 
 PAGE_SIZE = 50
@@ -71,6 +81,9 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
         first_page=not query.get("before"),
         page_size=PAGE_SIZE,
         progress=progresses_of(dash.sp, [row["id"] for row in found.rows if row["state"] == "leased"]),
+        runs=runs_of(dash.sp, [row["id"] for row in found.rows]),
+        run_text=run_text,
+        now=dash.sp.clock.wall(),
     )
 
 

@@ -34,7 +34,7 @@ from spool.views import browse
 from spool.base.errors import LedgerError
 
 from .follow import ROWS_PER_SAMPLE, WATCHED_MAX, Follow, merged, picked, shown_row
-from .story import progresses_of
+from .story import progresses_of, runs_of
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -164,9 +164,11 @@ class Live:
         ids = [row[0] for row in self._sp.ledger._read(sql, (self._job_seq, last, ROWS_PER_SAMPLE + 1))]
         self._job_seq = last
         rows = browse.job_rows(self._sp, ids[:ROWS_PER_SAMPLE])
-        return {job_id: shown_row(rows[job_id]) for job_id in ids[:ROWS_PER_SAMPLE] if job_id in rows}, len(
-            ids
-        ) > ROWS_PER_SAMPLE
+        runs = runs_of(self._sp, [job_id for job_id in ids[:ROWS_PER_SAMPLE] if job_id in rows])
+        shown = {
+            job_id: shown_row(rows[job_id], runs.get(job_id)) for job_id in ids[:ROWS_PER_SAMPLE] if job_id in rows
+        }
+        return shown, len(ids) > ROWS_PER_SAMPLE
 
     def _add(self, second: int, event: str, many: int = 1) -> None:
         bucket = self._buckets.setdefault(second, [0, 0])

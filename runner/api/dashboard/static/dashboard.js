@@ -14,6 +14,45 @@ function element(tag, className, text) {
   return el;
 }
 
+// The server's clock minus this browser's (ms), from the stream's messages: "3 min ago" is the
+// server's "3 min", whatever the clock of the machine the page is read on.
+let skew = 0;
+
+function agoText(at) {
+  const seconds = Math.round((Date.now() + skew - at) / 1000);
+  const far = Math.abs(seconds);
+  if (far < 10) return "just now";
+  const size = far < 60 ? far + " s" : far < 3600 ? Math.floor(far / 60) + " min"
+    : far < 86400 ? Math.floor(far / 3600) + " h" : Math.floor(far / 86400) + " d";
+  return seconds > 0 ? size + " ago" : "in " + size;
+}
+
+// As story.duration_text says it: 350 ms, 4.2 s, 3 min 5 s, 2 h 4 min.
+function durationText(seconds) {
+  if (seconds < 1) return Math.max(0, Math.round(seconds * 1000)) + " ms";
+  if (seconds < 60) return seconds.toFixed(1) + " s";
+  const whole = Math.floor(seconds);
+  if (whole < 3600) return Math.floor(whole / 60) + " min " + (whole % 60) + " s";
+  return Math.floor(whole / 3600) + " h " + Math.floor((whole % 3600) / 60) + " min";
+}
+
+// Every <time class="ago"> as "3 min ago" (its RFC 3339 time in the title), and every running
+// job's duration, counted on.
+function showTimes() {
+  for (const el of document.querySelectorAll("time.ago[datetime]")) {
+    const at = Date.parse(el.getAttribute("datetime"));
+    if (Number.isNaN(at)) continue;
+    el.title = el.getAttribute("datetime");
+    el.textContent = agoText(at);
+  }
+  for (const td of document.querySelectorAll("td.duration[data-started]")) {
+    const started = Number(td.dataset.started), ended = td.dataset.ended;
+    const state = td.parentElement.dataset.state;
+    if (ended) td.textContent = durationText(Number(ended) - started);
+    else td.textContent = state === "leased" ? "running " + durationText((Date.now() + skew) / 1000 - started) : "";
+  }
+}
+
 // Every count of a state on the page (the overview's boxes, the job list's tabs).
 function showCounts(counts) {
   for (const el of document.querySelectorAll(".n[data-state]")) {
@@ -136,7 +175,17 @@ function jobList(table) {
     tr.appendChild(element("td", "", job.attempt));
     tr.appendChild(element("td", "", job.tries + "/" + job.max_tries));
     tr.appendChild(element("td", "key", job.key !== job.id ? job.key : ""));
-    tr.appendChild(element("td", "time", job.submitted_at));
+    const submitted = element("td", "time");
+    const time = element("time", "ago", job.submitted_at);
+    time.setAttribute("datetime", job.submitted_at);
+    submitted.appendChild(time);
+    tr.appendChild(submitted);
+    const ran = element("td", "duration");
+    if (job.run) {
+      ran.dataset.started = String(job.run.started);
+      ran.dataset.ended = job.run.ended === null ? "" : String(job.run.ended);
+    }
+    tr.appendChild(ran);
     tr.classList.add("fresh");
     return tr;
   }
@@ -168,6 +217,7 @@ function jobList(table) {
     if (next && kept.length) next.href = next.href.replace(/before=[^&]*/, "before=" + kept[kept.length - 1].dataset.id);
     const cut = document.getElementById("live-cut");
     if (cut && message.cut) cut.hidden = false;
+    showTimes();
   };
 }
 
@@ -202,6 +252,8 @@ function jobPage(live) {
 }
 
 (function () {
+  showTimes();
+  setInterval(showTimes, 5000);
   const box = document.querySelector("[data-events]");
   if (!box || !window.EventSource) return;
   const receivers = [(message) => showCounts(message.counts)];
@@ -215,6 +267,7 @@ function jobPage(live) {
     const source = new EventSource(box.dataset.events);
     source.onmessage = (event) => {
       const message = JSON.parse(event.data);
+      skew = message.now * 1000 - Date.now();
       for (const receive of receivers) receive(message);
       box.dataset.updated = String(message.now);
     };
