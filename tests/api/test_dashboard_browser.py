@@ -39,6 +39,7 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         "headless Chromium is not installed (Debian: apt-get install chromium chromium-driver)", allow_module_level=True
     )
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
@@ -130,8 +131,13 @@ class Shots:
 
 
 def text_of(driver: Any, element_id: str) -> str:
-    found = driver.find_elements(By.ID, element_id)
-    return found[0].text if found else ""
+    """An element's text, or "" when there is none (or it went with a reload: pages follow the
+    spool live, and a job's page reloads when its job changes state)."""
+    try:
+        found = driver.find_elements(By.ID, element_id)
+        return found[0].text if found else ""
+    except StaleElementReferenceException:
+        return ""
 
 
 def test_a_person_watches_jobs_run_opens_a_failure_requeues_it_and_filters(

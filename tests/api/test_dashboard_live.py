@@ -156,3 +156,58 @@ def test_many_open_dashboards_cost_the_ledger_what_one_does(sp: Spool) -> None:
     many_messages, many_reads = asyncio.run(streams(50))
     assert one_message == 3 and many_messages == 150
     assert many_reads <= one_reads + 4, (one_reads, many_reads)  # a sample's reads, not one per viewer
+
+
+def test_a_following_stream_gets_the_changed_rows_its_filter_matches_and_drops_the_rest(sp: Spool) -> None:
+    """No worker: the moves are the test's own (submit, cancel), the sampler's reads real."""
+    from spool.base.errors import InvalidJob
+    from spool.runner.api.dashboard.follow import ROWS_PER_SAMPLE, Follow, follow_of
+
+    live = Live(sp)
+    kept = sp.submit("echo", {"n": 0})
+    drawn_after = live.sample().version  # what a page drawn now follows on from
+    other = sp.submit("other", {"n": 1})
+    mine = sp.submit("echo", {"n": 2}, key="mine")
+    sp.cancel(kept)
+    live.sample()
+    pending_echo = follow_of({"list": "1", "state": "pending", "task": "echo", "since": str(drawn_after)})
+    assert pending_echo == Follow(filter=pending_echo.filter, since=drawn_after)
+
+    async def first_message(follow: Follow) -> dict[str, Any]:
+        async def never_gone() -> bool:
+            return False
+
+        async for event in live.events(never_gone, None, follow):
+            if event.startswith("id: "):
+                return dict(json.loads(event.split("\n", 1)[1][6:]))
+        raise AssertionError("no message")
+
+    got = asyncio.run(first_message(pending_echo))
+    assert [row["id"] for row in got["jobs"]] == [mine] and got["jobs"][0]["key"] == "mine"
+    assert set(got["gone"]) == {kept, other} and got["cut"] is False  # changed, and not (or no longer) pending echo
+    one_job = asyncio.run(first_message(Follow(job=kept, since=drawn_after)))
+    assert [(row["id"], row["state"]) for row in one_job["jobs"]] == [(kept, "dead")] and one_job["gone"] == []
+    assert asyncio.run(first_message(Follow(filter=pending_echo.filter)))["jobs"] == []  # no since: the page is new
+
+    sp.submit_many([sp.spec("echo", {"n": n}) for n in range(ROWS_PER_SAMPLE + 1)])
+    crowded = live.sample()
+    assert crowded.jobs_cut and len(crowded.jobs) == ROWS_PER_SAMPLE  # the newest changes; the page says so
+    before_crowd = Follow(filter=pending_echo.filter, since=drawn_after)  # the crowded sample's cut reaches it
+    assert asyncio.run(first_message(before_crowd))["cut"] is True
+    for bad in ("../x", "a/b"):
+        try:
+            follow_of({"job": bad})
+        except InvalidJob:
+            continue
+        raise AssertionError(f"{bad!r} was taken for a job id")
+
+
+def test_durations_read_as_people_say_them() -> None:
+    from spool.runner.api.dashboard.story import duration_text, run_text
+
+    said = [duration_text(s) for s in (0.35, 4.24, 185, 7440)]
+    assert said == ["350 ms", "4.2 s", "3 min 5 s", "2 h 4 min"]
+    assert run_text({"started": 100.0, "ended": 104.2}, "done", 500.0) == "4.2 s"
+    assert run_text({"started": 100.0, "ended": None}, "leased", 130.0) == "running 30.0 s"
+    assert run_text({"started": 100.0, "ended": None}, "pending", 130.0) == ""  # waits for its retry
+    assert run_text(None, "pending", 130.0) == ""

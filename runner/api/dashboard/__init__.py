@@ -8,6 +8,7 @@
 - ``admin_pages``: the schedules and workers pages;
 - ``queues``: the queues page (limits, counts, what holds each) and pause/resume;
 - ``live``: the live numbers, one sampler per server shared by every open browser;
+- ``follow``: what one browser's stream follows besides the numbers (a job list's rows, one job);
 - ``templates/`` and ``static/``: the pages' HTML, CSS and JavaScript.
 """
 

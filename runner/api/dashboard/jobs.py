@@ -3,7 +3,9 @@
 Every move goes through the facade (``Spool.requeue``, ``Spool.cancel``, ``Spool.submit``), so
 the dashboard makes no move of its own. A bulk action takes the list's filter, forced to the
 one state it applies to (requeue: dead; cancel: pending), shows what it would touch on a confirm
-page, and acts on at most ``BULK_MAX`` jobs a time (the page says when more remain).
+page, and acts on at most ``BULK_MAX`` jobs a time (the page says when more remain). After every
+move the sampler samples at once (``Live.refresh``), so the state tabs of the page an action lands
+on count it; the pages then follow changes live (``follow``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ from spool.base.errors import InvalidJob, SpoolError
 from spool.disk import State
 
 from .auth import FormError, Session
-from .story import STATES, cursor_of, filter_fields, filter_of, find_job, job_story, progresses_of
+from .story import (
+    STATES,
+    cursor_of,
+    filter_fields,
+    filter_of,
+    find_job,
+    job_story,
+    progresses_of,
+    run_text,
+    runs_of,
+)
 from .pages import Dash, back, query_string
 
 PAGE_SIZE = 50
@@ -46,6 +58,7 @@ def routes(dash: Dash) -> list[BaseRoute]:
 def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
     query = dict(request.query_params)
     f = filter_of(query)
+    sample = dash.live.sample_now  # before the rows are read: the page follows on from it
     found = browse.page(dash.sp, f, before=cursor_of(query), limit=PAGE_SIZE)
     choices = dash.choices()
     return dash.render(
@@ -58,26 +71,33 @@ def jobs_page(dash: Dash, request: Request, session: Session) -> Response:
         scan_files=browse.ARGS_SCAN_FILES,
         fields=filter_fields(f),
         matching=browse.count(dash.sp, f),
-        counts=dash.live.sample_now.counts,
+        counts=sample.counts,
+        since=sample.version,
         states=STATES,
         tasks=choices.tasks,
         more_tasks=choices.more_tasks,
         reasons=choices.reasons,
         schedules=sorted(scheduling.entries(dash.sp)),
         first_page=not query.get("before"),
+        page_size=PAGE_SIZE,
         progress=progresses_of(dash.sp, [row["id"] for row in found.rows if row["state"] == "leased"]),
+        runs=runs_of(dash.sp, [row["id"] for row in found.rows]),
+        run_text=run_text,
+        now=dash.sp.clock.wall(),
     )
 
 
 def job_page(dash: Dash, request: Request, session: Session) -> Response:
+    since = dash.live.sample_now.version  # before the story is read: the page follows on from it
     story = job_story(dash.sp, request.path_params["job_id"])
-    return dash.render("job.html", request, session, **story)
+    return dash.render("job.html", request, session, since=since, **story)
 
 
 def requeue_one(dash: Dash, request: Request) -> Response:
     job_id = request.path_params["job_id"]
     find_job(dash.sp, job_id)
     target = dash.sp.requeue(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+    dash.live.refresh()  # the page it lands on counts this move
     return back(f"/jobs/{job_id}", f"requeued: now {target.value}")
 
 
@@ -86,6 +106,7 @@ def cancel_one(dash: Dash, request: Request) -> Response:
     find_job(dash.sp, job_id)
     outcome = dash.sp.cancel(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
     note = "cancelled" if outcome == "cancelled" else "cancel requested: its worker stops it at its next heartbeat"
+    dash.live.refresh()  # the page it lands on counts this move
     return back(f"/jobs/{job_id}", note)
 
 
@@ -94,6 +115,7 @@ def run_again(dash: Dash, request: Request) -> Response:
     _, job_file = find_job(dash.sp, request.path_params["job_id"])
     job = job_file.job
     new_id = dash.sp.submit(job.task, job.args, priority=job.priority, max_tries=job.max_tries, timeout=job.timeout)
+    dash.live.refresh()  # the page it lands on counts this move
     return back(f"/jobs/{new_id}", f"a new run of {job.id}")
 
 
@@ -139,4 +161,5 @@ def bulk_do(dash: Dash, form: dict[str, str]) -> Response:
     note = f"{verb} {done}" + (f"; {refused} had moved meanwhile" if refused else "")
     note += f"; more than {BULK_MAX} matched: run it again for the rest" if len(ids) > BULK_MAX else ""
     fields: dict[str, Any] = {k: v for k, v in filter_fields(f).items() if k != "state"}
+    dash.live.refresh()  # the page it lands on counts this move
     return back("/jobs?" + query_string(fields, state=BULK_ACTIONS[action]), note)

@@ -10,6 +10,11 @@ A stream first gets the whole hour (only the seconds that had events), then, eac
 counts and the buckets that changed. A stream that missed samples (a slow client, a reconnect
 naming its last event) gets the changes of all it missed from the last ``RESUME_SAMPLES`` samples,
 or the whole hour again: no browser ever draws a bucket that changed without it.
+
+The same read brings the rows of the jobs that changed (``follow``): a job list's stream sends the
+ones its filter matches, a job page's stream its job's row and progress, so lists and job pages
+follow the spool live at no cost to the ledger per browser. An action of the dashboard
+(``refresh``) samples at once, so the page it lands on shows counts that include it.
 """
 
 from __future__ import annotations
@@ -18,14 +23,18 @@ import asyncio
 import json
 import logging
 import secrets
+import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spool.views import browse
 from spool.base.errors import LedgerError
+
+from .follow import ROWS_PER_SAMPLE, WATCHED_MAX, Follow, merged, picked, shown_row
+from .story import progresses_of, runs_of
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -50,6 +59,9 @@ class Sample:
     counts: dict[str, int] = field(default_factory=dict)
     changed: dict[int, tuple[int, int]] = field(default_factory=dict)
     trouble: str | None = None  # why the ledger could not be read (the last numbers are shown)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # rows of the jobs this sample saw change
+    jobs_cut: bool = False  # more changed than ROWS_PER_SAMPLE (or the history was forgotten)
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)  # of the watched jobs running
 
 
 class Live:
@@ -66,12 +78,26 @@ class Live:
         self._epoch = secrets.token_hex(4)  # tells this process's event ids from a previous one's
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._job_seq: int | None = None  # the last history row whose job's row was read
+        self._watched: Counter[str] = Counter()  # job id -> streams watching its progress
+        self._lock = threading.Lock()  # the background task and an action's refresh both sample
 
     # -- sampling (in a thread: the ledger's reads block) -------------------------------------
 
     def sample(self) -> Sample:
         """Read the ledger once; returns (and keeps) the new sample."""
+        with self._lock:
+            return self._sample()
+
+    def refresh(self) -> None:
+        """Sample now (in a worker thread): after an action, so the page it lands on is fresh."""
+        self.sample()
+
+    def _sample(self) -> Sample:
         now = int(self._wall())
+        jobs: dict[str, dict[str, Any]] = {}
+        cut = False
+        progress: dict[str, dict[str, Any]] = {}
         changed: set[int] = set()
         trouble = None
         counts = self.sample_now.counts
@@ -83,6 +109,9 @@ class Live:
             else:
                 changed |= self._read_new()
             counts = self._sp.ledger.counts()
+            jobs, cut = self._read_changed_jobs()
+            watched = [job_id for job_id, _ in self._watched.most_common(WATCHED_MAX)]
+            progress = progresses_of(self._sp, watched) if watched else {}
         except LedgerError as err:
             trouble = f"the ledger can't be read now ({err}); showing the last numbers"
         self._prune(now)
@@ -93,6 +122,9 @@ class Live:
             counts=counts,
             changed={s: self.bucket(s) for s in changed},
             trouble=trouble,
+            jobs=jobs,
+            jobs_cut=cut,
+            progress=progress,
         )
         self._recent.append(self.sample_now)
         return self.sample_now
@@ -117,6 +149,26 @@ class Live:
             self._add(int(at), event)
             changed.add(int(at))
         return changed
+
+    def _read_changed_jobs(self) -> tuple[dict[str, dict[str, Any]], bool]:
+        """The rows of the jobs with history rows after the last read (the newest changes first,
+        at most ROWS_PER_SAMPLE), and whether some were left out."""
+        last = browse.last_history_seq(self._sp)
+        if self._job_seq is None or last < self._job_seq:
+            cut = self._job_seq is not None  # the history was forgotten: what changed is unknown
+            self._job_seq = last
+            return {}, cut
+        if last == self._job_seq:
+            return {}, False
+        sql = "SELECT job_id FROM history WHERE seq > ? AND seq <= ? GROUP BY job_id ORDER BY max(seq) DESC LIMIT ?"
+        ids = [row[0] for row in self._sp.ledger._read(sql, (self._job_seq, last, ROWS_PER_SAMPLE + 1))]
+        self._job_seq = last
+        rows = browse.job_rows(self._sp, ids[:ROWS_PER_SAMPLE])
+        runs = runs_of(self._sp, [job_id for job_id in ids[:ROWS_PER_SAMPLE] if job_id in rows])
+        shown = {
+            job_id: shown_row(rows[job_id], runs.get(job_id)) for job_id in ids[:ROWS_PER_SAMPLE] if job_id in rows
+        }
+        return shown, len(ids) > ROWS_PER_SAMPLE
 
     def _add(self, second: int, event: str, many: int = 1) -> None:
         bucket = self._buckets.setdefault(second, [0, 0])
@@ -171,26 +223,51 @@ class Live:
 
     # -- what a stream sends ------------------------------------------------------------------
 
-    async def events(self, is_gone: Callable[[], Any], last_event_id: str | None = None) -> AsyncIterator[str]:
+    async def events(
+        self, is_gone: Callable[[], Any], last_event_id: str | None = None, follow: Follow | None = None
+    ) -> AsyncIterator[str]:
         """One browser's server-sent events, until it goes or ``STREAM_SECONDS`` pass. A browser
         that reconnects names the last event it got (``Last-Event-ID``): it gets only what changed
-        since, when this server still holds those samples, else the whole hour."""
+        since, when this server still holds those samples, else the whole hour. A stream that
+        ``follow``s a list or a job gets its changed rows too (``follow.picked``)."""
         ends = time.monotonic() + STREAM_SECONDS
         yield "retry: 1000\n\n"
         seen = self._resumed_at(last_event_id)  # 0: nothing sent yet (samples start at 1)
-        while time.monotonic() < ends:
-            await self.wait_for(seen, timeout=5.0)
-            if await is_gone():
-                return
-            sample = self.sample_now
-            if sample.version == seen:
-                yield ": idle\n\n"  # a comment: keeps proxies from closing a quiet stream
-                continue
-            changes = self._changes_since(seen)
-            full = changes is None
-            seen = sample.version
-            message = _message(sample, self.whole() if changes is None else changes, full=full)
-            yield f"id: {self._epoch}.{seen}\ndata: " + json.dumps(message, separators=(",", ":")) + "\n\n"
+        rows_seen = seen or (follow.since if follow and follow.since is not None else None)
+        if follow is not None and follow.job is not None:
+            self._watched[follow.job] += 1
+        try:
+            while time.monotonic() < ends:
+                await self.wait_for(seen, timeout=5.0)
+                if await is_gone():
+                    return
+                sample = self.sample_now
+                if sample.version == seen:
+                    yield ": idle\n\n"  # a comment: keeps proxies from closing a quiet stream
+                    continue
+                changes = self._changes_since(seen)
+                message = _message(sample, self.whole() if changes is None else changes, full=changes is None)
+                if follow is not None:
+                    message.update(self._followed(follow, rows_seen, sample))
+                seen = rows_seen = sample.version
+                yield f"id: {self._epoch}.{seen}\ndata: " + json.dumps(message, separators=(",", ":")) + "\n\n"
+        finally:
+            if follow is not None and follow.job is not None:
+                self._watched[follow.job] -= 1
+                if self._watched[follow.job] <= 0:
+                    del self._watched[follow.job]
+
+    def _followed(self, follow: Follow, after: int | None, sample: Sample) -> dict[str, Any]:
+        """What a following stream gets: the rows changed by every sample after ``after`` (cut when
+        this server no longer holds them all), and its job's progress."""
+        held = tuple(self._recent)  # a copy: the sampler appends from another thread
+        newer = [s for s in held if after is not None and after < s.version <= sample.version]
+        whole = after is not None and (after == sample.version or (newer and newer[0].version == after + 1))
+        rows, cut = merged(newer)
+        message = picked(follow, rows, cut or (after is not None and not whole))
+        if follow.job is not None:
+            message["progress"] = sample.progress.get(follow.job)
+        return message
 
     def _resumed_at(self, last_event_id: str | None) -> int:
         epoch, _, version = (last_event_id or "").partition(".")
@@ -203,7 +280,7 @@ class Live:
         """The buckets changed by every sample after ``version``, or None when not all are held."""
         if version == 0:
             return None
-        newer = [sample for sample in self._recent if sample.version > version]
+        newer = [sample for sample in tuple(self._recent) if sample.version > version]
         if not newer or newer[0].version != version + 1:
             return None
         merged: dict[int, tuple[int, int]] = {}

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from spool.base.errors import InvalidJob
 from spool.views import coordinator_state
 
 from . import admin_pages, jobs, queues
@@ -35,6 +36,7 @@ from .auth import (
     cookie_header,
     read_form,
 )
+from .follow import follow_of
 from .pages import HERE, Dash, back, safe_next, secured
 
 if TYPE_CHECKING:
@@ -83,18 +85,23 @@ def overview(dash: Dash, request: Request, session: Session) -> Response:
 
 async def events(dash: Dash, streams: Slots, request: Request) -> Response:
     """The live numbers as server-sent events (``live.Live.events``): one stream per browser,
-    all fed from the one sampler. Each holds a connection for up to ``live.STREAM_SECONDS``, so
+    all fed from the one sampler (``?list=1&state=...`` follows a job list, ``?job=ID`` a job: the
+    ``follow`` module). Each holds a connection for up to ``live.STREAM_SECONDS``, so
     each takes one of ``streams`` (its token's share, and the server's) until it ends."""
     session = await dash.session(request)
     if session is None:
         return dash.refuse(request, None, 401, "not logged in")
+    try:
+        follow = follow_of(request.query_params)
+    except InvalidJob as err:
+        return dash.refuse(request, session, 400, str(err))
     try:
         streams.take(session.name, f"token {session.name!r}")
     except ApiError as err:
         refused = dash.refuse(request, session, err.status, err.message)
         refused.headers.update(err.headers)
         return refused
-    stream = dash.live.events(request.is_disconnected, request.headers.get("last-event-id"))
+    stream = dash.live.events(request.is_disconnected, request.headers.get("last-event-id"), follow)
     headers = {"X-Accel-Buffering": "no"}
     return secured(
         HeldStream(stream, partial(streams.give, session.name), media_type="text/event-stream", headers=headers)
