@@ -211,7 +211,8 @@ def test_a_node_gone_down_under_an_attempt_ends_its_batch_job_unrequeued_and_spo
         lambda: any(row[0] == first[0] and row[1] == "NODE_FAIL" for row in slurm.squeue()), 60, 0.2, "NODE_FAIL"
     )
     wait_until(lambda: "failed; its runner is fenced" in runs.log("dispatch"), 60, message="the runner fenced")
-    subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"], env=slurm.env, check=True)
+    # Back in service (ReturnToService=2 may have brought it back already: then resume says so).
+    subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"], env=slurm.env, capture_output=True)
     wait_until(lambda: _done(served, [job_id]), 120, message="the job done by spool's retry")
     attempts = _status(served, job_id)["attempts"]
     assert [a["outcome"] for a in attempts][-1] == "done" and len(attempts) == 2, attempts

@@ -76,7 +76,8 @@ def test_a_server_stopped_past_the_lease_makes_the_runner_kill_its_attempt_and_o
     runs.mkdir()
     processes.coordinator()
     with _spool(served) as sp:
-        job_id = sp.submit("interval", {"folder": str(runs), "seconds": 4.0}, max_tries=3)
+        # Longer than the cut-off takes here: a term (1.5 s) and a beat hanging until its 5 s timeout.
+        job_id = sp.submit("interval", {"folder": str(runs), "seconds": 12.0}, max_tries=3)
     processes.remote("remote-a", "--import", "limit_tasks")
     _wait_running(processes, "remote-a", job_id, 1)
     first = wait_until(lambda: read_run(runs / f"{job_id}.1"), 30, message="the handler's start line")
@@ -87,7 +88,7 @@ def test_a_server_stopped_past_the_lease_makes_the_runner_kill_its_attempt_and_o
     finally:
         os.killpg(served.proc.pid, signal.SIGCONT)
     assert "no beat confirmed by the server" in processes.log("remote-a")
-    wait_until(lambda: (served.root / "done" / f"{job_id}.yaml").exists(), 60, message="the job done after SIGCONT")
+    wait_until(lambda: (served.root / "done" / f"{job_id}.yaml").exists(), 90, message="the job done after SIGCONT")
     with _spool(served) as sp:
         attempts = sp.status(job_id)["attempts"]
     assert [a["outcome"] for a in attempts][-1] == "done" and len(attempts) >= 2, attempts
