@@ -39,11 +39,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from spool.base.errors import UsageError
 from spool.runner.dispatch.engine import EngineJob, RunOne, Verdict
+from spool.runner.dispatch.statedir import state_folder, token_file
 from spool.workers import WORKER_NAME
 
 log = logging.getLogger("spool.dispatch")
@@ -65,31 +65,12 @@ def open_engine(run_one: RunOne, token: str, label: str, options: Mapping[str, s
         from distributed import Client
     except ImportError:
         raise UsageError("the dask engine needs distributed: pip install 'spool-queue[dask]'") from None
-    token_file = options.get("token_file") or _default_token_file(label, options, token)
+    token_path = token_file(state_folder(label, options), token, options)
     try:
         client = Client(address, timeout="10s", set_as_default=False)
     except (OSError, TimeoutError) as err:
         raise UsageError(f"--engine-opt scheduler={address}: {err}") from None
-    return DaskEngine(client, run_one, label, token_file)
-
-
-def _default_token_file(label: str, options: Mapping[str, str], token: str) -> str:
-    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    folder = Path(options.get("state_dir") or os.path.join(state_home, "spool", "dispatch", label))
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = folder / "token"
-        staged = folder / f".token-{os.getpid()}"
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, token.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(staged, path)
-    except OSError as err:
-        raise UsageError(f"--engine-opt state_dir={folder}: {err.strerror or err}") from None
-    return str(path)
+    return DaskEngine(client, run_one, label, token_path)
 
 
 class DaskEngine:

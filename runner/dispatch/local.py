@@ -36,6 +36,7 @@ from typing import Any
 
 from spool.base.errors import UsageError
 from spool.runner.dispatch.engine import EngineJob, RunOne, Verdict
+from spool.runner.dispatch.statedir import fsync_dir, state_folder, token_file, write_whole
 from spool.workers import WORKER_NAME
 
 log = logging.getLogger("spool.dispatch")
@@ -58,20 +59,14 @@ def open_engine(run_one: RunOne, token: str, label: str, options: Mapping[str, s
         raise UsageError(f"--engine-opt start_delay={options['start_delay']}: expected seconds") from None
     if not 0 <= delay <= 86400:
         raise UsageError("--engine-opt start_delay: expected seconds from 0 to 86400")
-    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    folder = Path(options.get("state_dir") or os.path.join(state_home, "spool", "dispatch", label))
-    return LocalEngine(run_one, token, folder, delay)
+    folder = state_folder(label, options)
+    return LocalEngine(run_one, token_file(folder, token, {}), folder, delay)
 
 
 class LocalEngine:
-    def __init__(self, run_one: RunOne, token: str, folder: Path, start_delay: float = 0.0) -> None:
+    def __init__(self, run_one: RunOne, token_path: str, folder: Path, start_delay: float = 0.0) -> None:
         self.run_one, self.folder, self.start_delay = run_one, folder, start_delay
-        try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.token_file = str(folder / "token")
-            _write_whole(folder / "token", token.encode(), mode=0o600)
-        except OSError as err:
-            raise UsageError(f"--engine-opt state_dir={folder}: {err.strerror or err}") from None
+        self.token_file = token_path
         self._children: dict[str, subprocess.Popen[bytes]] = {}  # runner -> the process we started
         self._succeeded: set[str] = set()  # runners whose log is not worth keeping
 
@@ -136,7 +131,7 @@ class LocalEngine:
                 os.unlink(self._file(job.runner, kind))
             except FileNotFoundError:
                 pass
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
 
     def adopt(self) -> list[EngineJob]:
         jobs = []
@@ -176,7 +171,7 @@ class LocalEngine:
         return self.folder / f"{runner}.{kind}"
 
     def _save(self, runner: str, record: dict[str, Any]) -> None:
-        _write_whole(self._file(runner, RECORD), json.dumps(record).encode(), mode=0o600)
+        write_whole(self._file(runner, RECORD), json.dumps(record).encode(), mode=0o600)
 
     def _load(self, runner: str) -> dict[str, Any] | None:
         try:
@@ -197,25 +192,3 @@ def _started_at(pid: int) -> int | None:
     if fields[0] == b"Z":
         return None
     return int(fields[19])
-
-
-def _write_whole(path: Path, data: bytes, *, mode: int) -> None:
-    """``path`` replaced whole: a hidden file beside it, fsync'd, renamed, the folder fsync'd."""
-    folder = path.parent
-    staged = folder / f".{path.name}-{os.getpid()}"
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(staged, path)
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from spool.base.errors import UsageError
 from spool.runner.dispatch.engine import EngineJob, RunOne, Verdict
+from spool.runner.dispatch.statedir import state_folder, token_file
 from spool.workers import WORKER_NAME
 
 log = logging.getLogger("spool.dispatch")
@@ -58,13 +59,8 @@ def open_engine(run_one: RunOne, token: str, label: str, options: Mapping[str, s
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise UsageError(f"--engine-opt {unknown[0]}: the slurm engine takes {', '.join(OPTIONS)}")
-    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    folder = Path(options.get("state_dir") or os.path.join(state_home, "spool", "dispatch", label))
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        token_file = options.get("token_file") or _write_token(folder, token)
-    except OSError as err:
-        raise UsageError(f"--engine-opt state_dir={folder}: {err.strerror or err}") from None
+    folder = state_folder(label, options)
+    token_path = token_file(folder, token, options)
     flags = ["--no-requeue", f"--comment={label}"]
     flags += [f"--partition={options['partition']}"] if options.get("partition") else []
     flags += [f"--account={options['account']}"] if options.get("account") else []
@@ -74,19 +70,7 @@ def open_engine(run_one: RunOne, token: str, label: str, options: Mapping[str, s
         raise UsageError(f"--engine-opt sbatch_args: {err}") from None
     if any(flag.split("=")[0] in ("--requeue", "--comment", "-J", "--job-name") for flag in flags[2:]):
         raise UsageError("--engine-opt sbatch_args: --requeue, --comment and the job name are the engine's own")
-    return SlurmEngine(run_one, label, folder, token_file, flags)
-
-
-def _write_token(folder: Path, token: str) -> str:
-    path, staged = folder / "token", folder / f".token-{os.getpid()}"
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, token.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(staged, path)
-    return str(path)
+    return SlurmEngine(run_one, label, folder, token_path, flags)
 
 
 class SlurmEngine:
