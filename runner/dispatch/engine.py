@@ -109,6 +109,7 @@ ENGINES = {
     "local": "spool.runner.dispatch.local",
     "dask": "spool.runner.dispatch.dask",
     "slurm": "spool.runner.dispatch.slurm",
+    "kubernetes": "spool.runner.dispatch.kubernetes",
 }
 
 
