@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from spool.base import crash
+
 from spool.base.errors import UsageError
 from spool.cli.app import App, flag_duration, pass_app
 from spool.cli.processes import _daemonise_stdio, _import_option, _queues_option, _remote_token
@@ -136,6 +138,7 @@ def dispatch(
     run_one = RunOne(server, command, os.path.abspath(cacert) if cacert else None, modules)
     label = options.pop("label", None) or default_label(client.url, token)
     engine_ = open_engine(engine, run_one, token, label, options)
+    crash.arm("dispatch", os.environ)
     _daemonise_stdio()
     setup_logging(settings.log_level, settings.log_format, "dispatch")
     dispatcher = Dispatcher(

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+from spool.base import crash
 from spool.runner.dispatch.engine import Engine, EngineJob, Verdict
 from spool.runner.remote.client import ApiClient, Reply, Unreachable
 
@@ -107,6 +108,7 @@ class Dispatcher:
                 self._done(job, "ended")
             elif verdict is Verdict.FAILED:
                 if self._fence(runner):
+                    crash.point("after-fence")  # a restart adopts it: failed again, fenced again (a no-op)
                     self._done(job, "failed; its runner is fenced")
             elif verdict is Verdict.LOST:
                 self._done(job, "lost (ambiguous); its lease decides")
@@ -159,6 +161,7 @@ class Dispatcher:
     def _dispatch(self, job_id: str) -> None:
         runner = f"r-{secrets.token_hex(8)}"
         job = self.engine.submit(runner, job_id)
+        crash.point("after-engine-submit")  # the engine holds it under our label: a restart adopts it
         self.inflight[runner] = job
         log.info("dispatched %s to runner %s", job_id, runner)
 

@@ -1,8 +1,8 @@
 """Crash points: ``SPOOL_CRASH_AT=<role>:<step>`` makes the process SIGKILL itself there.
 
 Every step of every transition calls ``point(step)``; the process declares its role once at start
-(``arm(role, environ)``): ``submit``, ``worker``, ``coordinator``, ``serve``, and ``admin`` for the
-commands a person runs to cancel, requeue or purge. Unarmed, a point is one comparison against
+(``arm(role, environ)``): ``submit``, ``worker``, ``coordinator``, ``serve``, ``dispatch``, and
+``admin`` for the commands a person runs to cancel, requeue or purge. Unarmed, a point is one comparison against
 ``None``. ``CRASH_POINTS`` is the whole table, written here rather than gathered from the modules
 at import, so it is complete without importing anything; ``spool crash-points`` prints it,
 tests/unit/test_crash_table.py checks it against every ``point()`` in the source, and the crash
@@ -70,6 +70,18 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "after-result",  # POST /v1/leases/{id}/complete: the result linked, the job still in leased/
         "complete-after-move",  # ... the job in done/, no ledger row, no answer sent
         "run-after-record",  # the dashboard's "run now": its job durable and noted as the schedule's last firing
+        # A runner's claim (POST /v1/leases for run-one or a remote worker) is the worker's claim:
+        "claim-after-reserve",
+        "claim-after-heartbeat",
+        "claim-after-rename",
+        "after-claim",
+        # ... and a runner's fence (POST /v1/runners/{r}/fence, a revoke) is the coordinator's expire:
+        "expire-after-rename",
+        "after-expire",
+    ),
+    "dispatch": (  # `spool dispatch`: the engine holds what it was handed; a restarted dispatcher adopts it
+        "after-engine-submit",  # the engine took an engine job, the dispatcher has not noted it in flight
+        "after-fence",  # a failed engine job's runner fenced by the server, the engine job not yet let go
     ),
     "submit": (
         "after-key-check",

@@ -57,7 +57,15 @@ def test_every_serve_point_is_crashed_here() -> None:
     listed = [point for point in crash.all_points() if point.startswith("serve:")]
     others = ["serve:bury-after-rename", "serve:requeue-after-rename", "serve:run-after-record"]
     completes = ["serve:after-result", "serve:complete-after-move"]  # tests/api/test_remote_results.py
-    assert sorted(listed) == sorted(SUBMIT_POINTS + others + completes)
+    runners = [  # a runner's claim and its fence: tests/api/test_dispatch_crash.py
+        "serve:claim-after-reserve",
+        "serve:claim-after-heartbeat",
+        "serve:claim-after-rename",
+        "serve:after-claim",
+        "serve:expire-after-rename",
+        "serve:after-expire",
+    ]
+    assert sorted(listed) == sorted(SUBMIT_POINTS + others + completes + runners)
 
 
 def test_a_dashboard_run_now_killed_after_its_record(serve_spool: Any) -> None:

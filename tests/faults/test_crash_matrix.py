@@ -819,10 +819,21 @@ for _step in ("bury-after-rename", "requeue-after-rename"):
 # test_remote_results.py kills a real server there and checks the worker calls it its own win).
 for _step in ("after-result", "complete-after-move"):
     SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"worker:{_step}"]
+# A runner's claim over the API is the worker's claim, and its fence the coordinator's expire, run
+# in the server (tests/api/test_dispatch_crash.py kills a real server at each with run-one).
+for _step in ("claim-after-reserve", "claim-after-heartbeat", "claim-after-rename", "after-claim"):
+    SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"worker:{_step}"]
+for _step in ("expire-after-rename", "after-expire"):
+    SCENARIOS[f"serve:{_step}"] = SCENARIOS[f"coordinator:{_step}"]
+# The dispatcher moves no file: its points are crashed with real processes, a server and an engine,
+# in tests/api/test_dispatch_crash.py (which checks it covers every one of them).
+NOT_IN_PROCESS = {point for point in crash.all_points() if point.startswith("dispatch:")}
 
 
 def _matrix() -> Iterator[Any]:
     for point in crash.all_points():
+        if point in NOT_IN_PROCESS:
+            continue
         scenarios = SCENARIOS.get(point)
         if not scenarios:
             yield pytest.param(point, None, id=f"{point}/MISSING")
