@@ -13,6 +13,7 @@ processes; the other sides stopped):
   returned (both clocks are this host's). The workers are idle, waiting: remote ones in a
   long-poll on the server, local ones on inotify.
 - drain: ``--jobs`` (2,000) trivial ``echo`` jobs in one ``submit_many`` while the workers wait;
+  last, ``--dispatch-jobs`` (200) drained by ``spool dispatch --engine local`` (a run-one each);
   rate = N / (submit returned -> the N-th job file in done/); and the CPU each process (with its
   children) spent over it, per job, from /proc/PID/stat (``spool serve``: every server summed).
   The servers idle on the local side.
@@ -233,6 +234,8 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
         local = [procs.start(f"local-{n}", "worker", *TASKS) for n in (1, 2)]
         results["local"] = measure(sp, o, {**shared, "workers": [p.pid for p in local]})
         procs.stop(local)
+        if o.dispatch_jobs:
+            results["dispatch"] = dispatch_drain(sp, procs, o, url, cacert, shared)
         sp.close()
         return results
     finally:
@@ -249,6 +252,68 @@ def wait_listening(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> 
         time.sleep(0.05)
 
 
+def dispatch_drain(
+    sp: Spool, procs: Processes, o: argparse.Namespace, url: str, cacert: Path, shared: dict[str, list[int]]
+) -> dict[str, float]:
+    """``spool dispatch --engine local --max-inflight 8`` draining ``--dispatch-jobs`` echo jobs:
+    a ``spool run-one`` process (and its attempt child) per job, the bound of an engine that starts
+    a process per job; jobs/s and the servers' CPU per job."""
+    token_file = sp.root.parent / "dispatch.token"
+    done = subprocess.run(
+        [
+            *SPOOL,
+            "--spool",
+            str(sp.root),
+            "token",
+            "add",
+            "bench-dispatch",
+            "--role",
+            "dispatch",
+            "--out",
+            str(token_file),
+        ],
+        capture_output=True,
+        text=True,
+        env=process_env(),
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"token add: {done.stderr.strip()}")
+    before = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in shared.items()}
+    started = time.monotonic()
+    proc = procs.start(
+        "dispatch",
+        "dispatch",
+        "--server",
+        url,
+        "--token-file",
+        str(token_file),
+        "--cacert",
+        str(cacert),
+        "--engine",
+        "local",
+        "--engine-opt",
+        f"state_dir={sp.root.parent / 'engine'}",
+        "--max-inflight",
+        "8",
+        *TASKS,
+    )
+    before_done = count_done(sp.root)
+    sp.submit_many([sp.spec("echo", {"i": i}) for i in range(o.dispatch_jobs)])
+    deadline = started + o.timeout
+    while count_done(sp.root) < before_done + o.dispatch_jobs:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"dispatch: {count_done(sp.root) - before_done} of {o.dispatch_jobs} done")
+        time.sleep(0.01)
+    rate = o.dispatch_jobs / (time.monotonic() - started)
+    after = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in shared.items()}
+    procs.stop([proc])
+    results = {"drain_jobs_per_s": rate}
+    for role in shared:
+        results[f"cpu_ms_per_job_{role}"] = (after[role] - before[role]) * 1000 / o.dispatch_jobs
+    return results
+
+
 def print_table(r: dict[str, Any]) -> None:
     rows = [
         (f"idle pickup p50 ms ({r['pickups']}, 0-50 ms gaps)", "pickup_p50_ms", "{:.1f}"),
@@ -258,6 +323,12 @@ def print_table(r: dict[str, Any]) -> None:
         ("  CPU ms per job: coordinator", "cpu_ms_per_job_coordinator", "{:.2f}"),
         ("  CPU ms per job: 2 workers (+ children)", "cpu_ms_per_job_workers", "{:.2f}"),
     ]
+    if "dispatch" in r:
+        d = r["dispatch"]
+        print(
+            f"spool dispatch --engine local, 8 in flight: {d['drain_jobs_per_s']:.1f} jobs/s; CPU ms per job: "
+            f"spool serve {d['cpu_ms_per_job_serve']:.2f}, coordinator {d['cpu_ms_per_job_coordinator']:.2f}"
+        )
     width = max(len(label) for label, _, _ in rows)
     print(f"{'':{width}}  {'remote (API)':>13}  {'remote, 2 serves':>16}  {'local':>8}")
     for label, key, fmt in rows:
@@ -270,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="where the work folder goes (default: the temp dir)")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--pickups", type=int, default=100)
+    parser.add_argument("--dispatch-jobs", type=int, default=200, help="jobs drained by spool dispatch (0: skip)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", action="store_true", help="also print the numbers as one JSON line")
     o = parser.parse_args(argv)
