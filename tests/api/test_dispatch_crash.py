@@ -99,7 +99,9 @@ def test_a_server_killed_mid_fence_fences_when_asked_again(served: Any, runs: Ru
     runs.coordinator()
     (job_id,) = _submit(served, "sleep", {"seconds": 60.0})
     run_one = runs.run_one("r-held", job_id)
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 60, message="the job leased by r-held")
+    # Running, not only leased: a server killed before its answer reached run-one would leave it
+    # asking for a job it already holds until the lease expires and it claims it again.
+    wait_until(lambda: f"lease {job_id} attempt=1 " in runs.log("r-held"), 60, message="r-held running the job")
     restart_with(served, point)
     fence = ["curl", "-sS", "--cacert", str(served.cacert), "-X", "POST", "-H"]
     fence += [f"Authorization: Bearer {runs.token_file.read_text().strip()}", "-d", "{}"]
