@@ -32,7 +32,7 @@ from typing import Any
 
 from spool.base import crash
 from spool.runner.dispatch.engine import Engine, EngineJob, Verdict
-from spool.runner.remote.client import ApiClient, Reply, Unreachable
+from spool.runner.remote.client import ApiClient, Patience
 
 log = logging.getLogger("spool.dispatch")
 
@@ -66,8 +66,16 @@ class Dispatcher:
         self.inflight: dict[str, EngineJob] = {}  # runner -> its engine job
         self._cooling: dict[str, float] = {}  # job id -> monotonic time it may be dispatched again
         self._stopping = False
-        self._unreachable = False
-        self._backoff = 0.0
+        self._engine_down = False  # said once that an engine call failed
+        self.patience = Patience(
+            client,
+            who="dispatcher",
+            log=log,
+            refused=DispatchRefused,
+            quiet=lambda: self._stopping,
+            hurry=lambda: self._stopping,
+            most=BACKOFF_MAX_SECONDS,
+        )
 
     def run(self) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -103,20 +111,42 @@ class Dispatcher:
 
     def _look(self) -> None:
         for runner, job in list(self.inflight.items()):
-            verdict = self.engine.poll(job)
-            if verdict is Verdict.SUCCEEDED:
-                self._done(job, "ended")
-            elif verdict is Verdict.FAILED:
-                if self._fence(runner):
-                    crash.point("after-fence")  # a restart adopts it: failed again, fenced again (a no-op)
-                    self._done(job, "failed; its runner is fenced")
-            elif verdict is Verdict.LOST:
-                self._done(job, "lost (ambiguous); its lease decides")
-            elif verdict is Verdict.PENDING and time.time() - job.submitted > self.dispatch_timeout:
-                self.engine.cancel(job)
-                if self._fence(runner):
-                    self._done(job, f"not started within {self.dispatch_timeout:g}s; cancelled")
-                    self._cooling.pop(job.job_id, None)  # dispatched again at once
+            try:
+                self._look_at(runner, job)
+            except DispatchRefused:
+                raise
+            except Exception as err:  # the engine's own kinds (squeue down, an API error): next look
+                self._engine_failed(f"looking at runner {runner}'s engine job", err)
+            else:
+                self._engine_answered()
+
+    def _look_at(self, runner: str, job: EngineJob) -> None:
+        verdict = self.engine.poll(job)
+        if verdict is Verdict.SUCCEEDED:
+            self._done(job, "ended")
+        elif verdict is Verdict.FAILED:
+            if self._fence(runner):
+                crash.point("after-fence")  # a restart adopts it: failed again, fenced again (a no-op)
+                self._done(job, "failed; its runner is fenced")
+        elif verdict is Verdict.LOST:
+            self._done(job, "lost (ambiguous); its lease decides")
+        elif verdict is Verdict.PENDING and time.time() - job.submitted > self.dispatch_timeout:
+            self.engine.cancel(job)
+            if self._fence(runner):
+                self._done(job, f"not started within {self.dispatch_timeout:g}s; cancelled")
+                self._cooling.pop(job.job_id, None)  # dispatched again at once
+
+    def _engine_failed(self, doing: str, err: Exception) -> None:
+        """An engine call raised: said once until the engine answers again (a down slurmctld
+        would otherwise fill the log every tick); the dispatcher goes on."""
+        if not self._engine_down:
+            self._engine_down = True
+            log.warning("the engine failed %s: %s; trying on", doing, str(err) or type(err).__name__)
+
+    def _engine_answered(self) -> None:
+        if self._engine_down:
+            self._engine_down = False
+            log.info("the engine answers again")
 
     def _done(self, job: EngineJob, how: str) -> None:
         log.info("engine job of runner %s for %s %s", job.runner, job.job_id, how)
@@ -126,7 +156,7 @@ class Dispatcher:
 
     def _fence(self, runner: str) -> bool:
         """End the runner's leases now; False if the server did not say so (tried again next look)."""
-        reply = self._call(f"/v1/runners/{runner}/fence", {}, timeout_seconds=CALL_MARGIN_SECONDS)
+        reply = self.patience.call(f"/v1/runners/{runner}/fence", {}, timeout_seconds=CALL_MARGIN_SECONDS)
         if reply is None:
             return False
         if reply.status != 200:
@@ -149,45 +179,27 @@ class Dispatcher:
             asked["tasks"] = self.tasks
         if self.queues is not None:
             asked["queues"] = self.queues
-        reply = self._call("/v1/dispatch/ready", asked, timeout_seconds=wait + CALL_MARGIN_SECONDS)
+        reply = self.patience.call("/v1/dispatch/ready", asked, timeout_seconds=wait + CALL_MARGIN_SECONDS)
         if reply is None or reply.status != 200:
             if reply is not None:
                 log.warning("ready jobs: %s", reply.error())
-                self._back_off()
+                self.patience.back_off()
             return []
         ready = reply.body.get("ready") if isinstance(reply.body, dict) else None
         return [item for item in ready or [] if isinstance(item, dict) and isinstance(item.get("id"), str)]
 
     def _dispatch(self, job_id: str) -> None:
         runner = f"r-{secrets.token_hex(8)}"
-        job = self.engine.submit(runner, job_id)
+        try:
+            job = self.engine.submit(runner, job_id)
+        except Exception as err:  # the engine's own kinds: the job stays ready, dispatched again later
+            # Had the engine made the job before it failed to say so, that engine job's run-one
+            # claims it or finds it taken; either way the lease fences it (a restart adopts it).
+            self._cooling[job_id] = time.monotonic() + COOL_SECONDS
+            self._engine_failed(f"handing {job_id} to the engine", err)
+            self.patience.back_off()
+            return
+        self._engine_answered()
         crash.point("after-engine-submit")  # the engine holds it under our label: a restart adopts it
         self.inflight[runner] = job
         log.info("dispatched %s to runner %s", job_id, runner)
-
-    # -- the server --------------------------------------------------------------------------
-
-    def _call(self, path: str, body: dict[str, Any], *, timeout_seconds: float) -> Reply | None:
-        try:
-            reply = self.client.call(path, body, timeout_seconds=timeout_seconds)
-        except Unreachable as err:
-            if self._stopping:
-                return None
-            if not self._unreachable:
-                self._unreachable = True
-                log.warning("server unreachable, retrying (%s)", err)
-            self._back_off()
-            return None
-        if self._unreachable:
-            self._unreachable = False
-            log.info("server reachable again: %s", self.client.url)
-        self._backoff = 0.0
-        if reply.status in (401, 403):
-            raise DispatchRefused(f"the server refused this dispatcher's token (HTTP {reply.status}): {reply.error()}")
-        return reply
-
-    def _back_off(self) -> None:
-        self._backoff = min(max(self._backoff * 2, 0.1), BACKOFF_MAX_SECONDS)
-        until = time.monotonic() + self._backoff
-        while time.monotonic() < until and not self._stopping:
-            time.sleep(min(0.05, max(until - time.monotonic(), 0.0)))

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +182,62 @@ class ApiClient:
         if self._conn.sock is not None:
             self._conn.sock.settimeout(timeout_seconds)
         return self._conn, self._conn.sock is not None
+
+
+class Patience:
+    """The calls of a client that runs for long (a remote worker, a dispatcher): a server that
+    does not answer is said once, then retried after a backoff that doubles up to ``most``
+    seconds; said again once it answers. ``quiet()`` says a cut call was our own doing (a stop
+    that ``abort``ed it): nothing is logged nor waited. ``hurry()`` ends a backoff's wait early.
+    ``refused`` makes the error raised for 401/403: a revoked token is for good. ``who`` names
+    the caller in that error; ``log`` is the caller's logger."""
+
+    def __init__(
+        self,
+        client: ApiClient,
+        *,
+        who: str,
+        log: logging.Logger,
+        refused: Callable[[str], Exception],
+        quiet: Callable[[], bool],
+        hurry: Callable[[], bool],
+        first: float = 0.1,
+        most: float = 5.0,
+    ) -> None:
+        self.client, self._refused, self._quiet, self._hurry = client, refused, quiet, hurry
+        self._who, self._log = who, log
+        self._first, self._most = first, most
+        self.unreachable = False  # said once that the server does not answer
+        self._backoff = 0.0
+
+    def call(
+        self, path: str, body: dict[str, Any], *, timeout_seconds: float, max_reply_bytes: int = MAX_REPLY_BYTES
+    ) -> Reply | None:
+        """One call; None when the server did not answer (after this call's backoff wait)."""
+        try:
+            reply = self.client.call(path, body, timeout_seconds=timeout_seconds, max_reply_bytes=max_reply_bytes)
+        except Unreachable as err:
+            if self._quiet():
+                return None
+            if not self.unreachable:
+                self.unreachable = True
+                self._log.warning("server unreachable, retrying (%s)", err)
+            self.back_off()
+            return None
+        if self.unreachable:
+            self.unreachable = False
+            self._log.info("server reachable again: %s", self.client.url)
+        self._backoff = 0.0
+        if reply.status in (401, 403):
+            raise self._refused(f"the server refused this {self._who}'s token (HTTP {reply.status}): {reply.error()}")
+        return reply
+
+    def back_off(self) -> None:
+        """Wait the next step of the backoff, returning early once ``hurry()`` says so."""
+        self._backoff = min(max(self._backoff * 2, self._first), self._most)
+        until = time.monotonic() + self._backoff
+        while time.monotonic() < until and not self._hurry():
+            time.sleep(min(0.05, max(until - time.monotonic(), 0.0)))
 
 
 def redacted(url: str) -> str:

@@ -45,7 +45,7 @@ from spool.base.errors import SpoolError
 from spool.base.resultjson import ResultNotJSON, encode_result
 from spool.runner.attempt.loop import watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
-from spool.runner.remote.client import MAX_REPLY_BYTES, ApiClient, Reply, Unreachable
+from spool.runner.remote.client import MAX_REPLY_BYTES, ApiClient, Patience, Reply
 from spool.runner.remote.keeper import ApiLease
 from spool.runner.remote.lease import Refused, RemoteLease
 from spool.settings import Settings
@@ -104,8 +104,17 @@ class RemoteWorker:
         )
         self._signals = 0
         self._stop_requested_at: float | None = None
-        self._unreachable = False  # said once that the server does not answer
-        self._backoff = 0.0
+        self.patience = Patience(
+            client,
+            who="worker",
+            log=log,
+            refused=Refused,
+            quiet=lambda: bool(self._signals and self._idle),  # our own stop cut the call (``abort``)
+            # a stop is asked for: at once while idle; with an attempt's outcome to save, past the grace
+            hurry=lambda: self._must_stop_now() or bool(self._signals and self._idle),
+            first=BACKOFF_FIRST_SECONDS,
+            most=BACKOFF_MAX_SECONDS,
+        )
         self._idle = True  # no attempt of ours is running or waiting to be reported
         self._stop_noted = False  # said that a stop waits for the running attempt
 
@@ -119,7 +128,7 @@ class RemoteWorker:
             while not self._signals:
                 lease = self._next_lease()
                 if lease is None:
-                    if self.burst and not self._unreachable:
+                    if self.burst and not self.patience.unreachable:
                         break
                     if self.once and time.monotonic() - started > CLAIM_PATIENCE_SECONDS:
                         log.error("run-one stops: no answer to its claim in %gs", CLAIM_PATIENCE_SECONDS)
@@ -158,36 +167,6 @@ class RemoteWorker:
 
     # -- talking to the server ---------------------------------------------------------------
 
-    def _call(
-        self, path: str, body: dict[str, Any], *, timeout_seconds: float, max_reply_bytes: int = MAX_REPLY_BYTES
-    ) -> Reply | None:
-        """One call; None when the server did not answer (after this call's backoff wait)."""
-        try:
-            reply = self.client.call(path, body, timeout_seconds=timeout_seconds, max_reply_bytes=max_reply_bytes)
-        except Unreachable as err:
-            if self._signals and self._idle:
-                return None  # our own stop cut the call (``abort``): the server is fine
-            if not self._unreachable:
-                self._unreachable = True
-                log.warning("server unreachable, retrying (%s)", err)
-            self._back_off()
-            return None
-        if self._unreachable:
-            self._unreachable = False
-            log.info("server reachable again: %s", self.client.url)
-        self._backoff = 0.0
-        if reply.status in (401, 403):
-            raise Refused(f"the server refused this worker's token (HTTP {reply.status}): {reply.error()}")
-        return reply
-
-    def _back_off(self) -> None:
-        """Wait the next step of the backoff, returning early when a stop is asked for (at once
-        while idle; with an attempt's outcome to save, only past the grace)."""
-        self._backoff = min(max(self._backoff * 2, BACKOFF_FIRST_SECONDS), BACKOFF_MAX_SECONDS)
-        until = time.monotonic() + self._backoff
-        while time.monotonic() < until and not (self._must_stop_now() or (self._signals and self._idle)):
-            time.sleep(min(STOP_CHECK_SECONDS, max(until - time.monotonic(), 0.0)))
-
     def _next_lease(self) -> RemoteLease | None:
         wait = self.long_poll_seconds
         asked: dict[str, Any] = {"tasks": self.tasks, "wait": wait}
@@ -197,7 +176,7 @@ class RemoteWorker:
             asked["runner"] = self.runner
         if self.job is not None:
             asked["job"] = self.job
-        reply = self._call(
+        reply = self.patience.call(
             "/v1/leases",
             asked,
             timeout_seconds=wait + CALL_MARGIN_SECONDS,
@@ -210,7 +189,7 @@ class RemoteWorker:
             return RemoteLease.from_reply(reply.body)
         if reply.status >= 500 or reply.status == 429:
             log.warning("lease request: %s; retrying", reply.error())
-            self._back_off()
+            self.patience.back_off()
             return None
         raise Refused(f"the server refused the lease request (HTTP {reply.status}): {reply.error()}")
 
@@ -222,7 +201,7 @@ class RemoteWorker:
         # which would find the first one done and say "dropped". A beat is short; the next comes.
         timeout = max(lease.heartbeat_seconds, OUTCOME_TIMEOUT_SECONDS if patient else 5.0)
         while True:
-            reply = self._call(path, {"fence": lease.fence, **body}, timeout_seconds=timeout)
+            reply = self.patience.call(path, {"fence": lease.fence, **body}, timeout_seconds=timeout)
             if reply is not None and (reply.status < 500 or not patient):
                 return reply
             if not patient or self._signals > 1 or self._must_stop_now():
@@ -231,7 +210,7 @@ class RemoteWorker:
                 return None
             if reply is not None:
                 log.warning("%s of %s: %s; retrying", step, lease.job_id, reply.error())
-                self._back_off()
+                self.patience.back_off()
 
     # -- one attempt -------------------------------------------------------------------------
 
