@@ -1,12 +1,15 @@
 """Remote workers over the API against local workers, in one run on one host and one disk.
 
-    python benchmarks/remote.py [--dir DIR] [--jobs N] [--pickups N] [--json]
+    python benchmarks/remote.py [--dir DIR] [--jobs N] [--pickups N] [--remote-workers N]
+                                [--rounds R] [--json]
 
 One spool, one ``spool serve --self-signed --reuse-port`` on 127.0.0.1 and one ``spool
-coordinator`` for the whole run; then, for each side in turn (2 remote workers ``spool worker
---server`` with one server; 2 more after a second ``spool serve --reuse-port`` joined the first on
-its port, the kernel spreading their connections over the two; then 2 local ``spool worker``
-processes; the other sides stopped):
+coordinator`` for the whole run; then, for each side in turn (``--remote-workers`` (2) remote
+workers ``spool worker --server`` with one server; as many fresh ones while a second ``spool serve
+--reuse-port`` joins the first on its port, the kernel spreading their connections over the two;
+these two sides alternate ``--rounds`` times, medians reported, so a burst of load from elsewhere
+on a shared machine falls on both; then 2 local ``spool worker`` processes; the other sides
+stopped):
 
 - idle pickup: ``--pickups`` (100) times, a random 0-50 ms pause, one ``bench_clock`` job submitted
   through the Python API; latency = the handler's first ``time.time()`` - the moment submit
@@ -32,6 +35,7 @@ import random
 import shutil
 import signal
 import socket
+import statistics
 import ssl
 import subprocess
 import sys
@@ -61,6 +65,21 @@ class Processes:
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [*SPOOL, "--spool", str(self.root), *args],
+                cwd=ROOT,
+                env=process_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started.append(proc)
+        return proc
+
+    def start_python(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        """``python ARGS`` from the checkout (not a spool command), logged like the others."""
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, *args],
                 cwd=ROOT,
                 env=process_env(),
                 stdin=subprocess.DEVNULL,
@@ -209,28 +228,33 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
         wait_healthy(port, cacert, 60)
         coordinator = procs.start("coordinator", "coordinator")
         sp = open_spool(root, o.jobs)
-        results: dict[str, Any] = {"jobs": o.jobs, "pickups": o.pickups}
+        results: dict[str, Any] = {
+            "jobs": o.jobs,
+            "pickups": o.pickups,
+            "remote_workers": o.remote_workers,
+            "sim_workers": o.sim_workers,
+        }
         url = f"https://127.0.0.1:{port}"
-        remote = [
-            procs.start(
-                name, "worker", "--server", url, "--token", add_token(root, name), "--cacert", str(cacert), *TASKS
-            )
-            for name in ("bench-remote-1", "bench-remote-2")
-        ]
         shared = {"serve": [serve.pid], "coordinator": [coordinator.pid]}
-        results["remote"] = measure(sp, o, {**shared, "workers": [p.pid for p in remote]})
-        procs.stop(remote)
-        second = procs.start("serve-2", *serve_args)
-        wait_listening(logs / "serve-2.log", second, 60)
-        remote = [
-            procs.start(
-                name, "worker", "--server", url, "--token", add_token(root, name), "--cacert", str(cacert), *TASKS
-            )
-            for name in ("bench-remote-3", "bench-remote-4")
-        ]
-        shared["serve"].append(second.pid)
-        results["remote_2_serves"] = measure(sp, o, {**shared, "workers": [p.pid for p in remote]})
-        procs.stop(remote)
+        names = iter(f"bench-remote-{n}" for n in range(1, 2 * o.remote_workers * o.rounds + 1))
+        rounds: dict[str, list[dict[str, float]]] = {"remote": [], "remote_2_serves": []}
+        for turn in range(o.rounds):  # the sides alternate, so a burst of load elsewhere hits both
+            for side in ("remote", "remote_2_serves"):
+                second = None
+                if side == "remote_2_serves":
+                    second = procs.start(f"serve-2-{turn}", *serve_args)
+                    wait_listening(logs / f"serve-2-{turn}.log", second, 60)
+                remote = [remote_worker(procs, root, next(names), url, cacert) for _ in range(o.remote_workers)]
+                serves = [serve.pid] + ([second.pid] if second else [])
+                rounds[side].append(measure(sp, o, {**shared, "serve": serves, "workers": [p.pid for p in remote]}))
+                procs.stop(remote)
+                if second is not None:
+                    procs.stop([second])
+        if o.sim_workers:
+            rounds.update(sim_rounds(sp, o, procs, serve, serve_args, url, cacert, logs, shared))
+        for side, runs in rounds.items():
+            results[side] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        results["rounds"] = rounds
         local = [procs.start(f"local-{n}", "worker", *TASKS) for n in (1, 2)]
         results["local"] = measure(sp, o, {**shared, "workers": [p.pid for p in local]})
         procs.stop(local)
@@ -241,6 +265,60 @@ def run(o: argparse.Namespace) -> dict[str, Any]:
     finally:
         procs.kill_all()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def sim_rounds(
+    sp: Spool,
+    o: argparse.Namespace,
+    procs: Processes,
+    serve: subprocess.Popen[bytes],
+    serve_args: tuple[str, ...],
+    url: str,
+    cacert: Path,
+    logs: Path,
+    shared: dict[str, list[int]],
+) -> dict[str, list[dict[str, float]]]:
+    """The control plane alone: ``--sim-workers`` simulated remote workers in one process
+    (``benchmarks.remote_sim``: a lease and a complete per job, no handler run), draining with one
+    server and with two, alternating ``--rounds`` times."""
+    token_file = sp.root.parent / "sim.token"
+    add = [*SPOOL, "--spool", str(sp.root), "token", "add", "bench-sim", "--role", "dispatch", "--out", str(token_file)]
+    subprocess.run(add, cwd=ROOT, env=process_env(), capture_output=True, check=True)
+    sim_args = ["--url", url, "--cacert", str(cacert), "--token-file", str(token_file)]
+    rounds: dict[str, list[dict[str, float]]] = {"sim": [], "sim_2_serves": []}
+    for turn in range(o.rounds):
+        for side in ("sim", "sim_2_serves"):
+            second = None
+            if side == "sim_2_serves":
+                second = procs.start(f"serve-sim-{turn}", *serve_args)
+                wait_listening(logs / f"serve-sim-{turn}.log", second, 60)
+            sim = procs.start_python(
+                f"sim-{turn}-{side}",
+                "-m",
+                "benchmarks.remote_sim",
+                *sim_args,
+                "--threads",
+                str(o.sim_workers),
+                "--name",
+                f"s{turn}{side[-1]}",
+            )
+            serves = [serve.pid] + ([second.pid] if second else [])
+            roles = {**shared, "serve": serves, "workers": [sim.pid]}
+            before = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in roles.items()}
+            rate = drain(sp, o.jobs, o.timeout)
+            after = {role: sum(cpu_seconds(pid) for pid in pids) for role, pids in roles.items()}
+            run = {"drain_jobs_per_s": rate}
+            run.update({f"cpu_ms_per_job_{role}": (after[role] - before[role]) * 1000 / o.jobs for role in roles})
+            rounds[side].append(run)
+            procs.stop([sim])
+            if second is not None:
+                procs.stop([second])
+    return rounds
+
+
+def remote_worker(procs: Processes, root: Path, name: str, url: str, cacert: Path) -> subprocess.Popen[bytes]:
+    token = add_token(root, name)
+    return procs.start(name, "worker", "--server", url, "--token", token, "--cacert", str(cacert), *TASKS)
 
 
 def wait_listening(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -318,10 +396,14 @@ def print_table(r: dict[str, Any]) -> None:
     rows = [
         (f"idle pickup p50 ms ({r['pickups']}, 0-50 ms gaps)", "pickup_p50_ms", "{:.1f}"),
         ("idle pickup p99 ms", "pickup_p99_ms", "{:.1f}"),
-        (f"drain jobs/s ({r['jobs']} echo, 2 workers)", "drain_jobs_per_s", "{:.0f}"),
+        (
+            f"drain jobs/s ({r['jobs']} echo, {r['remote_workers']} remote / 2 local workers)",
+            "drain_jobs_per_s",
+            "{:.0f}",
+        ),
         ("  CPU ms per job: spool serve", "cpu_ms_per_job_serve", "{:.2f}"),
         ("  CPU ms per job: coordinator", "cpu_ms_per_job_coordinator", "{:.2f}"),
-        ("  CPU ms per job: 2 workers (+ children)", "cpu_ms_per_job_workers", "{:.2f}"),
+        ("  CPU ms per job: the workers (+ children)", "cpu_ms_per_job_workers", "{:.2f}"),
     ]
     if "dispatch" in r:
         d = r["dispatch"]
@@ -334,6 +416,18 @@ def print_table(r: dict[str, Any]) -> None:
     for label, key, fmt in rows:
         cells = [fmt.format(r[side][key]) for side in ("remote", "remote_2_serves", "local")]
         print(f"{label:{width}}  {cells[0]:>13}  {cells[1]:>16}  {cells[2]:>8}")
+    if "sim" in r:
+        for side, label in (("sim", "1 serve"), ("sim_2_serves", "2 serves")):
+            sim = r[side]
+            print(
+                f"control plane, {r['sim_workers']} simulated remote workers, {label}: "
+                f"{sim['drain_jobs_per_s']:.0f} jobs/s; CPU ms per job: spool serve {sim['cpu_ms_per_job_serve']:.2f}, "
+                f"coordinator {sim['cpu_ms_per_job_coordinator']:.2f}, "
+                f"the simulator {sim['cpu_ms_per_job_workers']:.2f}"
+            )
+    if len(r["rounds"]["remote"]) > 1:
+        for side, runs in r["rounds"].items():
+            print(f"drain jobs/s, each round, {side}: " + ", ".join(f"{run['drain_jobs_per_s']:.0f}" for run in runs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -342,6 +436,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--pickups", type=int, default=100)
     parser.add_argument("--dispatch-jobs", type=int, default=200, help="jobs drained by spool dispatch (0: skip)")
+    parser.add_argument(
+        "--remote-workers", type=int, default=2, help="remote workers on each remote side (local: always 2)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="times the two remote sides alternate (medians)")
+    parser.add_argument(
+        "--sim-workers",
+        type=int,
+        default=16,
+        help="simulated remote workers (benchmarks/remote_sim.py) for the control-plane sides (0: skip)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", action="store_true", help="also print the numbers as one JSON line")
     o = parser.parse_args(argv)
