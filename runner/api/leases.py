@@ -55,7 +55,7 @@ from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, rea
 from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
 from spool.runner.api.bodies import fields, number, progress_of, queues_of, tasks_of
-from spool.runner.api.runners import may_act, worker_name
+from spool.runner.api.runners import SEEN_EVERY_SECONDS, may_act, worker_name
 from spool.runner.api.runners import routes as runner_routes
 from spool.runner.attempt.parents import ParentResultsError, parent_results
 from spool.base.timetext import format_time
@@ -68,7 +68,6 @@ MAX_WAIT_SECONDS = 30.0  # the longest a lease request is held open
 DISCONNECT_CHECK_SECONDS = 1.0  # a waiting request notices its client left within this
 SMALL_BODY_BYTES = 64 * 1024  # lease, heartbeat, release: a few fields
 MAX_ERROR_INPUT_BYTES = 64 * 1024  # a failure's text as sent; the job keeps its 4 KiB tail
-SEEN_EVERY_SECONDS = 5.0  # how often a remote worker's "last heard from" is written to the ledger
 # Long-polls one token may have waiting at once: a worker needs one (a few while it reconnects);
 # without a cap one work token could hold every connection the server takes and starve the rest.
 MAX_POLLS_PER_TOKEN = 4  # per runner, for a dispatch token's

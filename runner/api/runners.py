@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import socket
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -42,6 +45,7 @@ from spool.runner.api.bodies import errors, json_reply, op
 from spool.runner.api.bodies import fields, number, queues_of, tasks_of
 from spool.runner.api.context import ApiContext, ApiError, Slots, read_json, require
 from spool.runner.api.pickup import PendingWatch
+from spool.workers import published_term
 from spool.tokens import TokenInfo
 from spool.workers import WORKER_NAME
 
@@ -54,6 +58,7 @@ DISCONNECT_CHECK_SECONDS = 1.0
 MAX_PEEKS_PER_TOKEN = 2  # a dispatcher peeks once at a time (two while it reconnects)
 MAX_PEEKS = 20
 BODY_BYTES = 256 * 1024  # an exclude list of MAX_EXCLUDE ids
+SEEN_EVERY_SECONDS = 5.0  # how often a remote worker's (a dispatcher's) "last heard from" is written
 
 
 _READY = {"type": "array", "items": {"type": "object", "properties": {"id": {}, "task": {}, "queue": {}}}}
@@ -132,6 +137,9 @@ class _Runners:
     def __init__(self, ctx: ApiContext, watch: PendingWatch) -> None:
         self.ctx, self.sp, self.watch = ctx, ctx.sp, watch
         self._peeks = Slots("ready peeks waiting", MAX_PEEKS_PER_TOKEN, MAX_PEEKS)
+        self._seen: dict[str, float] = {}  # dispatcher -> when it was last recorded as heard from
+        self._seen_every = SEEN_EVERY_SECONDS  # the term's third, once the ledger is read
+        self._started: dict[str, float] = {}
 
     async def ready(self, request: Request) -> Response:
         info = require(self.ctx, request, "dispatch")
@@ -144,6 +152,7 @@ class _Runners:
         if not isinstance(most, int) or isinstance(most, bool) or not 1 <= most <= MAX_READY:
             raise ApiError(422, f"expected a whole number from 1 to {MAX_READY}", "body.most")
         wait = number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
+        await self._heard_from(info.name, request, tasks)
         with self._peeks.held(info.name, f"dispatcher {info.name}"):
             loop = asyncio.get_running_loop()
             until = loop.time() + wait
@@ -154,10 +163,31 @@ class _Runners:
                 left = until - loop.time()
                 if ready or left <= 0 or await request.is_disconnected():
                     return JSONResponse({"ready": ready})
+                await self._heard_from(info.name, request, tasks)  # a waiting dispatcher is alive too
                 try:
                     await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
                 except TimeoutError:
                     pass
+
+    async def _heard_from(self, dispatcher: str, request: Request, tasks: list[str] | None) -> None:
+        """A dispatcher asking for ready jobs stands for the runners it will start: recorded as a
+        remote worker of its tasks, as often as a waiting remote worker is (``runner.api.leases``),
+        so the coordinator does not warn that no live worker handles them, and ``spool stats``,
+        ``/metrics`` and the dashboard count it alive."""
+        now = time.monotonic()
+        if now - self._seen.get(dispatcher, -math.inf) < self._seen_every:
+            return
+        self._seen[dispatcher] = now
+        started = self._started.setdefault(dispatcher, self.sp.clock.wall())
+        host = request.client.host if request.client else socket.gethostname()
+        try:
+            self._seen_every = await asyncio.to_thread(self._record_heard, dispatcher, host, started, tasks)
+        except (LedgerError, DiskFull) as err:
+            log.debug("dispatcher %s not recorded as heard from: %s", dispatcher, err)
+
+    def _record_heard(self, dispatcher: str, host: str, started: float, tasks: list[str] | None) -> float:
+        self.sp.ledger.remote_worker_seen(dispatcher, host, started, self.sp.clock.wall(), tasks)
+        return min(SEEN_EVERY_SECONDS, published_term(self.sp) / 3.0)
 
     async def _peek(self, tasks: list[str] | None, queues: list[str] | None, most: int) -> list[tuple[str, str, str]]:
         try:

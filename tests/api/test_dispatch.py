@@ -18,6 +18,7 @@ import pytest
 
 from spool import Spool
 from spool.disk.layout import State
+from spool.workers import live_workers, unhandled_ready
 from support import ROOT, SPOOL_CMD, kill_groups, wait_until
 
 LEASE_SECONDS = "1.5"
@@ -296,3 +297,19 @@ def test_revoking_a_dispatch_token_fences_its_runners_leases(served: Any, runs: 
     assert ran.returncode == 0 and json.loads(ran.stdout)["fenced"] == [job_id]
     status = _status(served, job_id)
     assert status["state"] == "pending" and status["attempts"][0]["outcome"] == "expired"
+
+
+def test_a_dispatcher_counts_as_a_live_worker_of_its_tasks(served: Any, runs: Runs) -> None:
+    """Only engine jobs consume ``echo`` here: the dispatcher asking for ready jobs is recorded as a
+    remote worker of its tasks, so nothing warns that no live worker handles them."""
+    _submit(served, "echo", {})
+
+    def unhandled() -> dict[str, int]:
+        with Spool(served.root, environ={}) as sp:
+            return unhandled_ready(sp)
+
+    assert "echo" in unhandled()  # no worker yet
+    runs.dispatcher("--engine-opt", "start_delay=600")  # its engine job never starts: the job stays ready
+    wait_until(lambda: "echo" not in unhandled(), 30, message="the dispatcher seen as a worker of echo")
+    with Spool(served.root, environ={}) as sp:
+        assert [w.name for w in live_workers(sp) if w.remote] == ["d1"]
