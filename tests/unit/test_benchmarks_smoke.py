@@ -272,3 +272,16 @@ def test_queues_bench_drains_a_limited_queue_and_counts_what_a_limit_adds_to_the
     for label in ("c: queue bench, concurrency 1000", "claim at 30 pending", "stmts/reserve"):
         assert label in done.stdout
     assert list(tmp_path.iterdir()) == [], "the work folder is removed"
+
+
+@pytest.mark.slow
+def test_remote_prints_every_side_with_one_and_two_servers(tmp_path: Path) -> None:
+    args = ["--jobs", "30", "--pickups", "3", "--remote-workers", "1", "--rounds", "2", "--sim-workers", "2"]
+    done = _run_benchmark(tmp_path, "remote.py", *args, "--dispatch-jobs", "4", "--json")
+    numbers = json.loads(done.stdout.strip().splitlines()[-1])
+    for side in ("remote", "remote_2_serves", "sim", "sim_2_serves", "local"):
+        assert numbers[side]["drain_jobs_per_s"] > 0, side
+        assert numbers[side]["cpu_ms_per_job_serve"] >= 0, side
+    assert [len(numbers["rounds"][side]) for side in ("remote", "sim_2_serves")] == [2, 2]
+    assert numbers["dispatch"]["drain_jobs_per_s"] > 0
+    assert "control plane, 2 simulated remote workers, 2 serves" in done.stdout
