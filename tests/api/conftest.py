@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from spool import Spool
+from dispatch_support import Runs
 from support import ROOT, SPOOL_CMD, run_spool, wait_until
 
 START_SECONDS = 30.0
@@ -214,3 +215,14 @@ def serve_spool(tmp_path: Path) -> Iterator[Callable[..., Served]]:
 @pytest.fixture
 def served(serve_spool: Callable[..., Served]) -> Served:
     return serve_spool()
+
+
+@pytest.fixture
+def runs(served: Served, tmp_path: Path) -> Iterator[Runs]:
+    """The dispatch tests' processes (``dispatch_support.Runs``; its token "d1", role dispatch),
+    SIGKILLed at teardown with the local engine's children."""
+    started = Runs(served, tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()

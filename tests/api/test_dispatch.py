@@ -9,136 +9,35 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from spool import Spool
 from spool.disk.layout import State
 from spool.workers import live_workers, unhandled_ready
-from support import ROOT, SPOOL_CMD, kill_groups, wait_until
-
-LEASE_SECONDS = "1.5"
-
-
-class Runs:
-    """The processes a test starts (each in a session of its own), and the local engine's
-    subprocesses (read from its state folder), all SIGKILLed at the end."""
-
-    def __init__(self, served: Any, tmp: Path) -> None:
-        self.served, self.logs, self.state = served, tmp / "logs", tmp / "engine"
-        self.logs.mkdir()
-        self.started: list[subprocess.Popen[bytes]] = []
-        self.token_file = tmp / "dispatch.token"
-        self.token_file.write_text(served.token("d1", "dispatch"))
-        self.token_file.chmod(0o600)
-        self._runs: dict[str, int] = {}
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        self._runs[name] = self._runs.get(name, 0) + 1
-        with open(self.logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(
-                [*SPOOL_CMD, *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-            )
-        self.started.append(proc)
-        return proc
-
-    def _remote(self) -> list[str]:
-        return ["--server", self.served.url, "--token-file", str(self.token_file), "--cacert", str(self.served.cacert)]
-
-    def run_one(self, runner: str, job_id: str) -> subprocess.Popen[bytes]:
-        return self.start(
-            runner, "run-one", *self._remote(), "--runner", runner, "--job", job_id, "--import", "examples.tasks"
-        )
-
-    def dispatcher(self, *extra: str) -> subprocess.Popen[bytes]:
-        args = ["dispatch", *self._remote(), "--engine", "local", "--engine-opt", f"state_dir={self.state}"]
-        return self.start("dispatch", *args, "--import", "examples.tasks", *extra)
-
-    def coordinator(self) -> subprocess.Popen[bytes]:
-        root = str(self.served.root)
-        proc = self.start(
-            "coordinator",
-            "--spool",
-            root,
-            "--lease-seconds",
-            LEASE_SECONDS,
-            "--backoff-base-seconds",
-            "0.1",
-            "coordinator",
-        )
-        wait_until(lambda: _meta(self.served, "lease_seconds") == LEASE_SECONDS, 30, message="the term published")
-        return proc
-
-    def log(self, name: str) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def engine_records(self) -> list[dict[str, Any]]:
-        if not self.state.exists():
-            return []
-        return [json.loads(path.read_text()) for path in sorted(self.state.glob("*.json"))]
-
-    def kill_all(self) -> None:
-        kill_groups(self.started)
-        for record in self.engine_records():
-            if record.get("pid"):
-                try:
-                    os.killpg(int(record["pid"]), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-
-@pytest.fixture
-def runs(served: Any, tmp_path: Path) -> Iterator[Runs]:
-    started = Runs(served, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
-
-
-def _meta(served: Any, name: str) -> str | None:
-    with Spool(served.root, environ={}) as sp:
-        value = sp.ledger.meta(name)
-    return None if value is None else str(float(value))
-
-
-def _status(served: Any, job_id: str) -> dict[str, Any]:
-    with Spool(served.root, environ={}) as sp:
-        return sp.status(job_id)
-
-
-def _done(served: Any, job_ids: list[str]) -> bool:
-    return all((served.root / "done" / f"{job_id}.yaml").exists() for job_id in job_ids)
-
-
-def _submit(served: Any, task: str, args: dict[str, Any], n: int = 1, **options: Any) -> list[str]:
-    with Spool(served.root, environ={}) as sp:
-        return [sp.submit(task, args, **options) for _ in range(n)]
+from support import wait_until
+from dispatch_support import Runs, all_done, status_of, submit_jobs
 
 
 def test_two_run_ones_for_one_job_run_it_once(served: Any, runs: Runs, tmp_path: Path) -> None:
     ran = tmp_path / "ran.txt"
-    [job_id] = _submit(served, "touch", {"path": str(ran)})
+    [job_id] = submit_jobs(served, "touch", {"path": str(ran)})
     first, second = runs.run_one("r1", job_id), runs.run_one("r2", job_id)
     assert first.wait(60) == 0 and second.wait(60) == 0  # the one that claimed nothing exits 0 too
     assert ran.read_text().count("\n") == 1  # the handler ran once
-    status = _status(served, job_id)
+    status = status_of(served, job_id)
     assert status["state"] == "done" and status["attempt"] == 1
     assert [a["worker"] for a in status["attempts"]] in (["d1/r1"], ["d1/r2"])
     assert sum(f"lease {job_id} attempt=1" in runs.log(r) for r in ("r1", "r2")) == 1
 
 
 def test_a_dispatcher_over_the_local_engine_drains_the_queue_one_result_each(served: Any, runs: Runs) -> None:
-    job_ids = [_submit(served, "echo", {"n": n})[0] for n in range(8)]
+    job_ids = [submit_jobs(served, "echo", {"n": n})[0] for n in range(8)]
     runs.dispatcher("--max-inflight", "3")
-    wait_until(lambda: _done(served, job_ids), 90, message="8 jobs done through the local engine")
+    wait_until(lambda: all_done(served, job_ids), 90, message="8 jobs done through the local engine")
     for n, job_id in enumerate(job_ids):
-        status = _status(served, job_id)
+        status = status_of(served, job_id)
         assert status["attempt"] == 1 and len(status["attempts"]) == 1
         assert status["attempts"][0]["worker"].startswith("d1/r-")
         with Spool(served.root, environ={}) as sp:
@@ -149,13 +48,13 @@ def test_a_dispatcher_over_the_local_engine_drains_the_queue_one_result_each(ser
 
 def test_a_run_one_sigkilled_mid_attempt_gives_its_job_back_by_lease_expiry(served: Any, runs: Runs) -> None:
     runs.coordinator()
-    [job_id] = _submit(served, "sleep", {"seconds": 2.0})
+    [job_id] = submit_jobs(served, "sleep", {"seconds": 2.0})
     first = runs.run_one("r1", job_id)
     wait_until(lambda: f"lease {job_id} attempt=1" in runs.log("r1"), 30, message="run-one r1 running the attempt")
     os.killpg(first.pid, signal.SIGKILL)
-    wait_until(lambda: _status(served, job_id)["state"] == "pending", 30, message="the lease expired")
+    wait_until(lambda: status_of(served, job_id)["state"] == "pending", 30, message="the lease expired")
     assert runs.run_one("r2", job_id).wait(60) == 0
-    status = _status(served, job_id)
+    status = status_of(served, job_id)
     assert status["state"] == "done" and status["attempt"] == 2
     assert [(a["worker"], a["outcome"]) for a in status["attempts"]] == [("d1/r1", "expired"), ("d1/r2", "done")]
 
@@ -165,14 +64,14 @@ def test_a_dispatcher_fences_a_runner_whose_process_died_at_once(served: Any, ru
     retried without waiting out the lease (the term here is the default 30 s)."""
     root = str(served.root)
     runs.start("coordinator", "--spool", root, "--backoff-base-seconds", "0.1", "coordinator")
-    [job_id] = _submit(served, "sleep", {"seconds": 2.0})
+    [job_id] = submit_jobs(served, "sleep", {"seconds": 2.0})
     runs.dispatcher("--max-inflight", "1")
     [record] = wait_until(lambda: [r for r in runs.engine_records() if r.get("pid")], 30, message="a run-one")
     output = runs.state / f"{record['runner']}.log"
     wait_until(lambda: f"lease {job_id} attempt=1" in output.read_text(), 30, message="run-one running the attempt")
     os.killpg(int(record["pid"]), signal.SIGKILL)  # the engine job's whole group: the wrapper, run-one, its child
-    wait_until(lambda: _done(served, [job_id]), 25, message="the job done by a second runner before the term")
-    attempts = _status(served, job_id)["attempts"]
+    wait_until(lambda: all_done(served, [job_id]), 25, message="the job done by a second runner before the term")
+    attempts = status_of(served, job_id)["attempts"]
     assert [a["outcome"] for a in attempts] == ["expired", "done"]
     assert "fenced" in attempts[0]["error"] and attempts[0]["worker"] == f"d1/{record['runner']}"
 
@@ -182,25 +81,25 @@ def test_a_dispatcher_sigkilled_and_restarted_adopts_its_engine_jobs_and_loses_n
 ) -> None:
     ran = tmp_path / "ran"
     ran.mkdir()
-    job_ids = [_submit(served, "sleep", {"seconds": 1.5})[0] for _ in range(6)]
+    job_ids = [submit_jobs(served, "sleep", {"seconds": 1.5})[0] for _ in range(6)]
     first = runs.dispatcher("--max-inflight", "3")
     wait_until(lambda: len([r for r in runs.engine_records() if r.get("pid")]) == 3, 60, message="3 engine jobs")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     in_flight = {r["runner"] for r in runs.engine_records()}
     runs.dispatcher("--max-inflight", "3")
-    wait_until(lambda: _done(served, job_ids), 90, message="every job done after the restart")
+    wait_until(lambda: all_done(served, job_ids), 90, message="every job done after the restart")
     adopted = {
         line.split("runner ")[1].split(")")[0] for line in runs.log("dispatch").splitlines() if "adopted" in line
     }
     assert in_flight <= adopted
     for job_id in job_ids:
-        status = _status(served, job_id)
+        status = status_of(served, job_id)
         assert status["attempt"] == 1 and [a["outcome"] for a in status["attempts"]] == ["done"]
 
 
 def test_an_engine_job_not_started_in_time_is_dispatched_again_with_no_try_spent(served: Any, runs: Runs) -> None:
-    [job_id] = _submit(served, "echo", {})
+    [job_id] = submit_jobs(served, "echo", {})
     held = runs.dispatcher("--engine-opt", "start_delay=600", "--dispatch-timeout", "0.5")
     wait_until(
         lambda: runs.log("dispatch").count("not started within") >= 2 and runs.engine_records(),
@@ -209,20 +108,20 @@ def test_an_engine_job_not_started_in_time_is_dispatched_again_with_no_try_spent
     )
     os.killpg(held.pid, signal.SIGKILL)
     held.wait()
-    status = _status(served, job_id)
+    status = status_of(served, job_id)
     assert status["state"] == "pending" and status["tries"] == 0 and status["attempts"] == []
     assert not list(runs.state.glob("*.log"))  # no run-one ever started
     runs.dispatcher("--dispatch-timeout", "0.5")  # adopts the held one, cancels it, dispatches anew
-    wait_until(lambda: _done(served, [job_id]), 60, message="the job done once engine jobs start")
+    wait_until(lambda: all_done(served, [job_id]), 60, message="the job done once engine jobs start")
     assert "adopted engine job" in runs.log("dispatch")
-    status = _status(served, job_id)
+    status = status_of(served, job_id)
     assert status["attempt"] == 1 and status["tries"] == 1
 
 
 def test_a_dispatch_token_acts_only_for_its_own_runners(served: Any, runs: Runs) -> None:
     d1 = runs.token_file.read_text()
     d2, work = served.token("d2", "dispatch"), served.token("w1", "work")
-    first, second = _submit(served, "echo", {}, 2)
+    first, second = submit_jobs(served, "echo", {}, 2)
 
     def call(path: str, token: str, body: dict[str, Any]) -> Any:
         return served.call("POST", path, token=token, json=body)
@@ -290,19 +189,19 @@ def test_revoking_a_dispatch_token_fences_its_runners_leases(served: Any, runs: 
     from support import run_spool
 
     d1 = runs.token_file.read_text()
-    [job_id] = _submit(served, "echo", {})
+    [job_id] = submit_jobs(served, "echo", {})
     leased = served.call("POST", "/v1/leases", token=d1, json={"tasks": ["echo"], "runner": "r9"})
     assert leased.status == 200
     ran = run_spool("token", "revoke", "d1", "--json", spool=served.root)
     assert ran.returncode == 0 and json.loads(ran.stdout)["fenced"] == [job_id]
-    status = _status(served, job_id)
+    status = status_of(served, job_id)
     assert status["state"] == "pending" and status["attempts"][0]["outcome"] == "expired"
 
 
 def test_a_dispatcher_counts_as_a_live_worker_of_its_tasks(served: Any, runs: Runs) -> None:
     """Only engine jobs consume ``echo`` here: the dispatcher asking for ready jobs is recorded as a
     remote worker of its tasks, so nothing warns that no live worker handles them."""
-    _submit(served, "echo", {})
+    submit_jobs(served, "echo", {})
 
     def unhandled() -> dict[str, int]:
         with Spool(served.root, environ={}) as sp:

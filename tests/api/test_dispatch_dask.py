@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from limit_tasks import read_run
-from test_dispatch import Runs, _done, _status, _submit
+from dispatch_support import Runs, all_done, status_of, submit_jobs
 
 from support import ROOT, kill_groups, wait_until
 
@@ -91,15 +91,6 @@ def _limit_tasks_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def runs(served: Any, tmp_path: Path) -> Iterator[Runs]:
-    started = Runs(served, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
-
-
-@pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     made = Cluster(tmp_path)
     try:
@@ -124,11 +115,11 @@ def test_a_dask_cluster_drains_the_queue_with_one_result_per_job(served: Any, ru
     cluster.worker("w2")
     wait_until(lambda: workers_up(cluster, 2), 60, message="two Dask workers registered")
     runs.coordinator()
-    job_ids = _submit(served, "echo", {"n": 1}, n=6)
+    job_ids = submit_jobs(served, "echo", {"n": 1}, n=6)
     dispatcher(runs, cluster, "--max-inflight", "3")
-    wait_until(lambda: _done(served, job_ids), 120, message="every job done through Dask")
+    wait_until(lambda: all_done(served, job_ids), 120, message="every job done through Dask")
     for job_id in job_ids:
-        attempts = _status(served, job_id)["attempts"]
+        attempts = status_of(served, job_id)["attempts"]
         assert [a["outcome"] for a in attempts] == ["done"], attempts
     assert len(list((served.root / "results").iterdir())) == 6
 
@@ -141,7 +132,7 @@ def test_a_dask_worker_killed_mid_attempt_is_fenced_at_once_and_the_job_runs_aga
     cluster.worker("w1")
     wait_until(lambda: workers_up(cluster, 1), 60, message="a Dask worker registered")
     runs.coordinator()
-    (job_id,) = _submit(served, "interval", {"folder": str(folder), "seconds": 60.0})
+    (job_id,) = submit_jobs(served, "interval", {"folder": str(folder), "seconds": 60.0})
     dispatcher(runs, cluster, "--max-inflight", "1", "--import", "limit_tasks")
     first = wait_until(lambda: read_run(folder / f"{job_id}.1"), 60, message="attempt 1's handler running via Dask")
     cluster.workers["w1"].send_signal(signal.SIGKILL)  # the worker and, by PDEATHSIG, its run-one
@@ -149,7 +140,7 @@ def test_a_dask_worker_killed_mid_attempt_is_fenced_at_once_and_the_job_runs_aga
     wait_until(lambda: "fenced: " in runs.log("dispatch"), 60, message="the runner fenced on KilledWorker")
     cluster.worker("w2")
     second = wait_until(lambda: read_run(folder / f"{job_id}.2"), 60, message="attempt 2's handler, on w2")
-    attempts = _status(served, job_id)["attempts"]
+    attempts = status_of(served, job_id)["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2], attempts
     assert attempts[0]["outcome"] == "expired" and "fenced" in (attempts[0]["error"] or ""), attempts
     # No Dask re-run: each attempt's handler ran once, and no third attempt appeared.
@@ -163,15 +154,15 @@ def test_a_dispatcher_killed_and_started_again_adopts_its_tasks_on_the_scheduler
     cluster.worker("w1")
     wait_until(lambda: workers_up(cluster, 1), 60, message="a Dask worker registered")
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 3.0})
+    (job_id,) = submit_jobs(served, "sleep", {"seconds": 3.0})
     first = dispatcher(runs, cluster, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 60, message="the job leased through Dask")
+    wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through Dask")
     os.killpg(first.pid, signal.SIGKILL)  # the dispatcher alone: its task runs on, fire-and-forget
     first.wait()
     dispatcher(runs, cluster, "--max-inflight", "1")
     wait_until(lambda: "adopted engine job" in runs.log("dispatch"), 60, message="the task adopted")
-    wait_until(lambda: _done(served, [job_id]), 60, message="the job done by its one attempt")
-    attempts = _status(served, job_id)["attempts"]
+    wait_until(lambda: all_done(served, [job_id]), 60, message="the job done by its one attempt")
+    attempts = status_of(served, job_id)["attempts"]
     assert [a["outcome"] for a in attempts] == ["done"], attempts
     # Over, the adopted task is forgotten by the scheduler: the dispatcher lets it go unfenced.
     wait_until(lambda: "lost (ambiguous)" in runs.log("dispatch").split("adopted engine job")[-1], 30, message="over")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kube_stub import KubeStub
-from test_dispatch import Runs, _done, _status, _submit
+from dispatch_support import Runs, all_done, status_of, submit_jobs
 
 from support import wait_until
 
@@ -34,15 +34,6 @@ def stub(tmp_path: Path) -> Iterator[KubeStub]:
         made.stop()
 
 
-@pytest.fixture
-def runs(served: Any, tmp_path: Path) -> Iterator[Runs]:
-    started = Runs(served, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
-
-
 def dispatcher(runs: Runs, stub: KubeStub, *extra: str) -> Any:
     args = ["dispatch", *runs._remote(), "--engine", "kubernetes", "--engine-opt", "image=spool:test"]
     args += ["--engine-opt", f"kubeconfig={stub.kubeconfig()}", "--engine-opt", "namespace=jobs"]
@@ -54,11 +45,11 @@ def test_jobs_are_made_with_retries_off_and_the_queue_drains_one_result_each(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
     runs.coordinator()
-    job_ids = _submit(served, "echo", {"n": 1}, n=4)
+    job_ids = submit_jobs(served, "echo", {"n": 1}, n=4)
     dispatcher(runs, stub, "--max-inflight", "2")
-    wait_until(lambda: _done(served, job_ids), 120, message="every job done through Kubernetes Jobs")
+    wait_until(lambda: all_done(served, job_ids), 120, message="every job done through Kubernetes Jobs")
     for job_id in job_ids:
-        assert [a["outcome"] for a in _status(served, job_id)["attempts"]] == ["done"]
+        assert [a["outcome"] for a in status_of(served, job_id)["attempts"]] == ["done"]
     assert len(stub.made) == 4
     for manifest in stub.made:
         spec, pod = manifest["spec"], manifest["spec"]["template"]["spec"]
@@ -81,15 +72,15 @@ def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 60.0})
+    (job_id,) = submit_jobs(served, "sleep", {"seconds": 60.0})
     dispatcher(runs, stub, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
+    wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
     (first,) = stub.job_of(job_id)
     stub.fail(first["metadata"]["name"])  # the node is gone: the Job Failed
     wait_until(lambda: "fenced: " in runs.log("dispatch"), 60, message="the runner fenced at once")
     wait_until(lambda: len(stub.job_of(job_id)) == 2, 60, message="a new Job for the job")
-    wait_until(lambda: len(_status(served, job_id)["attempts"]) == 2, 60, message="its second attempt")
-    first_attempt = _status(served, job_id)["attempts"][0]
+    wait_until(lambda: len(status_of(served, job_id)["attempts"]) == 2, 60, message="its second attempt")
+    first_attempt = status_of(served, job_id)["attempts"][0]
     assert first_attempt["outcome"] == "expired" and "fenced" in (first_attempt["error"] or ""), first_attempt
     assert not (served.root / "results" / f"{job_id}.json").exists()
 
@@ -98,14 +89,14 @@ def test_a_dispatcher_killed_and_started_again_adopts_its_jobs_by_label(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 3.0})
+    (job_id,) = submit_jobs(served, "sleep", {"seconds": 3.0})
     first = dispatcher(runs, stub, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
+    wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     dispatcher(runs, stub, "--max-inflight", "1")
     wait_until(lambda: "adopted engine job" in runs.log("dispatch"), 60, message="the Job adopted")
-    wait_until(lambda: _done(served, [job_id]), 60, message="the job done by its one attempt")
-    assert [a["outcome"] for a in _status(served, job_id)["attempts"]] == ["done"]
+    wait_until(lambda: all_done(served, [job_id]), 60, message="the job done by its one attempt")
+    assert [a["outcome"] for a in status_of(served, job_id)["attempts"]] == ["done"]
     assert len(stub.job_of(job_id)) == 1  # adopted, never made twice
     wait_until(lambda: "ended" in runs.log("dispatch").split("adopted engine job")[-1], 30, message="seen over")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_dispatch import Runs, _done, _status, _submit
+from dispatch_support import Runs, all_done, status_of, submit_jobs
 from test_dispatch_dask import Cluster, workers_up
 
 from support import ROOT, run_spool, wait_until
@@ -39,9 +39,9 @@ def runs(served: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 
 def check_all_done(served: Any, job_ids: list[str]) -> None:
-    wait_until(lambda: _done(served, job_ids), 600, 0.2, f"all {JOBS} jobs done")
+    wait_until(lambda: all_done(served, job_ids), 600, 0.2, f"all {JOBS} jobs done")
     for job_id in job_ids:
-        attempts = _status(served, job_id)["attempts"]
+        attempts = status_of(served, job_id)["attempts"]
         assert [a["outcome"] for a in attempts] == ["done"], attempts
         assert attempts[0]["worker"].startswith("pool/"), attempts
     assert len(list((served.root / "results").iterdir())) == JOBS
@@ -51,7 +51,7 @@ def check_all_done(served: Any, job_ids: list[str]) -> None:
 
 def test_200_jobs_through_the_local_engine(served: Any, runs: PoolRuns) -> None:
     runs.coordinator()
-    job_ids = _submit(served, "echo", {"n": 1}, n=JOBS)
+    job_ids = submit_jobs(served, "echo", {"n": 1}, n=JOBS)
     runs.dispatcher("--max-inflight", "8")
     check_all_done(served, job_ids)
 
@@ -64,7 +64,7 @@ def test_200_jobs_through_a_dask_cluster(served: Any, runs: PoolRuns, tmp_path: 
         cluster.worker("w2")
         wait_until(lambda: workers_up(cluster, 2), 60, message="two Dask workers registered")
         runs.coordinator()
-        job_ids = _submit(served, "echo", {"n": 1}, n=JOBS)
+        job_ids = submit_jobs(served, "echo", {"n": 1}, n=JOBS)
         args = ["dispatch", *runs._remote(), "--engine", "dask", "--engine-opt", f"scheduler={cluster.address}"]
         runs.start(
             "dispatch",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_dispatch import Runs, _done, _status, _submit
+from dispatch_support import Runs, all_done, status_of, submit_jobs
 
 from support import kill_groups, wait_until
 
@@ -142,11 +142,11 @@ def dispatcher(runs: Runs, *extra: str) -> subprocess.Popen[bytes]:
 
 def test_a_slurm_cluster_drains_the_queue_with_one_result_per_job(served: Any, runs: Runs, slurm: Slurm) -> None:
     runs.coordinator()
-    job_ids = _submit(served, "echo", {"n": 1}, n=4)
+    job_ids = submit_jobs(served, "echo", {"n": 1}, n=4)
     dispatcher(runs, "--max-inflight", "2")
-    wait_until(lambda: _done(served, job_ids), 120, message="every job done through Slurm")
+    wait_until(lambda: all_done(served, job_ids), 120, message="every job done through Slurm")
     for job_id in job_ids:
-        assert [a["outcome"] for a in _status(served, job_id)["attempts"]] == ["done"]
+        assert [a["outcome"] for a in status_of(served, job_id)["attempts"]] == ["done"]
 
     def batch_over() -> list[list[str]]:
         batch = [row for row in slurm.squeue() if row[2].startswith("spool.")]
@@ -161,14 +161,14 @@ def test_a_batch_job_ended_under_its_attempt_is_fenced_at_once_and_the_job_runs_
     served: Any, runs: Runs, slurm: Slurm
 ) -> None:
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 60.0})
+    (job_id,) = submit_jobs(served, "sleep", {"seconds": 60.0})
     dispatcher(runs, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
+    wait_until(lambda: status_of(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
     (first,) = [row for row in slurm.squeue() if row[2].endswith(f".{job_id}") and row[1] == "RUNNING"]
     subprocess.run(["scancel", first[0]], env=slurm.env, check=True)  # ended by Slurm: CANCELLED
     wait_until(lambda: "failed; its runner is fenced" in runs.log("dispatch"), 60, message="the runner fenced")
-    wait_until(lambda: len(_status(served, job_id)["attempts"]) == 2, 90, message="a second attempt")
-    first_attempt, second_attempt = _status(served, job_id)["attempts"]
+    wait_until(lambda: len(status_of(served, job_id)["attempts"]) == 2, 90, message="a second attempt")
+    first_attempt, second_attempt = status_of(served, job_id)["attempts"]
     # scancel signals the whole batch step: run-one may report its killed attempt failed or give
     # the lease back before it dies, or the fence expires it; in every case the job runs again.
     assert first_attempt["outcome"] in ("failed", "released", "expired"), first_attempt
@@ -178,15 +178,15 @@ def test_a_batch_job_ended_under_its_attempt_is_fenced_at_once_and_the_job_runs_
 
 def test_a_dispatcher_killed_and_started_again_adopts_its_batch_jobs(served: Any, runs: Runs, slurm: Slurm) -> None:
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 3.0})
+    (job_id,) = submit_jobs(served, "sleep", {"seconds": 3.0})
     first = dispatcher(runs, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
+    wait_until(lambda: status_of(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     dispatcher(runs, "--max-inflight", "1")
     wait_until(lambda: "adopted engine job" in runs.log("dispatch"), 60, message="the batch job adopted")
-    wait_until(lambda: _done(served, [job_id]), 60, message="the job done by its one attempt")
-    assert [a["outcome"] for a in _status(served, job_id)["attempts"]] == ["done"]
+    wait_until(lambda: all_done(served, [job_id]), 60, message="the job done by its one attempt")
+    assert [a["outcome"] for a in status_of(served, job_id)["attempts"]] == ["done"]
     wait_until(lambda: "ended" in runs.log("dispatch").split("adopted engine job")[-1], 30, message="seen over")
     batch = [row for row in slurm.squeue() if row[2].startswith("spool.")]
     assert len(batch) == 1, batch  # adopted, never submitted twice
@@ -199,9 +199,9 @@ def test_a_node_gone_down_under_an_attempt_ends_its_batch_job_unrequeued_and_spo
     node set DOWN ends the running one ``NODE_FAIL`` instead of Slurm running it again, the runner
     is fenced, and spool's own retry runs the job once more when the node is back."""
     runs.coordinator()
-    (job_id,) = _submit(served, "sleep", {"seconds": 3.0})
+    (job_id,) = submit_jobs(served, "sleep", {"seconds": 3.0})
     dispatcher(runs, "--max-inflight", "1")
-    wait_until(lambda: _status(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
+    wait_until(lambda: status_of(served, job_id)["state"] == "leased", 90, message="the job leased through Slurm")
     (first,) = [row for row in slurm.squeue() if row[2].endswith(f".{job_id}") and row[1] == "RUNNING"]
     shown = subprocess.run(["scontrol", "show", "job", first[0]], capture_output=True, text=True, env=slurm.env)
     assert "Requeue=0" in shown.stdout, shown.stdout
@@ -213,8 +213,8 @@ def test_a_node_gone_down_under_an_attempt_ends_its_batch_job_unrequeued_and_spo
     wait_until(lambda: "failed; its runner is fenced" in runs.log("dispatch"), 60, message="the runner fenced")
     # Back in service (ReturnToService=2 may have brought it back already: then resume says so).
     subprocess.run(["scontrol", "update", "nodename=localhost", "state=resume"], env=slurm.env, capture_output=True)
-    wait_until(lambda: _done(served, [job_id]), 120, message="the job done by spool's retry")
-    attempts = _status(served, job_id)["attempts"]
+    wait_until(lambda: all_done(served, [job_id]), 120, message="the job done by spool's retry")
+    attempts = status_of(served, job_id)["attempts"]
     assert [a["outcome"] for a in attempts][-1] == "done" and len(attempts) == 2, attempts
     assert len(list((served.root / "results").iterdir())) == 1
     rows = [row for row in slurm.squeue() if row[2].endswith(f".{job_id}")]

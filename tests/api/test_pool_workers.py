@@ -6,23 +6,12 @@ refused in one line; a bad runner name is a usage error."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from test_dispatch import Runs, _done, _status, _submit
+from dispatch_support import Runs, all_done, status_of, submit_jobs
 
 from support import run_spool, wait_until
-
-
-@pytest.fixture
-def runs(served: Any, tmp_path: Path) -> Iterator[Runs]:
-    started = Runs(served, tmp_path)  # its token: "d1", role dispatch
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def pool_worker(runs: Runs, runner: str | None) -> Any:
@@ -32,14 +21,14 @@ def pool_worker(runs: Runs, runner: str | None) -> Any:
 
 def test_two_workers_under_one_dispatch_token_drain_the_queue_as_their_runners(served: Any, runs: Runs) -> None:
     runs.coordinator()
-    job_ids = _submit(served, "sleep", {"seconds": 0.2}, n=8)
+    job_ids = submit_jobs(served, "sleep", {"seconds": 0.2}, n=8)
     pool_worker(runs, "node-1")
     pool_worker(runs, "node-2")
-    wait_until(lambda: _done(served, job_ids), 60, message="the pool drained the queue")
-    holders = {_status(served, job_id)["attempts"][0]["worker"] for job_id in job_ids}
+    wait_until(lambda: all_done(served, job_ids), 60, message="the pool drained the queue")
+    holders = {status_of(served, job_id)["attempts"][0]["worker"] for job_id in job_ids}
     assert holders <= {"d1/node-1", "d1/node-2"} and holders, holders
     for job_id in job_ids:
-        assert [a["outcome"] for a in _status(served, job_id)["attempts"]] == ["done"]
+        assert [a["outcome"] for a in status_of(served, job_id)["attempts"]] == ["done"]
 
 
 def test_a_dispatch_token_without_a_runner_is_refused_in_one_line(served: Any, runs: Runs) -> None:
