@@ -5,6 +5,7 @@ JSON answer, the error answers by status, an operation with its roles, a JSON re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from spool.disk import is_valid_id
@@ -30,20 +31,20 @@ def fields(
 
 
 def tasks_of(value: Any) -> list[str]:
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_TASKS:
-        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} task names", "body.tasks")
-    for n, task in enumerate(value):
-        if not is_valid_task_name(task):
-            raise ApiError(422, f"{str(task)[:80]!r} is not a task name", f"body.tasks[{n}]")
-    return list(dict.fromkeys(value))
+    return _names(value, "task", "body.tasks", is_valid_task_name)
 
 
 def queues_of(value: Any) -> list[str]:
+    return _names(value, "queue", "body.queues", is_valid_id)
+
+
+def _names(value: Any, kind: str, where: str, is_valid: Callable[[Any], bool]) -> list[str]:
+    """A list of 1 to ``MAX_TASKS`` names each ``is_valid``, duplicates dropped in order, or 422."""
     if not isinstance(value, list) or not 0 < len(value) <= MAX_TASKS:
-        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} queue names", "body.queues")
-    for n, queue in enumerate(value):
-        if not is_valid_id(queue):
-            raise ApiError(422, f"{str(queue)[:80]!r} is not a queue name", f"body.queues[{n}]")
+        raise ApiError(422, f"expected a list of 1 to {MAX_TASKS} {kind} names", where)
+    for n, name in enumerate(value):
+        if not is_valid(name):
+            raise ApiError(422, f"{str(name)[:80]!r} is not a {kind} name", f"{where}[{n}]")
     return list(dict.fromkeys(value))
 
 
