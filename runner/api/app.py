@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from spool.runner.api import dashboard, jobs, leases, metrics, openapi, queues
 from spool.runner.api.context import MAX_HEAD_BYTES, ApiContext, ApiError
-from spool.runner.api.health import health
+from spool.runner.api.health import CoordinatorWatch, health
 
 TOKEN_FLUSH_SECONDS = 1.0  # how often the server looks whether last-use marks are due (spool.tokens)
 
@@ -33,6 +33,9 @@ log = logging.getLogger("spool.serve")
 
 def create_app(ctx: ApiContext) -> Starlette:
     routes: list[BaseRoute] = [Route("/healthz", healthz, methods=["GET"])]
+    watch = CoordinatorWatch(ctx.sp)
+    ctx.on_startup.append(watch.start)
+    ctx.on_shutdown.append(watch.stop)
     for module in (jobs, queues, leases, metrics, dashboard):
         routes += module.routes(ctx)
     routes += openapi.routes(ctx)

@@ -14,6 +14,10 @@ says whether a coordinator runs (``coordinator``: true or false), for a person o
 wants it; without one, retries, expiry, promotion and schedules wait (the ``SpoolNoCoordinator``
 alert in ``examples/monitoring/alerts.yml`` pages for it).
 
+The server also says it in its own log (``CoordinatorWatch``): a WARNING at start when no
+coordinator runs for its spool, and each time one stops or starts, since a first remote setup
+easily runs ``spool serve`` alone and then wonders why a failed job is never retried.
+
 Schedule names are the spool administrators' (files in schedules/), not the submitters', so the
 ``schedule`` label is bounded by what they write; it is still cut at ``MAX_SCHEDULES_SHOWN``, the
 most late first. Task labels come through ``runner.api.metrics``' bounded labeller.
@@ -21,6 +25,9 @@ most late first. Task labels come through ``runner.api.metrics``' bounded labell
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +41,7 @@ from spool.schedule import entries, lag_seconds
 from spool.workers import live_workers, unhandled_ready
 
 MAX_SCHEDULES_SHOWN = 1000
+log = logging.getLogger("spool.serve")
 
 
 def coordinator_up(sp: Handle) -> bool:
@@ -86,3 +94,40 @@ def _schedule_lag(sp: Handle, now: float) -> Metric:
     for lag, name in sorted(lags, key=lambda item: (-item[0], item[1]))[:MAX_SCHEDULES_SHOWN]:
         family.add_metric([name], lag)
     return family
+
+
+class CoordinatorWatch:
+    """Logs, from the server, whether a coordinator runs for its spool: a WARNING at start when
+    none does and whenever one stops, an INFO when one starts again (a look, a lock test off the
+    loop, every ``poll_seconds``: the server's slow poll)."""
+
+    def __init__(self, sp: Handle) -> None:
+        self.sp, self.check_seconds = sp, sp.settings.poll_seconds
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _watch(self) -> None:
+        was_up: bool | None = None
+        while True:
+            try:
+                up = await asyncio.to_thread(coordinator_up, self.sp)
+            except OSError as err:  # locks/ unreadable: /healthz says it too; look again later
+                log.debug("could not look for a coordinator: %s", err)
+            else:
+                if not up and was_up is not False:
+                    log.warning(
+                        "no coordinator runs for this spool: expired leases, retries, delayed jobs and "
+                        "schedules wait until `spool coordinator` (or `spool run`) runs beside this server"
+                    )
+                elif up and was_up is False:
+                    log.info("a coordinator runs for this spool again")
+                was_up = up
+            await asyncio.sleep(self.check_seconds)

@@ -84,7 +84,7 @@ def serve(sp: Spool, sock: socket.socket, cert: Path, key: Path, *, on_ready: Ca
         ws="none",
         lifespan="on",
         server_header=False,
-        log_config=_log_config(),
+        log_config=_log_config(settings.log_level),
     )
     server = uvicorn.Server(config)
     asyncio.run(_serve(server, sock, on_ready, settings.tls_handshake_seconds))
@@ -161,9 +161,10 @@ def _shorten_handshakes(seconds: float) -> None:
     loop.create_server = create_server  # type: ignore[method-assign]
 
 
-def _log_config() -> dict[str, Any]:
+def _log_config(level: str) -> dict[str, Any]:
     """uvicorn's loggers on stderr, one line each: errors and the access log (no headers, no
-    query values)."""
+    query values); and spool's own (``spool.*``: the transitions the server runs, a runner
+    fenced, whether a coordinator runs) at the ``log_level`` setting."""
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -176,6 +177,7 @@ def _log_config() -> dict[str, Any]:
             "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
             "uvicorn.error": {"level": "INFO"},
             "uvicorn.access": {"handlers": ["stderr"], "level": "INFO", "propagate": False, "filters": ["redact"]},
+            "spool": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
         },
     }
 

@@ -171,3 +171,19 @@ def test_no_alert_fires_on_a_healthy_spools_real_metrics(served: Any, tmp_path: 
         rule_test(tmp_path, series_of(after, after), {3: [], 10: [], 25: []})
     finally:
         procs.stop()
+
+
+def test_the_server_says_in_its_log_when_no_coordinator_runs(serve_spool: Any, tmp_path: Path) -> None:
+    """A first remote setup runs `spool serve` alone: its log says at once that retries, expiry and
+    schedules wait for a coordinator, says it again when one stops, and when one starts."""
+    served = serve_spool(env={"SPOOL_POLL_SECONDS": "0.2"})
+    missing = "no coordinator runs for this spool"
+    wait_until(lambda: missing in served.log(), 30, message="the warning at start")
+    (tmp_path / "logs").mkdir()
+    procs = Procs(served.root, tmp_path / "logs")
+    try:
+        procs.start("--poll-seconds", "0.2", "coordinator", name="coordinator")
+        wait_until(lambda: "a coordinator runs for this spool again" in served.log(), 30, message="seen starting")
+    finally:
+        procs.stop()
+    wait_until(lambda: served.log().count(missing) == 2, 30, message="the warning again once it stopped")
