@@ -11,12 +11,16 @@
 # without it `spool fsck --repair` rebuilds it from the files, losing only its history.
 #
 # Producers (`spool submit`, a drop into pending/) may keep writing: they only create, and a
-# keyed submit caught half way is repaired by `fsck --repair` on the restored copy. Do not run
-# cancel, requeue or purge (they move jobs) while it copies: the purge timer's unit is frozen too.
+# keyed submit caught half way is repaired by `fsck --repair` on the restored copy. A purge may
+# run too: a job it removes is in the copy or not, and fsck --repair removes what it left. Do not
+# run `spool cancel` or `spool requeue` by hand while it copies: they move jobs (the API's are
+# held by the frozen server).
 #
-# Environment: SPOOL_FREEZE / SPOOL_THAW (the commands that freeze and thaw every process that
-# moves jobs in SPOOL; default: the units of examples/systemd), SPOOL_PYTHON (a python3 with
-# sqlite3; default spool's venv). Exit 0: DEST holds the copy (written as DEST.partial, renamed
+# Environment: SPOOL_UNITS (the active ones are frozen; default spool-run.service and
+# spool-serve.service: add any unit running `spool worker`, `spool coordinator` or `spool serve`
+# on SPOOL), or SPOOL_FREEZE / SPOOL_THAW (commands that freeze and thaw every process that moves
+# jobs in SPOOL, for a host without systemd), SPOOL_PYTHON (a python3 with sqlite3; default
+# spool's venv). Exit 0: DEST holds the copy (written as DEST.partial, renamed
 # when whole). Restore: see docs/operations.md (copy back, `spool fsck --repair`, start).
 set -eu
 
@@ -26,9 +30,24 @@ if [ $# -ne 2 ]; then
 fi
 SPOOL=$1
 DEST=$2
-UNITS="spool-run.service spool-serve.service spool-purge.service"
-FREEZE=${SPOOL_FREEZE:-"systemctl freeze $UNITS"}
-THAW=${SPOOL_THAW:-"systemctl thaw $UNITS"}
+UNITS=${SPOOL_UNITS:-"spool-run.service spool-serve.service"}
+FROZEN=""
+freeze_units() {  # systemd 246 or later: the cgroup freezer stops every process of a unit at once
+    for unit in $UNITS; do
+        if systemctl --quiet is-active "$unit"; then
+            systemctl freeze "$unit"
+            FROZEN="$FROZEN $unit"
+        fi
+    done
+}
+thaw_units() {
+    for unit in $FROZEN; do
+        systemctl thaw "$unit"
+    done
+    FROZEN=""
+}
+FREEZE=${SPOOL_FREEZE:-freeze_units}
+THAW=${SPOOL_THAW:-thaw_units}
 PYTHON=${SPOOL_PYTHON:-/opt/spool/venv/bin/python}
 
 if [ ! -f "$SPOOL/.spool" ]; then
@@ -41,10 +60,21 @@ if [ -e "$DEST" ] || [ -e "$DEST.partial" ]; then
 fi
 mkdir -m 0700 "$DEST.partial"
 
+trap '$THAW' EXIT  # set first: a freeze that fails half way thaws what it froze
 $FREEZE
-trap '$THAW' EXIT
-# Every file but the ledger, with modes and owners; the runner's dot-files come along.
-tar -C "$SPOOL" --exclude='./ledger.sqlite3*' -cf - . | tar -C "$DEST.partial" -xpf -
+# Every file but the ledger, with modes and owners; the runner's dot-files come along. A file a
+# producer adds or removes (its tmp/ file) as tar reads is tar's exit 1: not an error here.
+{
+    tar -C "$SPOOL" --exclude='./ledger.sqlite3*' --warning=no-file-changed --warning=no-file-removed \
+        --ignore-failed-read -cf - .
+    echo $? >"$DEST.partial.status"
+} | tar -C "$DEST.partial" -xpf -
+read -r STATUS <"$DEST.partial.status"
+rm -f "$DEST.partial.status"
+if [ "$STATUS" -gt 1 ]; then
+    echo "spool-backup.sh: tar failed reading $SPOOL (exit $STATUS)" >&2
+    exit 1
+fi
 "$PYTHON" - "$SPOOL/ledger.sqlite3" "$DEST.partial/ledger.sqlite3" <<'EOF' || echo "spool-backup.sh: ledger not copied; spool fsck --repair rebuilds it" >&2
 import os, sqlite3, sys
 source, target = sys.argv[1], sys.argv[2]
