@@ -65,9 +65,10 @@ $FREEZE
 # Every file but the ledger, with modes and owners; the runner's dot-files come along. A file a
 # producer adds or removes (its tmp/ file) as tar reads is tar's exit 1: not an error here.
 {
+    STATUS=0  # set -e holds in this subshell too: keep tar's status from ending it
     tar -C "$SPOOL" --exclude='./ledger.sqlite3*' --warning=no-file-changed --warning=no-file-removed \
-        --ignore-failed-read -cf - .
-    echo $? >"$DEST.partial.status"
+        --ignore-failed-read -cf - . || STATUS=$?
+    echo "$STATUS" >"$DEST.partial.status"
 } | tar -C "$DEST.partial" -xpf -
 read -r STATUS <"$DEST.partial.status"
 rm -f "$DEST.partial.status"
