@@ -82,8 +82,8 @@ from pathlib import Path
 
 from spool.base.errors import NotASpool, SpoolError
 from spool.disk.fsio import fs
+from spool.disk.marker import FORMAT, MARKER, format_of
 
-MARKER, FORMAT = ".spool", 1  # the marker file, and the format version it holds
 CONFIG_NAME, LEDGER_NAME = "config.yaml", "ledger.sqlite3"
 JOB_SUFFIX, WAKE_NAME = ".yaml", ".wake"
 
@@ -333,6 +333,13 @@ class Layout:
         if not fs.exists(self.root_fd, MARKER):
             fs.close(self.root_fd)
             raise NotASpool(f"{self.root}: not a spool; run `spool init`")
+        written = format_of(self.root_fd)
+        if written is not None and written > FORMAT:
+            fs.close(self.root_fd)
+            raise NotASpool(
+                f"{self.root}: written by a newer spool (spool_format {written}; this one reads {FORMAT}): "
+                "upgrade spool to use it (docs/operations.md, 'Upgrades')"
+            )
 
     def fd(self, folder: str | State) -> int:
         dir_fd = self._fds.get(folder)  # a State is the str of its name (~35 calls a job: no .value)
