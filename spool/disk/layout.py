@@ -82,7 +82,7 @@ from pathlib import Path
 
 from spool.base.errors import NotASpool, SpoolError
 from spool.disk.fsio import fs
-from spool.disk.marker import FORMAT, MARKER, format_of
+from spool.disk.marker import FORMAT as FORMAT, MARKER as MARKER, check_marker  # re-exported: the surface
 
 CONFIG_NAME, LEDGER_NAME = "config.yaml", "ledger.sqlite3"
 JOB_SUFFIX, WAKE_NAME = ".yaml", ".wake"
@@ -330,16 +330,11 @@ class Layout:
             raise NotASpool(f"{self.root}: not a spool (no such folder); run `spool init`") from None
         except NotADirectoryError:
             raise NotASpool(f"{self.root}: not a spool (not a folder); run `spool init`") from None
-        if not fs.exists(self.root_fd, MARKER):
+        try:
+            check_marker(self.root, self.root_fd)
+        except NotASpool:
             fs.close(self.root_fd)
-            raise NotASpool(f"{self.root}: not a spool; run `spool init`")
-        written = format_of(self.root_fd)
-        if written is not None and written > FORMAT:
-            fs.close(self.root_fd)
-            raise NotASpool(
-                f"{self.root}: written by a newer spool (spool_format {written}; this one reads {FORMAT}): "
-                "upgrade spool to use it (docs/operations.md, 'Upgrades')"
-            )
+            raise
 
     def fd(self, folder: str | State) -> int:
         dir_fd = self._fds.get(folder)  # a State is the str of its name (~35 calls a job: no .value)

@@ -6,8 +6,9 @@ every format change so far only added (docs/operations.md, "Upgrades")."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from spool.base.errors import SpoolError
+from spool.base.errors import NotASpool, SpoolError
 from spool.disk.fsio import fs
 
 MARKER, FORMAT = ".spool", 1  # the marker file, and the format version it holds
@@ -24,3 +25,15 @@ def format_of(root_fd: int) -> int | None:
         return None
     match = _FORMAT_LINE.search(text)
     return int(match.group(1)) if match else None
+
+
+def check_marker(root: Path, root_fd: int) -> None:
+    """NotASpool unless ``root`` holds the marker, of this code's format or an older one."""
+    if not fs.exists(root_fd, MARKER):
+        raise NotASpool(f"{root}: not a spool; run `spool init`")
+    written = format_of(root_fd)
+    if written is not None and written > FORMAT:
+        raise NotASpool(
+            f"{root}: written by a newer spool (spool_format {written}; this one reads {FORMAT}): "
+            "upgrade spool to use it (docs/operations.md, 'Upgrades')"
+        )
