@@ -144,6 +144,7 @@ WHOLE = (".spool", "config.yaml", "coordinator.lock")
 EXCEPTIONS = {
     ("cli/processes.py", "worker-"): "the supervisor's label for its N-th worker process (`worker-1`), not a file",
     ("runner/api/openapi.py", "/openapi.json"): "the API's URL path for its OpenAPI document, not a file",
+    ("spool/disk/marker.py", ".spool"): "the marker's name beside the format it holds; layout re-exports both",
 }
 
 SCANNED = ("spool", "runner", "cli")
