@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from spool.cli.app import App, command, pass_app
+from spool.cli.app import App, example, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 from spool.base.errors import InvalidJob, NotFound, UsageError
 from spool.disk import State
@@ -25,7 +25,7 @@ PROGRESS_WIDTH = 30
 WAIT_MESSAGE_CHARS = 40  # a handler's message beside the bar, cut so the line fits a terminal
 
 
-@command()
+@command(epilog=example("spool status 01JD8Z5X4Q7V3K2M9N6P0R1S2T"))
 @click.argument("job_id")
 @pass_app
 def status(app: App, job_id: str) -> None:
@@ -60,7 +60,7 @@ def _link_word(link: Mapping[str, Any]) -> str:
     return f"{link['state']}: {link['reason']}" if link.get("reason") else str(link["state"])
 
 
-@command()
+@command(epilog=example("spool result 01JD8Z5X4Q7V3K2M9N6P0R1S2T > result.json"))
 @click.argument("job_id")
 @pass_app
 def result(app: App, job_id: str) -> None:
@@ -149,7 +149,7 @@ class WaitReport:
             click.echo("", err=True)
 
 
-@command()
+@command(epilog=example('spool wait "$id" --timeout 5m && spool result "$id"'))
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--timeout", "timeout_text", metavar="S", help="Give up after this long (exit 124).")
 @pass_app
@@ -172,9 +172,13 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
         sys.exit(1)
 
 
-@command(name="ls")
+@command(name="ls", epilog=example("spool ls --state dead --reason failed --limit 20"))
 @click.option("--state", "state_name", type=click.Choice([s.value for s in State]), help="Only this state.")
-@click.option("--reason", type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]))
+@click.option(
+    "--reason",
+    type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]),
+    help="Only dead jobs that ended for this reason.",
+)
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
 @click.option("--task", help="Only jobs of this task.")
 @click.option("--schedule", "schedule_name", metavar="NAME", help="Only jobs this schedule fired.")
@@ -234,7 +238,7 @@ def _say_trouble(line: str) -> None:
     click.echo(f"spool: {line}", err=True)
 
 
-@command()
+@command(epilog=example("spool stats --json"))
 @pass_app
 def stats(app: App) -> None:
     """Counts per state, throughput, oldest ready age, coordinator and workers seen."""
@@ -244,7 +248,7 @@ def stats(app: App) -> None:
     echo_json(view) if app.json_output else render_stats(view)
 
 
-@command()
+@command(epilog=example("spool logs 01JD8Z5X4Q7V3K2M9N6P0R1S2T --follow"))
 @click.argument("job_id")
 @click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default the latest).")
 @click.option(
@@ -269,7 +273,7 @@ def logs(app: App, job_id: str, attempt: int | None, follow: bool) -> None:
         logview.print_log(sp, job_id, number)
 
 
-@command()
+@command(epilog=example("spool --lease-seconds 10 config"))
 @pass_app
 def config(app: App) -> None:
     """The settings in force and where each came from."""

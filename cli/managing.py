@@ -11,7 +11,7 @@ import click
 from spool import admin
 
 from spool.base import crash
-from spool.cli.app import App, command, flag_duration, pass_app
+from spool.cli.app import App, example, command, flag_duration, pass_app
 from spool.cli.render import echo_json
 from spool.base.errors import UsageError
 from spool.fsck import fsck as run_fsck
@@ -21,7 +21,7 @@ from spool.settings import parse_duration
 from spool.spool import resolve_root
 
 
-@command()
+@command(epilog=example("spool --spool /srv/spool init --group-shared"))
 @click.option("--group-shared", is_flag=True, help="Make the spool group-readable and writable (0770).")
 @pass_app
 def init(app: App, group_shared: bool) -> None:
@@ -35,7 +35,7 @@ def init(app: App, group_shared: bool) -> None:
         click.echo(f"initialised spool at {root}")
 
 
-@command()
+@command(epilog=example("spool requeue 01JD8Z5X4Q7V3K2M9N6P0R1S2T", "spool requeue --all-dead --task resize"))
 @click.argument("job_id", required=False)
 @click.option("--all-dead", is_flag=True, help="Every dead job (that can run).")
 @click.option("--task", help="With --all-dead: only this task.")
@@ -69,7 +69,7 @@ def _say_waiting(what: str) -> None:
     click.echo(f"spool: {what}", err=True)
 
 
-@command()
+@command(epilog=example("spool cancel 01JD8Z5X4Q7V3K2M9N6P0R1S2T --timeout 10s"))
 @click.argument("job_id")
 @click.option(
     "--timeout",
@@ -93,7 +93,7 @@ def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
         )
 
 
-@command()
+@command(epilog=example("spool fsck --repair"))
 @click.option("--repair", is_flag=True, help="Fix what can be fixed and rebuild the ledger from the files.")
 @pass_app
 def fsck(app: App, repair: bool) -> None:
@@ -134,7 +134,7 @@ def fsck(app: App, repair: bool) -> None:
         sys.exit(1)
 
 
-@command()
+@command(epilog=example("spool purge --older-than 7d --state done"))
 @click.option("--older-than", "older_than", required=True, metavar="AGE", help="Like 7d, 12h, 30m.")
 @click.option("--state", "state_names", default="done,dead", show_default=True, help="Comma-separated.")
 @pass_app
@@ -150,8 +150,8 @@ def purge(app: App, older_than: str, state_names: str) -> None:
 
 
 # Not a spool command: it reads no spool, so it takes no --spool, only its own bare --json.
-@click.command(name="crash-points")
-@click.option("--json", "json_output", is_flag=True, default=False)
+@click.command(name="crash-points", epilog=example("spool crash-points | grep worker:"))
+@click.option("--json", "json_output", is_flag=True, default=False, help="Print the names as one JSON list.")
 @pass_app
 def crash_points(app: App, json_output: bool) -> None:
     """Every SPOOL_CRASH_AT name."""

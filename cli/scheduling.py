@@ -10,7 +10,7 @@ import click
 
 from spool.base import crash
 from spool.schedule import folder as scheduling
-from spool.cli.app import App, SpoolCommand, flag_duration, pass_app
+from spool.cli.app import App, example, SpoolCommand, flag_duration, pass_app
 from spool.cli.render import echo_json, render_table
 from spool.cli.submitting import _parse_args as parse_args
 from spool.base.errors import UsageError
@@ -21,12 +21,23 @@ class ScheduleGroup(SpoolCommand, click.Group):
     """The group takes ``--spool`` and ``--json`` after its name too: ``spool schedule --json list``."""
 
 
-@click.group(name="schedule", cls=ScheduleGroup)
+@click.group(
+    name="schedule",
+    cls=ScheduleGroup,
+    epilog=example('spool schedule add nightly --cron "0 3 * * *" --tz Europe/Paris report'),
+)
 def schedule() -> None:
     """Recurring jobs: the cron expressions and intervals in schedules/."""
 
 
-@schedule.command(name="add", cls=SpoolCommand)
+@schedule.command(
+    name="add",
+    cls=SpoolCommand,
+    epilog=example(
+        'spool schedule add nightly --cron "0 3 * * *" --tz Europe/Paris report -a days:=7',
+        "spool schedule add tick --every 5m wordcount -a path=/data/log.txt",
+    ),
+)
 @click.argument("name")
 @click.argument("task")
 @click.option("--cron", metavar="EXPR", help="5 cron fields (or 6, seconds last).")
@@ -77,7 +88,7 @@ def add(
     _show_one(app, name, f"schedule {name} added")
 
 
-@schedule.command(name="list", cls=SpoolCommand)
+@schedule.command(name="list", cls=SpoolCommand, epilog=example("spool schedule list"))
 @pass_app
 def list_command(app: App) -> None:
     """Each schedule: its expression, next fire time, last slot fired (job, state), or its error."""
@@ -109,7 +120,7 @@ def list_command(app: App) -> None:
             click.echo(f"{v['name']}: {v['error']}")
 
 
-@schedule.command(name="enable", cls=SpoolCommand)
+@schedule.command(name="enable", cls=SpoolCommand, epilog=example("spool schedule enable nightly"))
 @click.argument("name")
 @pass_app
 def enable(app: App, name: str) -> None:
@@ -118,7 +129,7 @@ def enable(app: App, name: str) -> None:
     _show_one(app, name, f"schedule {name} enabled")
 
 
-@schedule.command(name="disable", cls=SpoolCommand)
+@schedule.command(name="disable", cls=SpoolCommand, epilog=example("spool schedule disable nightly"))
 @click.argument("name")
 @pass_app
 def disable(app: App, name: str) -> None:
@@ -127,7 +138,7 @@ def disable(app: App, name: str) -> None:
     _show_one(app, name, f"schedule {name} disabled")
 
 
-@schedule.command(name="rm", cls=SpoolCommand)
+@schedule.command(name="rm", cls=SpoolCommand, epilog=example("spool schedule rm nightly"))
 @click.argument("name")
 @pass_app
 def rm(app: App, name: str) -> None:
@@ -139,7 +150,7 @@ def rm(app: App, name: str) -> None:
         click.echo(f"schedule {name} removed")
 
 
-@schedule.command(name="run", cls=SpoolCommand)
+@schedule.command(name="run", cls=SpoolCommand, epilog=example("spool schedule run nightly"))
 @click.argument("name")
 @pass_app
 def run(app: App, name: str) -> None:
