@@ -23,6 +23,7 @@ from spool.workers import handlers_of, live_workers, unhandled_warning
 WAIT_POLL_SECONDS = 0.1
 PROGRESS_WIDTH = 30
 WAIT_MESSAGE_CHARS = 40  # a handler's message beside the bar, cut so the line fits a terminal
+LS_ROWS = 50  # what `spool ls` shows without --limit or --all
 
 
 @command(epilog=example("spool status 01JD8Z5X4Q7V3K2M9N6P0R1S2T"))
@@ -179,7 +180,13 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
     type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]),
     help="Only dead jobs that ended for this reason.",
 )
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help=f"At most this many, newest first (default {LS_ROWS}; 0 lists none).",
+)
+@click.option("--all", "all_rows", is_flag=True, help=f"Every matching job, not only the newest {LS_ROWS}.")
 @click.option("--task", help="Only jobs of this task.")
 @click.option("--schedule", "schedule_name", metavar="NAME", help="Only jobs this schedule fired.")
 @click.option("--queue", metavar="Q", help="Only jobs of this queue.")
@@ -189,19 +196,32 @@ def ls_command(
     state_name: str | None,
     reason: str | None,
     limit: int | None,
+    all_rows: bool,
     task: str | None,
     schedule_name: str | None,
     queue: str | None,
 ) -> None:
-    """Jobs, newest first."""
+    """Jobs, newest first: the newest 50 unless --limit or --all says otherwise; how many more
+    match is said on stderr, so stdout (and --json) stays the rows alone."""
+    if all_rows and limit is not None:
+        raise UsageError("ls takes --limit N or --all, not both")
+    if not all_rows and limit is None:
+        limit = LS_ROWS
     sp = app.spool()
     views: list[dict[str, Any]] = []
     prefix = key_prefix(schedule_name) if schedule_name else None
-    found = sp.ids(
-        state_name, reason=reason, limit=limit, on_trouble=_say_trouble, task=task, key_prefix=prefix, queue=queue
-    )
-    for job_id in found:
+    troubles: list[str] = []
+
+    def say_trouble(line: str) -> None:
+        troubles.append(line)
+        _say_trouble(line)
+
+    # Every matching id (cheap: ids only), so the rows left out can be counted.
+    found = sp.ids(state_name, reason=reason, on_trouble=say_trouble, task=task, key_prefix=prefix, queue=queue)
+    left = 0
+    for index, job_id in enumerate(found):
         if limit is not None and len(views) >= limit:  # the files' listing has no LIMIT of its own
+            left = len(found) - index
             break
         try:
             view = sp.status(job_id)
@@ -217,21 +237,28 @@ def ls_command(
     if app.json_output:
         echo_json(views)
     else:
-        render_table(
-            ["id", "state", "task", "queue", "tries", "reason", "submitted"],
+        _render_jobs(views)
+    if left and limit:
+        more = "more jobs may match" if troubles else f"{left} more"  # the folders' listing is unfiltered
+        click.echo(f"... {more}; --limit N or --all to see them", err=True)
+
+
+def _render_jobs(views: list[dict[str, Any]]) -> None:
+    render_table(
+        ["id", "state", "task", "queue", "tries", "reason", "submitted"],
+        [
             [
-                [
-                    v["id"],
-                    v["state"],
-                    v["task"],
-                    v["queue"],
-                    f"{v['tries']}/{v['max_tries']}",
-                    v["reason"] or "",
-                    v["submitted_at"],
-                ]
-                for v in views
-            ],
-        )
+                v["id"],
+                v["state"],
+                v["task"],
+                v["queue"],
+                f"{v['tries']}/{v['max_tries']}",
+                v["reason"] or "",
+                v["submitted_at"],
+            ]
+            for v in views
+        ],
+    )
 
 
 def _say_trouble(line: str) -> None:

@@ -1,0 +1,37 @@
+"""The CLI says what it left out and names things as users write them (issue 22's "The CLI")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from spool import Spool
+from tests.cli.conftest import Ran
+
+Run = Callable[..., Ran]
+
+
+def test_ls_shows_the_newest_50_and_says_how_many_more_on_stderr(spool_in: Run, sp: Spool) -> None:
+    ids = [s.id for s in sp.submit_many([sp.spec("echo", {"n": n}) for n in range(57 + 50)])]
+    newest = sorted(ids, reverse=True)
+    plain = spool_in("ls")
+    rows = plain.out.splitlines()
+    assert rows[0].split()[:2] == ["id", "state"] and len(rows) == 1 + 50, plain.out
+    assert [row.split()[0] for row in rows[1:]] == newest[:50]
+    assert plain.err == "... 57 more; --limit N or --all to see them\n", plain.err
+    as_json = spool_in("ls", "--json")  # stdout stays one JSON document
+    assert [v["id"] for v in json.loads(as_json.out)] == newest[:50] and "57 more" in as_json.err
+    every = spool_in("ls", "--all", "--json")
+    assert [v["id"] for v in json.loads(every.out)] == newest and every.err == ""
+    hundred = spool_in("ls", "--limit", "100")
+    assert len(hundred.out.splitlines()) == 101 and "7 more" in hundred.err
+    assert spool_in("ls", "--state", "pending", "--limit", "200").err == ""
+    both = spool_in("ls", "--all", "--limit", "5")
+    assert both.code == 2 and "--all" in both.err and both.out == ""
+
+
+def test_ls_says_nothing_more_when_every_row_fits(spool_in: Run, sp: Spool) -> None:
+    for n in range(3):
+        sp.submit("echo", {"n": n})
+    ran = spool_in("ls")
+    assert len(ran.out.splitlines()) == 4 and ran.err == ""
