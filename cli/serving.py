@@ -158,7 +158,7 @@ def token_list(app: App) -> None:
         ]
         for info in infos
     ]
-    render_table(["NAME", "ROLE", "CREATED", "LAST USED"], rows)
+    render_table(["name", "role", "created", "last used"], rows)
 
 
 @token.command("revoke", cls=SpoolCommand, epilog=example("spool token revoke build-7"))

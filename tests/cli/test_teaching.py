@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable
+from pathlib import Path
 
+import spool.cli
 from spool import Spool
 from tests.cli.conftest import Ran
 
@@ -35,3 +38,26 @@ def test_ls_says_nothing_more_when_every_row_fits(spool_in: Run, sp: Spool) -> N
         sp.submit("echo", {"n": n})
     ran = spool_in("ls")
     assert len(ran.out.splitlines()) == 4 and ran.err == ""
+
+
+def _table_headers() -> list[tuple[str, list[str]]]:
+    """Every literal header list handed to ``render_table`` in cli/."""
+    found = []
+    for path in sorted(Path(spool.cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "render_table" and node.args:
+                headers = ast.literal_eval(node.args[0])
+                found.append((f"{path.name}:{node.lineno}", list(headers)))
+    return found
+
+
+def test_every_table_has_lower_case_headers() -> None:
+    tables = _table_headers()
+    assert len(tables) >= 5, tables  # ls, config, schedule list, queue list, token list
+    assert [(where, h) for where, h in tables if h != [name.lower() for name in h]] == []
+
+
+def test_token_list_headers_are_lower_case_like_the_others(spool_in: Run) -> None:
+    assert spool_in("token", "add", "ci", "--role", "submit").code == 0
+    assert spool_in("token", "list").out.splitlines()[0].split() == ["name", "role", "created", "last", "used"]
+    assert spool_in("config").out.splitlines()[0].split() == ["setting", "value", "from"]
