@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,3 +62,16 @@ def test_token_list_headers_are_lower_case_like_the_others(spool_in: Run) -> Non
     assert spool_in("token", "add", "ci", "--role", "submit").code == 0
     assert spool_in("token", "list").out.splitlines()[0].split() == ["name", "role", "created", "last", "used"]
     assert spool_in("config").out.splitlines()[0].split() == ["setting", "value", "from"]
+
+
+def test_a_reject_is_named_as_users_import_it(
+    spool_cli: Callable[..., subprocess.CompletedProcess[str]], sp: Spool
+) -> None:
+    """A handler's ``raise spool.Reject("not a JPEG")``, run by a real worker: the stored error,
+    and so status and the dashboard, say ``Reject: not a JPEG``."""
+    job_id = sp.submit("reject", {"why": "not a JPEG"})
+    ran = spool_cli("worker", "--burst", "--import", "examples.tasks")
+    assert ran.returncode == 0, ran
+    assert sp.status(job_id)["error"] == "Reject: not a JPEG"
+    shown = spool_cli("status", job_id)
+    assert "  Reject: not a JPEG" in shown.stdout and "spool.registry" not in shown.stdout, shown.stdout
