@@ -35,10 +35,21 @@ def init(app: App, group_shared: bool) -> None:
         click.echo(f"initialised spool at {root}")
 
 
-@command(epilog=example("spool requeue 01JD8Z5X4Q7V3K2M9N6P0R1S2T", "spool requeue --all-dead --task resize"))
+@command(
+    epilog=example(
+        "spool requeue 01JD8Z5X4Q7V3K2M9N6P0R1S2T",
+        "spool requeue 01JD8Z5X4Q7V3K2M9N6P0R1S2T --with-parents  # and the dead parents it waits on",
+        "spool requeue --all-dead --task resize",
+    )
+)
 @click.argument("job_id", required=False)
 @click.option("--all-dead", is_flag=True, help="Every dead job (that can run).")
 @click.option("--task", help="With --all-dead: only this task.")
+@click.option(
+    "--with-parents",
+    is_flag=True,
+    help="With ID: requeue the dead parents (and theirs) it waits on too, so the whole chain runs again.",
+)
 @click.option(
     "--timeout",
     "timeout_text",
@@ -46,15 +57,21 @@ def init(app: App, group_shared: bool) -> None:
     help="With ID: wait at most this long for the job's lock (exit 75, nothing changed).",
 )
 @pass_app
-def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, timeout_text: str | None) -> None:
+def requeue(
+    app: App, job_id: str | None, all_dead: bool, task: str | None, with_parents: bool, timeout_text: str | None
+) -> None:
     """Dead -> pending (or waiting) with a fresh set of tries; skipped children re-armed."""
     crash.arm("admin", os.environ)
     sp = app.spool()
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
+    if with_parents and not job_id:
+        raise UsageError("--with-parents goes with one ID")
     timeout_seconds = flag_duration("--timeout", timeout_text)
     if not job_id:  # --all-dead: the check above leaves exactly one of the two
         ids = admin.requeue_all_dead(sp, task)
+    elif with_parents:
+        ids = admin.requeue_with_parents(sp, job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
     else:
         ids = [job_id] if sp.requeue(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
     if app.json_output:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 import pytest
 
 from spool.cli.main import COMMANDS, cli
-from tests.cli.conftest import run_in_process
+
+Run = Callable[..., Any]
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
@@ -31,8 +33,8 @@ def test_the_walk_finds_every_command_and_the_subcommands() -> None:
 
 
 @pytest.mark.parametrize("path", [path for path, _command in ALL], ids=" ".join)
-def test_every_help_has_an_example_and_every_option_has_help(path: tuple[str, ...]) -> None:
-    ran = run_in_process(*path, "--help")
+def test_every_help_has_an_example_and_every_option_has_help(spool_run: Run, path: tuple[str, ...]) -> None:
+    ran = spool_run(*path, "--help")
     assert ran.code == 0, ran
     assert "Example" in ran.out, f"spool {' '.join(path)} --help shows no example:\n{ran.out}"
     command = dict(ALL)[path]
@@ -40,7 +42,7 @@ def test_every_help_has_an_example_and_every_option_has_help(path: tuple[str, ..
     assert not bare, f"spool {' '.join(path)}: options without help: {bare}"
 
 
-def test_the_group_help_has_an_example_too_and_its_options_help() -> None:
-    ran = run_in_process("--help")
+def test_the_group_help_has_an_example_too_and_its_options_help(spool_run: Run) -> None:
+    ran = spool_run("--help")
     assert ran.code == 0 and "Example" in ran.out, ran
     assert not [param.name for param in cli.params if isinstance(param, click.Option) and not param.help]

@@ -7,12 +7,13 @@ import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import spool.cli
 from spool import Spool
-from tests.cli.conftest import Ran
+from support import Procs, run_spool, wait_until
 
-Run = Callable[..., Ran]
+Run = Callable[..., Any]
 
 
 def test_ls_shows_the_newest_50_and_says_how_many_more_on_stderr(spool_in: Run, sp: Spool) -> None:
@@ -75,3 +76,34 @@ def test_a_reject_is_named_as_users_import_it(
     assert sp.status(job_id)["error"] == "Reject: not a JPEG"
     shown = spool_cli("status", job_id)
     assert "  Reject: not a JPEG" in shown.stdout and "spool.registry" not in shown.stdout, shown.stdout
+
+
+FAST = ("--lease-seconds", "2", "--poll-seconds", "0.2")
+
+
+def test_requeue_of_a_child_skipped_under_a_dead_parent_refuses_and_with_parents_runs_the_chain(
+    procs: Procs, spool_dir: Path, sp: Spool
+) -> None:
+    """A -> B -> C where A fails its one try: the coordinator skips B, then C. Requeueing C alone
+    would be skipped again at once, so it is refused with the parent to requeue; --with-parents
+    requeues A, B and C and the chain ends done (A passes its second attempt)."""
+    a = sp.submit("fail_until", {"attempt": 2}, max_tries=1)
+    b = sp.submit("echo", depends_on=[a])
+    c = sp.submit("echo", depends_on=[b])
+    procs.start(*FAST, "coordinator", name="coordinator")
+    procs.start(*FAST, "worker", "--import", "examples.tasks", name="worker")
+    wait_until(lambda: sp.status(c)["reason"] == "skipped", timeout=30, message="C skipped")
+    assert [sp.status(one)["reason"] for one in (a, b)] == ["failed", "skipped"]
+
+    refused = run_spool("requeue", c, spool=spool_dir)
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert refused.stderr == (
+        f"spool: job {c} was skipped because its parent {b} is dead: requeue {b} (or requeue {c} --with-parents)\n"
+    )
+    assert sp.status(c)["state"] == "dead"
+
+    chained = run_spool("requeue", c, "--with-parents", spool=spool_dir)
+    assert chained.returncode == 0, chained
+    assert chained.stdout.split() == [a, "requeued", b, "requeued", c, "requeued"]
+    wait_until(lambda: sp.status(c)["state"] == "done", timeout=30, message="the chain done")
+    assert [sp.status(one)["state"] for one in (a, b)] == ["done", "done"]
