@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
@@ -14,6 +16,7 @@ from spool.cli.app import App, example, SpoolCommand, flag_duration, pass_app
 from spool.cli.render import echo_json, render_table
 from spool.cli.submitting import _parse_args as parse_args
 from spool.base.errors import UsageError
+from spool.base.timetext import parse_time
 from spool.schedule import CATCHUPS, OVERLAPS, InvalidSchedule
 
 
@@ -93,14 +96,15 @@ def add(
 def list_command(app: App) -> None:
     """Each schedule: its expression, next fire time, last slot fired (job, state), or its error."""
     sp = app.spool()
-    views = scheduling.views(sp, time.time())
+    now = time.time()
+    views = [_with_local_time(scheduling.view(sp, entry, now), entry) for entry in scheduling.entries(sp).values()]
     for line in scheduling.ignored(sp).values():  # not in the JSON list: its rows are schedules
         click.echo(f"note: {line}", err=True)
     if app.json_output:
         echo_json(views)
         return
     render_table(
-        ["name", "schedule", "task", "enabled", "next", "last slot", "last job", "state"],
+        ["name", "schedule", "task", "enabled", "next", "next local", "last slot", "last job", "state"],
         [
             [
                 v["name"],
@@ -108,6 +112,7 @@ def list_command(app: App) -> None:
                 v["task"],
                 _yes(v["enabled"]),
                 v["next"],
+                _local_text(v),
                 v["last_slot"],
                 v["last_job"],
                 v["last_state"],
@@ -170,9 +175,29 @@ def run(app: App, name: str) -> None:
 def _show_one(app: App, name: str, line: str) -> None:
     sp = app.spool()
     if app.json_output:
-        echo_json(scheduling.view(sp, scheduling.entry_of(sp, name), time.time()))
+        entry = scheduling.entry_of(sp, name)
+        echo_json(_with_local_time(scheduling.view(sp, entry, time.time()), entry))
     else:
         click.echo(line)
+
+
+def _with_local_time(view: dict[str, Any], entry: scheduling.Entry) -> dict[str, Any]:
+    """The view with the schedule's ``tz`` and ``next_local``: its next slot on the zone's wall
+    clock (RFC 3339 with the offset), beside ``next`` in UTC; None for a schedule in UTC."""
+    zone = entry.schedule.tz if entry.schedule is not None else None
+    view["tz"] = zone
+    view["next_local"] = None
+    if zone and zone != "UTC" and view["next"]:
+        moment = parse_time(view["next"], "next").astimezone(ZoneInfo(zone))
+        view["next_local"] = moment.isoformat(timespec="seconds")
+    return view
+
+
+def _local_text(view: dict[str, Any]) -> str:
+    """``2026-12-06 03:00:00 CET`` for a table (empty for a schedule in UTC)."""
+    if not view["next_local"]:
+        return ""
+    return datetime.fromisoformat(view["next_local"]).astimezone(ZoneInfo(view["tz"])).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _yes(value: Any) -> str:

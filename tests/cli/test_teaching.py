@@ -107,3 +107,15 @@ def test_requeue_of_a_child_skipped_under_a_dead_parent_refuses_and_with_parents
     assert chained.stdout.split() == [a, "requeued", b, "requeued", c, "requeued"]
     wait_until(lambda: sp.status(c)["state"] == "done", timeout=30, message="the chain done")
     assert [sp.status(one)["state"] for one in (a, b)] == ["done", "done"]
+
+
+def test_schedule_list_shows_next_in_utc_and_on_the_zones_wall_clock(spool_in: Run) -> None:
+    assert spool_in("schedule", "add", "standup", "--cron", "30 9 * * *", "--tz", "Asia/Kolkata", "echo").code == 0
+    assert spool_in("schedule", "add", "tick", "--every", "5m", "echo").code == 0
+    views = {v["name"]: v for v in json.loads(spool_in("schedule", "list", "--json").out)}
+    standup = views["standup"]
+    assert standup["next"].endswith("T04:00:00.000Z") and standup["tz"] == "Asia/Kolkata"
+    assert standup["next_local"] == standup["next"][:10] + "T09:30:00+05:30"
+    assert views["tick"]["next_local"] is None and views["tick"]["tz"] == "UTC"
+    rows = {line.split()[0]: line for line in spool_in("schedule", "list").out.splitlines()[1:]}
+    assert f"{standup['next']}  {standup['next'][:10]} 09:30:00 IST" in rows["standup"], rows
