@@ -167,8 +167,8 @@ def _dead_ancestors(sp: Handle, job_id: str) -> list[str]:
     seen = {job_id}
     stack: list[tuple[str, bool]] = [(job_id, False)]
     while stack:  # a depth-first walk without recursion: a chain may be thousands of jobs long
-        current, children_done = stack.pop()
-        if children_done:
+        current, parents_done = stack.pop()
+        if parents_done:
             if current != job_id:
                 order.append(current)
             continue
