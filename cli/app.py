@@ -82,6 +82,11 @@ def command(name: str | None = None, **attrs: Any) -> Callable[[Callable[..., An
     return click.command(name, cls=SpoolCommand, **attrs)
 
 
+def example(*lines: str) -> str:
+    """A command's epilog: ``Example:`` and its command lines, kept as written (click's ``\\b``)."""
+    return "\b\nExample:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def flag_duration(flag: str, text: str | None) -> float | None:
     """A duration option's seconds (None when not given); a bad one names its flag."""
     if not text:

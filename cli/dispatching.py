@@ -10,7 +10,7 @@ import click
 from spool.base import crash
 
 from spool.base.errors import UsageError
-from spool.cli.app import App, flag_duration, pass_app
+from spool.cli.app import App, example, flag_duration, pass_app
 from spool.cli.processes import _daemonise_stdio, _import_option, _queues_option, _remote_token
 from spool.runner.logs import setup_logging
 from spool.settings import load_settings
@@ -30,7 +30,13 @@ def _job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     return value
 
 
-@click.command("run-one")
+@click.command(
+    "run-one",
+    epilog=example(
+        "spool run-one --server https://HOST:8443 --token-file dispatch.token --cacert cert.pem \\",
+        "    --runner r1 --job 01JD8Z5X4Q7V3K2M9N6P0R1S2T",
+    ),
+)
 @_server
 @_token_file
 @_cacert
@@ -88,7 +94,12 @@ def _task_names(ctx: click.Context, param: click.Parameter, value: str | None) -
     return names
 
 
-@click.command()
+@click.command(
+    epilog=example(
+        "spool dispatch --server https://HOST:8443 --token-file dispatch.token --cacert cert.pem \\",
+        "    --engine local --max-inflight 8 --import myapp.tasks",
+    )
+)
 @_server
 @click.option("--token", metavar="TOKEN", help="A dispatch token. Visible in ps: prefer --token-file.")
 @_token_file
@@ -97,7 +108,13 @@ def _task_names(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--engine-opt", "engine_opts", multiple=True, metavar="K=V", help="An engine's option (repeatable).")
 @click.option("--tasks", callback=_task_names, metavar="T,...", help="Dispatch only these tasks (default: imported).")
 @_queues_option
-@click.option("--max-inflight", type=click.IntRange(1, 4096), default=4, show_default=True)
+@click.option(
+    "--max-inflight",
+    type=click.IntRange(1, 4096),
+    default=4,
+    show_default=True,
+    help="At most this many engine jobs started and not yet ended.",
+)
 @click.option(
     "--dispatch-timeout", metavar="D", default="300", show_default=True, help="Cancel engine jobs not started by then."
 )

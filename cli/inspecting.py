@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from spool.cli.app import App, command, pass_app
+from spool.cli.app import App, example, command, pass_app
 from spool.cli.render import echo_json, render_stats, render_status, render_table
 from spool.base.errors import InvalidJob, NotFound, UsageError
 from spool.disk import State
@@ -23,9 +23,10 @@ from spool.workers import handlers_of, live_workers, unhandled_warning
 WAIT_POLL_SECONDS = 0.1
 PROGRESS_WIDTH = 30
 WAIT_MESSAGE_CHARS = 40  # a handler's message beside the bar, cut so the line fits a terminal
+LS_ROWS = 50  # what `spool ls` shows without --limit or --all
 
 
-@command()
+@command(epilog=example("spool status 01JD8Z5X4Q7V3K2M9N6P0R1S2T"))
 @click.argument("job_id")
 @pass_app
 def status(app: App, job_id: str) -> None:
@@ -60,7 +61,7 @@ def _link_word(link: Mapping[str, Any]) -> str:
     return f"{link['state']}: {link['reason']}" if link.get("reason") else str(link["state"])
 
 
-@command()
+@command(epilog=example("spool result 01JD8Z5X4Q7V3K2M9N6P0R1S2T > result.json"))
 @click.argument("job_id")
 @pass_app
 def result(app: App, job_id: str) -> None:
@@ -149,7 +150,7 @@ class WaitReport:
             click.echo("", err=True)
 
 
-@command()
+@command(epilog=example('spool wait "$id" --timeout 5m && spool result "$id"'))
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--timeout", "timeout_text", metavar="S", help="Give up after this long (exit 124).")
 @pass_app
@@ -172,10 +173,20 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
         sys.exit(1)
 
 
-@command(name="ls")
+@command(name="ls", epilog=example("spool ls --state dead --reason failed --limit 20"))
 @click.option("--state", "state_name", type=click.Choice([s.value for s in State]), help="Only this state.")
-@click.option("--reason", type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]))
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many, newest first.")
+@click.option(
+    "--reason",
+    type=click.Choice(["failed", "expired", "skipped", "cancelled", "invalid"]),
+    help="Only dead jobs that ended for this reason.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help=f"At most this many, newest first (default {LS_ROWS}; 0 lists none).",
+)
+@click.option("--all", "all_rows", is_flag=True, help=f"Every matching job, not only the newest {LS_ROWS}.")
 @click.option("--task", help="Only jobs of this task.")
 @click.option("--schedule", "schedule_name", metavar="NAME", help="Only jobs this schedule fired.")
 @click.option("--queue", metavar="Q", help="Only jobs of this queue.")
@@ -185,19 +196,32 @@ def ls_command(
     state_name: str | None,
     reason: str | None,
     limit: int | None,
+    all_rows: bool,
     task: str | None,
     schedule_name: str | None,
     queue: str | None,
 ) -> None:
-    """Jobs, newest first."""
+    """Jobs, newest first: the newest 50 unless --limit or --all says otherwise; how many more
+    match is said on stderr, so stdout (and --json) stays the rows alone."""
+    if all_rows and limit is not None:
+        raise UsageError("ls takes --limit N or --all, not both")
+    if not all_rows and limit is None:
+        limit = LS_ROWS
     sp = app.spool()
     views: list[dict[str, Any]] = []
     prefix = key_prefix(schedule_name) if schedule_name else None
-    found = sp.ids(
-        state_name, reason=reason, limit=limit, on_trouble=_say_trouble, task=task, key_prefix=prefix, queue=queue
-    )
-    for job_id in found:
+    troubles: list[str] = []
+
+    def say_trouble(line: str) -> None:
+        troubles.append(line)
+        _say_trouble(line)
+
+    # Every matching id (cheap: ids only), so the rows left out can be counted.
+    found = sp.ids(state_name, reason=reason, on_trouble=say_trouble, task=task, key_prefix=prefix, queue=queue)
+    left = 0
+    for index, job_id in enumerate(found):
         if limit is not None and len(views) >= limit:  # the files' listing has no LIMIT of its own
+            left = len(found) - index
             break
         try:
             view = sp.status(job_id)
@@ -213,28 +237,35 @@ def ls_command(
     if app.json_output:
         echo_json(views)
     else:
-        render_table(
-            ["id", "state", "task", "queue", "tries", "reason", "submitted"],
+        _render_jobs(views)
+    if left and limit:
+        more = "more jobs may match" if troubles else f"{left} more"  # the folders' listing is unfiltered
+        click.echo(f"... {more}; --limit N or --all to see them", err=True)
+
+
+def _render_jobs(views: list[dict[str, Any]]) -> None:
+    render_table(
+        ["id", "state", "task", "queue", "tries", "reason", "submitted"],
+        [
             [
-                [
-                    v["id"],
-                    v["state"],
-                    v["task"],
-                    v["queue"],
-                    f"{v['tries']}/{v['max_tries']}",
-                    v["reason"] or "",
-                    v["submitted_at"],
-                ]
-                for v in views
-            ],
-        )
+                v["id"],
+                v["state"],
+                v["task"],
+                v["queue"],
+                f"{v['tries']}/{v['max_tries']}",
+                v["reason"] or "",
+                v["submitted_at"],
+            ]
+            for v in views
+        ],
+    )
 
 
 def _say_trouble(line: str) -> None:
     click.echo(f"spool: {line}", err=True)
 
 
-@command()
+@command(epilog=example("spool stats --json"))
 @pass_app
 def stats(app: App) -> None:
     """Counts per state, throughput, oldest ready age, coordinator and workers seen."""
@@ -244,7 +275,7 @@ def stats(app: App) -> None:
     echo_json(view) if app.json_output else render_stats(view)
 
 
-@command()
+@command(epilog=example("spool logs 01JD8Z5X4Q7V3K2M9N6P0R1S2T --follow"))
 @click.argument("job_id")
 @click.option("--attempt", type=click.IntRange(min=1), help="This attempt (default the latest).")
 @click.option(
@@ -269,7 +300,7 @@ def logs(app: App, job_id: str, attempt: int | None, follow: bool) -> None:
         logview.print_log(sp, job_id, number)
 
 
-@command()
+@command(epilog=example("spool --lease-seconds 10 config"))
 @pass_app
 def config(app: App) -> None:
     """The settings in force and where each came from."""

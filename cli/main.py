@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import click
 
 from spool.base import crash
-from spool.cli.app import App
+from spool.cli.app import App, example
 from spool.base.errors import SpoolError, UsageError
 from spool.settings import environment_warnings, setting_names
 
@@ -104,7 +104,14 @@ class LazyCommands(MutableMapping[str, click.Command]):
 
 
 @click.group(
-    commands=LazyCommands(COMMANDS), context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+    commands=LazyCommands(COMMANDS),
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=example(
+        "spool init",
+        "id=$(spool submit wordcount -a path=book.txt --key book)",
+        "spool run --workers 4 --import myapp.tasks &",
+        'spool wait "$id" && spool result "$id"',
+    ),
 )
 @click.option(
     "--spool",

@@ -11,7 +11,7 @@ import click
 from spool import admin
 
 from spool.base import crash
-from spool.cli.app import App, command, flag_duration, pass_app
+from spool.cli.app import App, example, command, flag_duration, pass_app
 from spool.cli.render import echo_json
 from spool.base.errors import UsageError
 from spool.fsck import fsck as run_fsck
@@ -21,7 +21,7 @@ from spool.settings import parse_duration
 from spool.spool import resolve_root
 
 
-@command()
+@command(epilog=example("spool --spool /srv/spool init --group-shared"))
 @click.option("--group-shared", is_flag=True, help="Make the spool group-readable and writable (0770).")
 @pass_app
 def init(app: App, group_shared: bool) -> None:
@@ -35,10 +35,21 @@ def init(app: App, group_shared: bool) -> None:
         click.echo(f"initialised spool at {root}")
 
 
-@command()
+@command(
+    epilog=example(
+        "spool requeue 01JD8Z5X4Q7V3K2M9N6P0R1S2T",
+        "spool requeue 01JD8Z5X4Q7V3K2M9N6P0R1S2T --with-parents  # and the dead parents it waits on",
+        "spool requeue --all-dead --task resize",
+    )
+)
 @click.argument("job_id", required=False)
 @click.option("--all-dead", is_flag=True, help="Every dead job (that can run).")
 @click.option("--task", help="With --all-dead: only this task.")
+@click.option(
+    "--with-parents",
+    is_flag=True,
+    help="With ID: requeue the dead parents (and theirs) it waits on too, so the whole chain runs again.",
+)
 @click.option(
     "--timeout",
     "timeout_text",
@@ -46,15 +57,21 @@ def init(app: App, group_shared: bool) -> None:
     help="With ID: wait at most this long for the job's lock (exit 75, nothing changed).",
 )
 @pass_app
-def requeue(app: App, job_id: str | None, all_dead: bool, task: str | None, timeout_text: str | None) -> None:
+def requeue(
+    app: App, job_id: str | None, all_dead: bool, task: str | None, with_parents: bool, timeout_text: str | None
+) -> None:
     """Dead -> pending (or waiting) with a fresh set of tries; skipped children re-armed."""
     crash.arm("admin", os.environ)
     sp = app.spool()
     if all_dead == bool(job_id):
         raise UsageError("requeue takes one ID or --all-dead")
+    if with_parents and not job_id:
+        raise UsageError("--with-parents goes with one ID")
     timeout_seconds = flag_duration("--timeout", timeout_text)
     if not job_id:  # --all-dead: the check above leaves exactly one of the two
         ids = admin.requeue_all_dead(sp, task)
+    elif with_parents:
+        ids = admin.requeue_with_parents(sp, job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting)
     else:
         ids = [job_id] if sp.requeue(job_id, timeout_seconds=timeout_seconds, on_wait=_say_waiting) else []
     if app.json_output:
@@ -69,7 +86,7 @@ def _say_waiting(what: str) -> None:
     click.echo(f"spool: {what}", err=True)
 
 
-@command()
+@command(epilog=example("spool cancel 01JD8Z5X4Q7V3K2M9N6P0R1S2T --timeout 10s"))
 @click.argument("job_id")
 @click.option(
     "--timeout",
@@ -93,7 +110,7 @@ def cancel(app: App, job_id: str, timeout_text: str | None) -> None:
         )
 
 
-@command()
+@command(epilog=example("spool fsck --repair"))
 @click.option("--repair", is_flag=True, help="Fix what can be fixed and rebuild the ledger from the files.")
 @pass_app
 def fsck(app: App, repair: bool) -> None:
@@ -134,7 +151,7 @@ def fsck(app: App, repair: bool) -> None:
         sys.exit(1)
 
 
-@command()
+@command(epilog=example("spool purge --older-than 7d --state done"))
 @click.option("--older-than", "older_than", required=True, metavar="AGE", help="Like 7d, 12h, 30m.")
 @click.option("--state", "state_names", default="done,dead", show_default=True, help="Comma-separated.")
 @pass_app
@@ -150,8 +167,8 @@ def purge(app: App, older_than: str, state_names: str) -> None:
 
 
 # Not a spool command: it reads no spool, so it takes no --spool, only its own bare --json.
-@click.command(name="crash-points")
-@click.option("--json", "json_output", is_flag=True, default=False)
+@click.command(name="crash-points", epilog=example("spool crash-points | grep worker:"))
+@click.option("--json", "json_output", is_flag=True, default=False, help="Print the names as one JSON list.")
 @pass_app
 def crash_points(app: App, json_output: bool) -> None:
     """Every SPOOL_CRASH_AT name."""

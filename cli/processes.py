@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from spool.base import crash
-from spool.cli.app import App, command, pass_app
+from spool.cli.app import App, example, command, pass_app
 from spool.cli.render import render_table
 from spool.base.errors import SpoolError, UsageError
 from spool.disk import State
@@ -72,7 +72,7 @@ def _daemonise_stdio() -> None:
         die_with_parent(int(parent))
 
 
-@command()
+@command(epilog=example("spool coordinator &"))
 @pass_app
 def coordinator(app: App) -> None:
     """Run the coordinator: drops, leases, delays, retries, chains, reconcile."""
@@ -84,7 +84,12 @@ def coordinator(app: App) -> None:
     sys.exit(run_coordinator(sp))
 
 
-@command()
+@command(
+    epilog=example(
+        "spool worker --import myapp.tasks --queues default,images",
+        "spool worker --server https://HOST:8443 --token-file worker.token --cacert cert.pem --import myapp.tasks",
+    )
+)
 @_import_option
 @_shell_option
 @_queues_option
@@ -241,8 +246,14 @@ def supervisor_specs(
     return specs
 
 
-@command()
-@click.option("--workers", type=click.IntRange(0, 256), default=2, show_default=True)
+@command(epilog=example("spool run --workers 4 --import myapp.tasks"))
+@click.option(
+    "--workers",
+    type=click.IntRange(0, 256),
+    default=2,
+    show_default=True,
+    help="Worker processes beside the coordinator.",
+)
 @_import_option
 @_shell_option
 @_queues_option
@@ -262,10 +273,17 @@ def run(
     sys.exit(supervisor.run())
 
 
-@click.command()
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.command(epilog=example("spool demo --workers 4"))
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True, help="Worker processes to run.")
 @click.option("--keep", is_flag=True, help="Keep the demo spool instead of removing it.")
-@click.option("--timeout", "timeout_seconds", type=float, default=120.0, show_default=True)
+@click.option(
+    "--timeout",
+    "timeout_seconds",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Give up after this many seconds.",
+)
 @pass_app
 def demo(app: App, workers: int, keep: bool, timeout_seconds: float) -> None:
     """The README's first run: count the words of the example texts with real workers."""

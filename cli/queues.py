@@ -8,7 +8,7 @@ import click
 
 from spool import queues
 from spool.base.errors import LedgerError, UsageError
-from spool.cli.app import App, SpoolCommand, pass_app
+from spool.cli.app import App, example, SpoolCommand, pass_app
 from spool.cli.render import echo_json, render_table
 from spool.views import queue_views, queue_views_from_files
 
@@ -17,12 +17,12 @@ class QueueGroup(SpoolCommand, click.Group):
     """The group takes ``--spool`` and ``--json`` after its name too: ``spool queue --json list``."""
 
 
-@click.group(name="queue", cls=QueueGroup)
+@click.group(name="queue", cls=QueueGroup, epilog=example("spool queue set images --concurrency 2 --rate 10/s"))
 def queue() -> None:
     """Queues and their limits: concurrency, rate and pause, in queues/<name>.yaml."""
 
 
-@queue.command(name="list", cls=SpoolCommand)
+@queue.command(name="list", cls=SpoolCommand, epilog=example("spool queue list"))
 @pass_app
 def list_command(app: App) -> None:
     """Each queue: its limits, pending, leased, claims in the last minute, and what holds it."""
@@ -59,7 +59,7 @@ def list_command(app: App) -> None:
             click.echo(f"{v['name']}: {v['held_by']['text']}")
 
 
-@queue.command(name="set", cls=SpoolCommand)
+@queue.command(name="set", cls=SpoolCommand, epilog=example("spool queue set images --concurrency 2 --rate 100/m"))
 @click.argument("name")
 @click.option("--concurrency", metavar="N", help="At most N jobs of the queue leased at once, over every worker.")
 @click.option("--rate", metavar="N/PERIOD", help="At most N claims in any sliding PERIOD (s, m or h): 5/s, 100/m.")
@@ -76,7 +76,7 @@ def set_command(app: App, name: str, concurrency: str | None, rate: str | None, 
     _show_one(app, name, f"queue {name}: {', '.join(shown)}")
 
 
-@queue.command(name="pause", cls=SpoolCommand)
+@queue.command(name="pause", cls=SpoolCommand, epilog=example("spool queue pause images"))
 @click.argument("name")
 @pass_app
 def pause(app: App, name: str) -> None:
@@ -85,7 +85,7 @@ def pause(app: App, name: str) -> None:
     _show_one(app, name, f"queue {name} paused")
 
 
-@queue.command(name="resume", cls=SpoolCommand)
+@queue.command(name="resume", cls=SpoolCommand, epilog=example("spool queue resume images"))
 @click.argument("name")
 @pass_app
 def resume(app: App, name: str) -> None:

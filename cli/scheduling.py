@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
 from spool.base import crash
 from spool.schedule import folder as scheduling
-from spool.cli.app import App, SpoolCommand, flag_duration, pass_app
+from spool.cli.app import App, example, SpoolCommand, flag_duration, pass_app
 from spool.cli.render import echo_json, render_table
 from spool.cli.submitting import _parse_args as parse_args
 from spool.base.errors import UsageError
+from spool.base.timetext import parse_time
 from spool.schedule import CATCHUPS, OVERLAPS, InvalidSchedule
 
 
@@ -21,12 +24,23 @@ class ScheduleGroup(SpoolCommand, click.Group):
     """The group takes ``--spool`` and ``--json`` after its name too: ``spool schedule --json list``."""
 
 
-@click.group(name="schedule", cls=ScheduleGroup)
+@click.group(
+    name="schedule",
+    cls=ScheduleGroup,
+    epilog=example('spool schedule add nightly --cron "0 3 * * *" --tz Europe/Paris report'),
+)
 def schedule() -> None:
     """Recurring jobs: the cron expressions and intervals in schedules/."""
 
 
-@schedule.command(name="add", cls=SpoolCommand)
+@schedule.command(
+    name="add",
+    cls=SpoolCommand,
+    epilog=example(
+        'spool schedule add nightly --cron "0 3 * * *" --tz Europe/Paris report -a days:=7',
+        "spool schedule add tick --every 5m wordcount -a path=/data/log.txt",
+    ),
+)
 @click.argument("name")
 @click.argument("task")
 @click.option("--cron", metavar="EXPR", help="5 cron fields (or 6, seconds last).")
@@ -77,19 +91,20 @@ def add(
     _show_one(app, name, f"schedule {name} added")
 
 
-@schedule.command(name="list", cls=SpoolCommand)
+@schedule.command(name="list", cls=SpoolCommand, epilog=example("spool schedule list"))
 @pass_app
 def list_command(app: App) -> None:
     """Each schedule: its expression, next fire time, last slot fired (job, state), or its error."""
     sp = app.spool()
-    views = scheduling.views(sp, time.time())
+    now = time.time()
+    views = [_with_local_time(scheduling.view(sp, entry, now), entry) for entry in scheduling.entries(sp).values()]
     for line in scheduling.ignored(sp).values():  # not in the JSON list: its rows are schedules
         click.echo(f"note: {line}", err=True)
     if app.json_output:
         echo_json(views)
         return
     render_table(
-        ["name", "schedule", "task", "enabled", "next", "last slot", "last job", "state"],
+        ["name", "schedule", "task", "enabled", "next", "next local", "last slot", "last job", "state"],
         [
             [
                 v["name"],
@@ -97,6 +112,7 @@ def list_command(app: App) -> None:
                 v["task"],
                 _yes(v["enabled"]),
                 v["next"],
+                _local_text(v),
                 v["last_slot"],
                 v["last_job"],
                 v["last_state"],
@@ -109,7 +125,7 @@ def list_command(app: App) -> None:
             click.echo(f"{v['name']}: {v['error']}")
 
 
-@schedule.command(name="enable", cls=SpoolCommand)
+@schedule.command(name="enable", cls=SpoolCommand, epilog=example("spool schedule enable nightly"))
 @click.argument("name")
 @pass_app
 def enable(app: App, name: str) -> None:
@@ -118,7 +134,7 @@ def enable(app: App, name: str) -> None:
     _show_one(app, name, f"schedule {name} enabled")
 
 
-@schedule.command(name="disable", cls=SpoolCommand)
+@schedule.command(name="disable", cls=SpoolCommand, epilog=example("spool schedule disable nightly"))
 @click.argument("name")
 @pass_app
 def disable(app: App, name: str) -> None:
@@ -127,7 +143,7 @@ def disable(app: App, name: str) -> None:
     _show_one(app, name, f"schedule {name} disabled")
 
 
-@schedule.command(name="rm", cls=SpoolCommand)
+@schedule.command(name="rm", cls=SpoolCommand, epilog=example("spool schedule rm nightly"))
 @click.argument("name")
 @pass_app
 def rm(app: App, name: str) -> None:
@@ -139,7 +155,7 @@ def rm(app: App, name: str) -> None:
         click.echo(f"schedule {name} removed")
 
 
-@schedule.command(name="run", cls=SpoolCommand)
+@schedule.command(name="run", cls=SpoolCommand, epilog=example("spool schedule run nightly"))
 @click.argument("name")
 @pass_app
 def run(app: App, name: str) -> None:
@@ -159,9 +175,29 @@ def run(app: App, name: str) -> None:
 def _show_one(app: App, name: str, line: str) -> None:
     sp = app.spool()
     if app.json_output:
-        echo_json(scheduling.view(sp, scheduling.entry_of(sp, name), time.time()))
+        entry = scheduling.entry_of(sp, name)
+        echo_json(_with_local_time(scheduling.view(sp, entry, time.time()), entry))
     else:
         click.echo(line)
+
+
+def _with_local_time(view: dict[str, Any], entry: scheduling.Entry) -> dict[str, Any]:
+    """The view with the schedule's ``tz`` and ``next_local``: its next slot on the zone's wall
+    clock (RFC 3339 with the offset), beside ``next`` in UTC; None for a schedule in UTC."""
+    zone = entry.schedule.tz if entry.schedule is not None else None
+    view["tz"] = zone
+    view["next_local"] = None
+    if zone and zone != "UTC" and view["next"]:
+        moment = parse_time(view["next"], "next").astimezone(ZoneInfo(zone))
+        view["next_local"] = moment.isoformat(timespec="seconds")
+    return view
+
+
+def _local_text(view: dict[str, Any]) -> str:
+    """``2026-12-06 03:00:00 CET`` for a table (empty for a schedule in UTC)."""
+    if not view["next_local"]:
+        return ""
+    return datetime.fromisoformat(view["next_local"]).astimezone(ZoneInfo(view["tz"])).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _yes(value: Any) -> str:

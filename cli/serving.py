@@ -9,14 +9,19 @@ from pathlib import Path
 import click
 
 from spool.base import crash
-from spool.cli.app import App, SpoolCommand, command, pass_app
+from spool.cli.app import App, example, SpoolCommand, command, pass_app
 from spool.cli.render import echo_json, render_table
 from spool.base.errors import NotFound, UsageError
 from spool.base.timetext import format_time
 from spool.tokens import ROLES, TokenStore
 
 
-@command()
+@command(
+    epilog=example(
+        "spool serve --host 0.0.0.0 --port 8443 --self-signed",
+        "spool serve --cert /etc/spool/cert.pem --key /etc/spool/key.pem",
+    )
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8443, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
 @click.option("--cert", "cert_file", metavar="FILE", help="The server's certificate chain (PEM).")
@@ -66,7 +71,7 @@ class TokenGroup(SpoolCommand, click.Group):
     """The group takes ``--spool`` and ``--json`` after its name too: ``spool token --json list``."""
 
 
-@click.group(name="token", cls=TokenGroup)
+@click.group(name="token", cls=TokenGroup, epilog=example("spool token add ci --role submit --out ci.token"))
 def token() -> None:
     """API tokens: add (prints the token once), list, revoke."""
 
@@ -126,7 +131,7 @@ def _claim_out_file(path: str) -> int:
         raise UsageError(f"--out {path}: {err.strerror or err}") from None
 
 
-@token.command("list", cls=SpoolCommand)
+@token.command("list", cls=SpoolCommand, epilog=example("spool token list"))
 @pass_app
 def token_list(app: App) -> None:
     """Names, roles, when each was made and last used (never the tokens)."""
@@ -153,10 +158,10 @@ def token_list(app: App) -> None:
         ]
         for info in infos
     ]
-    render_table(["NAME", "ROLE", "CREATED", "LAST USED"], rows)
+    render_table(["name", "role", "created", "last used"], rows)
 
 
-@token.command("revoke", cls=SpoolCommand)
+@token.command("revoke", cls=SpoolCommand, epilog=example("spool token revoke build-7"))
 @click.argument("name")
 @pass_app
 def token_revoke(app: App, name: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from spool.base import crash
-from spool.cli.app import App, command, flag_duration, pass_app
+from spool.cli.app import App, example, command, flag_duration, pass_app
 from spool.cli.render import echo_json
 from spool.base.errors import InvalidJob, UsageError
 from spool.disk import is_valid_id
@@ -18,7 +18,7 @@ from spool.spool import build_spec
 from spool.yaml import load_yaml
 
 
-@command()
+@command(epilog=example("spool submit resize -a path=a.jpg -a width:=640 --key a", "spool submit -f job.yaml"))
 @click.argument("task", required=False)
 @click.option("-a", "arg_pairs", multiple=True, metavar="K=V|K:=JSON", help="An argument (string, or JSON with :=).")
 @click.option("--args-json", metavar="JSON", help="All arguments as one JSON object.")

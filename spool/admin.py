@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from spool.base import crash
 from spool.base.errors import AlreadyTerminal, DiskFull, InvalidJob, LedgerError, NotFound, SpoolError
 from spool.disk.fsio import fs
+from spool.disk.ids import is_valid_id
 from spool.disk.layout import (
     State,
     cancel_name,
@@ -43,6 +44,11 @@ if TYPE_CHECKING:
     from spool.handle import Handle
 
 log = logging.getLogger("spool.admin")
+
+
+class ParentDead(SpoolError):
+    """A requeue refused: a parent of the job is dead, so the coordinator would skip it again at
+    once. Requeue the parent first, or the whole chain (``requeue_with_parents``)."""
 
 
 def _settled_state(sp: Handle, job_id: str) -> State | None:
@@ -107,6 +113,7 @@ def requeue(
         job_file = read_job(sp, State.DEAD, job_id)
         if job_file.reason == "invalid":
             raise SpoolError(f"{job_id}: an invalid drop can't run; fix it and drop it again")
+        _refuse_under_a_dead_parent(sp, job_file.job.depends_on, job_id, job_file.skipped_because)
         target = State.PENDING
         for dep in job_file.job.depends_on:
             if state_of(sp, dep) is not State.DONE:
@@ -124,13 +131,71 @@ def requeue(
     return target
 
 
+def _refuse_under_a_dead_parent(
+    sp: Handle, depends_on: Collection[str], job_id: str, skipped_because: str | None
+) -> None:
+    """Raise ParentDead when a parent is dead (the one that skipped the job first, if it still is)."""
+    dead = [dep for dep in depends_on if state_of(sp, dep) is State.DEAD]
+    if not dead:
+        return
+    parent = skipped_because if skipped_because in dead else dead[0]
+    how = "was skipped because its" if skipped_because == parent else "can't run while its"
+    raise ParentDead(
+        f"job {job_id} {how} parent {parent} is dead: requeue {parent} (or requeue {job_id} --with-parents)"
+    )
+
+
+def requeue_with_parents(
+    sp: Handle, job_id: str, *, timeout_seconds: float | None = None, on_wait: Callable[[str], None] | None = None
+) -> list[str]:
+    """Requeue ``job_id`` and every dead ancestor it waits on, parents first, so the chain runs
+    again; returns the ids of the chain that were dead and are requeued now (the children each
+    requeue re-arms included). Each step is ``requeue`` under its own job's lock."""
+    if not is_valid_id(job_id):
+        raise InvalidJob(f"{job_id!r} is not a job id")
+    chain = [*_dead_ancestors(sp, job_id), job_id]
+    was_dead = [one for one in chain if state_of(sp, one) is State.DEAD]
+    for one in chain:
+        if state_of(sp, one) is State.DEAD:  # else re-armed already by its parent's requeue
+            requeue(sp, one, timeout_seconds=timeout_seconds, on_wait=on_wait)
+    return [one for one in was_dead if state_of(sp, one) is not State.DEAD]
+
+
+def _dead_ancestors(sp: Handle, job_id: str) -> list[str]:
+    """The dead jobs ``job_id`` depends on, directly or through other dead ones, parents first."""
+    order: list[str] = []
+    seen = {job_id}
+    stack: list[tuple[str, bool]] = [(job_id, False)]
+    while stack:  # a depth-first walk without recursion: a chain may be thousands of jobs long
+        current, parents_done = stack.pop()
+        if parents_done:
+            if current != job_id:
+                order.append(current)
+            continue
+        stack.append((current, True))
+        try:
+            depends_on = read_job(sp, State.DEAD, current).job.depends_on
+        except (FileNotFoundError, InvalidJob):
+            continue  # requeued or moved since; its own requeue says what is wrong with it
+        for dep in depends_on:
+            if dep not in seen and state_of(sp, dep) is State.DEAD:
+                seen.add(dep)
+                stack.append((dep, False))
+    return order
+
+
 def _rearm_skipped(sp: Handle, job_id: str, because: str) -> None:
     try:
         job_file = read_job(sp, State.DEAD, job_id)
     except (FileNotFoundError, InvalidJob):
         return
-    if job_file.reason == "skipped" and job_file.skipped_because == because:
-        requeue(sp, job_id)
+    first = job_file.skipped_because
+    first_state = state_of(sp, first) if first and first != because else None
+    if job_file.reason == "skipped" and (first == because or first_state not in (None, State.DEAD)):
+        try:
+            requeue(sp, job_id)
+        except ParentDead:
+            pass  # another parent is dead too: it stays skipped until that one is requeued
 
 
 def requeue_all_dead(sp: Handle, task: str | None = None) -> list[str]:

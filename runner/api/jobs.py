@@ -45,9 +45,10 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
     return [
         Route("/v1/jobs", bound(submit_job), methods=["POST"]),
         Route("/v1/jobs", bound(list_jobs), methods=["GET"]),
-        Route("/v1/jobs/{id}/result", bound(job_result), methods=["GET"]),
-        Route("/v1/jobs/{id}/cancel", bound(cancel_job), methods=["POST"]),
-        Route("/v1/jobs/{id}/requeue", bound(requeue_job), methods=["POST"]),
+        # {id:path}: an id with a slash (a/b, %2F) is a bad id (422), not a method this path lacks (405)
+        Route("/v1/jobs/{id:path}/result", bound(job_result), methods=["GET"]),
+        Route("/v1/jobs/{id:path}/cancel", bound(cancel_job), methods=["POST"]),
+        Route("/v1/jobs/{id:path}/requeue", bound(requeue_job), methods=["POST"]),
         Route("/v1/jobs/{id:path}", bound(job_status), methods=["GET"]),  # last: any other path is a bad id here
     ]
 

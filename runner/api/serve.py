@@ -17,7 +17,8 @@ clients that hold connections open (slow-loris):
   and 100 in all, dashboard streams 8 per token and 50 in all (429 past either), so 50 are always
   left for ``/healthz`` and the API's short calls;
 - a body must arrive whole within ``http_body_seconds`` (30 s) and under its cap (413);
-- the TLS handshake itself is cut after 10 s (``tls_handshake_seconds``, asyncio's own default is 60).
+- the TLS handshake itself is cut after 10 s (``tls_handshake_seconds``, asyncio's own default is 60);
+- a client speaking plain HTTP to the port gets a 400 saying to use https (``frontdoor``).
 
 The access log prints the client, the method, the path and the status; no header is ever logged,
 and of a query string only its field names (``?search=*&page=*``, ``redact_query``): tokens never
@@ -39,6 +40,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from spool.runner.api.app import create_app
 from spool.runner.api.context import MAX_CONNECTIONS, MAX_HEAD_BYTES, ApiContext
+from spool.runner.api.frontdoor import FrontDoor
 from spool.runner.api.tls import server_context
 from spool.spool import Spool
 from spool.tokens import TokenStore
@@ -93,7 +95,7 @@ def serve(sp: Spool, sock: socket.socket, cert: Path, key: Path, *, on_ready: Ca
 async def _serve(
     server: uvicorn.Server, sock: socket.socket, on_ready: Callable[[], None] | None, handshake_seconds: float
 ) -> None:
-    _shorten_handshakes(handshake_seconds)
+    _front_door(handshake_seconds)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
@@ -147,13 +149,16 @@ class HeadDeadlineProtocol(H11Protocol):
             self.transport.close()  # connection_lost then tells h11, as for any close
 
 
-def _shorten_handshakes(seconds: float) -> None:
-    """asyncio takes ``ssl_handshake_timeout`` per server; uvicorn passes none, so set the
-    loop's default for servers made on it."""
+def _front_door(seconds: float) -> None:
+    """uvicorn makes its server with ``loop.create_server(factory, sock=, ssl=)``: for the TLS
+    socket, make a ``FrontDoor`` instead (plain HTTP gets a hint to use https), whose handshakes
+    are cut after ``seconds`` (uvicorn passes no ``ssl_handshake_timeout``; asyncio's is 60 s)."""
     loop = asyncio.get_running_loop()
     original = loop.create_server
 
     async def create_server(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None and kwargs.get("sock") is not None and args:
+            return FrontDoor(args[0], kwargs["sock"], kwargs["ssl"], seconds)
         if kwargs.get("ssl") is not None:
             kwargs.setdefault("ssl_handshake_timeout", seconds)
         return await original(*args, **kwargs)

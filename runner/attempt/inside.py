@@ -162,8 +162,8 @@ class _Attempts:
                 value: object = self._shell(request, job_id, attempt)
             else:
                 value = handler(**request["args"])
-        except Reject as exc:
-            return _error_reply(traceback.format_exception_only(exc)[-1].strip(), reject=True)
+        except Reject as exc:  # named as users import it (``spool.Reject``), not spool.registry.Reject
+            return _error_reply(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, reject=True)
         except _Failed as exc:
             return _error_reply(str(exc))
         except BaseException as exc:  # noqa: BLE001 - even SystemExit only fails the attempt

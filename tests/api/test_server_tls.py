@@ -18,16 +18,16 @@ import pytest
 from spool.runner.api import tls
 
 
-def test_plain_http_gets_no_answer(served: Any) -> None:
+def test_plain_http_gets_only_a_hint_to_use_https(served: Any) -> None:
+    """Never the API's answer over plain HTTP: a 400 whose body says to use https (frontdoor.py)."""
     connection = http.client.HTTPConnection(served.host, served.port, timeout=10)
     try:
         connection.request("GET", "/healthz")
-        status = connection.getresponse().status
-    except (OSError, http.client.HTTPException):
-        status = None  # the TLS server drops a request that is not a handshake
+        reply = connection.getresponse()
+        status, body = reply.status, reply.read()
     finally:
         connection.close()
-    assert status is None
+    assert status == 400 and body == f"this is an HTTPS port: use https://{served.host}:{served.port}/\n".encode()
 
 
 def test_tls_1_1_is_refused_and_1_2_accepted(served: Any) -> None:

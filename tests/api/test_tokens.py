@@ -25,7 +25,7 @@ def test_add_prints_the_token_once_as_its_last_word_and_list_never_shows_it(spoo
     listed = run_spool("token", "list", spool=spool_dir)
     assert listed.returncode == 0 and token not in listed.stdout
     header, row = listed.stdout.splitlines()
-    assert header.split() == ["NAME", "ROLE", "CREATED", "LAST", "USED"] and row.split()[:2] == ["w-1", "work"]
+    assert header.split() == ["name", "role", "created", "last", "used"] and row.split()[:2] == ["w-1", "work"]
     assert row.split()[-1] == "never"
     as_json = json.loads(run_spool("token", "list", "--json", spool=spool_dir).stdout)
     assert as_json == [{"name": "w-1", "role": "work", "created": as_json[0]["created"], "last_used": None}]

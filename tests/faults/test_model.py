@@ -50,7 +50,7 @@ from hypothesis.stateful import (
 from spool import Spool
 
 from spool.base import crash
-from spool.admin import cancel, requeue
+from spool.admin import ParentDead, cancel, requeue
 from spool.moves.chains import advance_waiting
 from spool.moves.ready import make_ready
 from spool.base.errors import AlreadyTerminal, LeaseLost
@@ -155,13 +155,19 @@ class Model:
         job.ready = not waiting
         job.tries, job.reason, job.skipped_because = 0, None, None
         for child in self.jobs.values():
+            first = self.jobs.get(child.skipped_because or "")
             if (
                 job_id in child.deps
                 and child.state is State.DEAD
                 and child.reason == "skipped"
-                and child.skipped_because == job_id
+                and (child.skipped_because == job_id or (first is not None and first.state is not State.DEAD))
+                and not self.parent_dead(child.id)  # refused: it stays skipped
             ):
                 self.requeued(child.id)
+
+    def parent_dead(self, job_id: str) -> bool:
+        """A requeue refuses a job while one of its parents is dead (it would be skipped again)."""
+        return any(self.jobs[dep].state is State.DEAD for dep in self.jobs[job_id].deps if dep in self.jobs)
 
     def advance(self, job_id: str) -> State | None:
         job = self.jobs[job_id]
@@ -435,6 +441,10 @@ class SpoolMachine(RuleBasedStateMachine):
         job = _pick(list(self.model.jobs.values()), index)
         if job.state is not State.DEAD:
             with _raises(AlreadyTerminal):
+                requeue(self.sp, job.id)
+            return
+        if self.model.parent_dead(job.id):
+            with _raises(ParentDead):
                 requeue(self.sp, job.id)
             return
         requeue(self.sp, job.id)
