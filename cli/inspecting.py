@@ -184,7 +184,7 @@ def wait(app: App, job_ids: tuple[str, ...], timeout_text: str | None) -> None:
     "--limit",
     type=click.IntRange(min=0),
     default=None,
-    help=f"At most this many, newest first (default {LS_ROWS}; 0 lists none).",
+    help=f"At most this many, newest first (default {LS_ROWS}, with --json all; 0 lists none).",
 )
 @click.option("--all", "all_rows", is_flag=True, help=f"Every matching job, not only the newest {LS_ROWS}.")
 @click.option("--task", help="Only jobs of this task.")
@@ -202,10 +202,12 @@ def ls_command(
     queue: str | None,
 ) -> None:
     """Jobs, newest first: the newest 50 unless --limit or --all says otherwise; how many more
-    match is said on stderr, so stdout (and --json) stays the rows alone."""
+    match is said on stderr, so stdout (and --json) stays the rows alone. ``--json`` is for
+    scripts (SPEC: "a list of such objects"): every matching job unless --limit says otherwise,
+    as before the table's default limit, so a script never gets a silent 50."""
     if all_rows and limit is not None:
         raise UsageError("ls takes --limit N or --all, not both")
-    if not all_rows and limit is None:
+    if not all_rows and limit is None and not app.json_output:
         limit = LS_ROWS
     sp = app.spool()
     views: list[dict[str, Any]] = []

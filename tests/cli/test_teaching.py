@@ -24,8 +24,10 @@ def test_ls_shows_the_newest_50_and_says_how_many_more_on_stderr(spool_in: Run, 
     assert rows[0].split()[:2] == ["id", "state"] and len(rows) == 1 + 50, plain.out
     assert [row.split()[0] for row in rows[1:]] == newest[:50]
     assert plain.err == "... 57 more; --limit N or --all to see them\n", plain.err
-    as_json = spool_in("ls", "--json")  # stdout stays one JSON document
-    assert [v["id"] for v in json.loads(as_json.out)] == newest[:50] and "57 more" in as_json.err
+    as_json = spool_in("ls", "--json")  # for scripts: every job, as before the table's default
+    assert [v["id"] for v in json.loads(as_json.out)] == newest and as_json.err == ""
+    capped = spool_in("ls", "--json", "--limit", "50")  # stdout stays one JSON document
+    assert [v["id"] for v in json.loads(capped.out)] == newest[:50] and "57 more" in capped.err
     every = spool_in("ls", "--all", "--json")
     assert [v["id"] for v in json.loads(every.out)] == newest and every.err == ""
     hundred = spool_in("ls", "--limit", "100")
