@@ -203,7 +203,7 @@ def ls_command(
 ) -> None:
     """Jobs, newest first: the newest 50 unless --limit or --all says otherwise; how many more
     match is said on stderr, so stdout (and --json) stays the rows alone. ``--json`` is for
-    scripts (SPEC: "a list of such objects"): every matching job unless --limit says otherwise,
+    scripts (the spec of ls --json: "a list of such objects"): every match unless --limit says,
     as before the table's default limit, so a script never gets a silent 50."""
     if all_rows and limit is not None:
         raise UsageError("ls takes --limit N or --all, not both")
