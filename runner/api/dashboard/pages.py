@@ -29,9 +29,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from spool.views import browse
 from spool.disk import SESSIONS_NAME, TLS
 from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
+from spool.base.timetext import format_time
 
 from .auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
 from .live import Live
+from .story import duration_text
 
 if TYPE_CHECKING:
     from ..context import ApiContext
@@ -74,6 +76,8 @@ class Dash:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.globals["query"] = query_string
+        self.templates.globals["duration"] = duration_text
+        self.templates.filters["rfc3339"] = format_time
         self._choices: tuple[float, Choices] | None = None
 
     def choices(self) -> Choices:

@@ -4,7 +4,7 @@ Behind the API's own tokens: the login form takes a token once and sets a sessio
 (``auth``). A submit or work token sees every page read-only (no buttons; a POST is
 refused with 403); an admin token may act. Pages: ``/`` (live counts and the last hour's
 throughput, drawn by ``static/dashboard.js`` from ``/events``), ``/jobs`` and ``/jobs/{id}``
-(``jobs``), ``/schedules`` and ``/workers`` (``admin_pages``), ``/queues`` (``queues``).
+(``jobs``), ``/busy`` (``busy``), ``/schedules`` and ``/workers`` (``admin_pages``), ``/queues`` (``queues``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from spool.base.errors import InvalidJob
 from spool.views import coordinator_state
 
-from . import admin_pages, jobs, queues
+from . import admin_pages, busy, jobs, queues
 from ..context import MAX_STREAMS, ApiError, Slots
 from .admin_pages import workers_view
 from .auth import (
@@ -64,6 +64,7 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
         Route("/login", partial(login, dash), methods=["POST"]),
         Route("/logout", partial(logout, dash), methods=["POST"]),
         *jobs.routes(dash),
+        *busy.routes(dash),
         *admin_pages.routes(dash),
         *queues.routes(dash),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),

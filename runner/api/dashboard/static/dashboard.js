@@ -251,6 +251,22 @@ function jobPage(live) {
   };
 }
 
+// The busy view: a job that starts running or stops (a changed leased row not shown, or a shown
+// one gone) reloads the page, at most every two seconds; runtimes count on by themselves.
+function busyList(table) {
+  let reloading = false;
+  const shown = (id) => table.querySelector('tr[data-id="' + CSS.escape(id) + '"]');
+  return (message) => {
+    if (!message.jobs || reloading) return;
+    const started = message.jobs.some((job) => !shown(job.id));
+    const ended = message.gone.some((id) => shown(id));
+    if (started || ended || message.cut) {
+      reloading = true;
+      setTimeout(() => window.location.reload(), 2000 - (Date.now() % 2000));
+    }
+  };
+}
+
 (function () {
   showTimes();
   setInterval(showTimes, 5000);
@@ -260,6 +276,7 @@ function jobPage(live) {
   if (box.id === "live") receivers.push(overview(box));
   if (box.id === "jobs") receivers.push(jobList(box));
   if (box.id === "job-live") receivers.push(jobPage(box));
+  if (box.id === "busy") receivers.push(busyList(box));
 
   // A browser reconnects by itself after a stream ends, but gives up on a refusal (429: this
   // token has its most streams open, e.g. in other tabs): then try again a little later.
