@@ -38,13 +38,13 @@ def remote(served: Any, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]
         kill_groups(started)
 
 
-def start_remote(served: Any, tmp_path: Path, started: list[subprocess.Popen[bytes]], name: str) -> None:
+def start_remote(served: Any, tmp_path: Path, started: list[subprocess.Popen[bytes]], name: str, *extra: str) -> None:
     token = served.token(name, "work")
     argv = ["worker", "--server", served.url, "--token", token, "--cacert", str(served.cacert)]
     with open(tmp_path / f"{name}.log", "wb") as log:
         started.append(
             subprocess.Popen(
-                [*SPOOL_CMD, *argv, "--import", "examples.tasks"],
+                [*SPOOL_CMD, *argv, "--import", "examples.tasks", *extra],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,

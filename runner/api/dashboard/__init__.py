@@ -1,6 +1,8 @@
 """The dashboard at ``/``: server-rendered pages behind a session cookie, for people.
 
 - ``site``: the routes, the login form, the overview and its live event stream;
+- ``overview``: the overview's warnings (as ``spool stats`` gives them) and its per-task and
+  per-queue tables;
 - ``auth``: the login (a token given once, then a session), sessions per token, CSRF;
 - ``pages``: what every page shares (``Dash``: templates, the session check, headers, errors);
 - ``jobs``: the job list, one job's page and the moves a person asks for;

@@ -70,15 +70,16 @@ function overview(live) {
   let shownSeconds = 3600;  // what the chart shows: the zoom buttons pick it
 
   function bins() {
-    // Average per-second rates in equal slices of the shown window, oldest first; a slice is never
-    // shorter than a second (the buckets' own size).
+    // The busiest second of each equal slice of the shown window, oldest first (a slice is never
+    // shorter than a second, the buckets' own size): so the chart's top is the window's busiest
+    // second, the number the rates line names, never an average below it.
     const count = Math.min(BINS, shownSeconds), per = shownSeconds / count, start = now - shownSeconds + 1;
     const done = new Array(count).fill(0), failed = new Array(count).fill(0);
     for (const [second, [c, f]] of points) {
       const i = Math.floor((second - start) / per);
       if (i < 0 || i >= count) continue;
-      done[i] += c / per;
-      failed[i] += f / per;
+      done[i] = Math.max(done[i], c);
+      failed[i] = Math.max(failed[i], f);
     }
     return [done, failed];
   }
@@ -105,7 +106,7 @@ function overview(live) {
     }
     chart.appendChild(line(done, top, "completed"));
     chart.appendChild(line(failed, top, "failed"));
-    setText("chart-max", (top >= 10 ? top.toFixed(0) : top.toFixed(1)) + "/s");
+    setText("chart-max", top + "/s");
     let lastC = 0, lastF = 0, peak = 0;
     for (const [second, [c, f]] of points) {
       if (second > now - 60) { lastC += c; lastF += f; }
