@@ -153,16 +153,35 @@ function jobList(table) {
   const body = table.tBodies[0];
   const size = Number(table.dataset.pageSize);
   const first = table.dataset.firstPage === "1";
+  const pick = table.dataset.pick === "1";
+  const all = document.getElementById("pick-all");
+  if (all) {
+    all.addEventListener("change", () => {
+      for (const box of body.querySelectorAll("td.pick input")) box.checked = all.checked;
+    });
+  }
 
   function shown(id) {
     return body.querySelector('tr[data-id="' + CSS.escape(id) + '"]');
   }
 
-  function rowOf(job) {
+  function rowOf(job, ticked) {
     const tr = element("tr");
     tr.dataset.id = job.id;
     tr.dataset.task = job.task;
     tr.dataset.state = job.state;
+    if (pick) {
+      const cell = element("td", "pick");
+      const box = element("input");
+      box.type = "checkbox";
+      box.name = "pick-" + job.id;
+      box.value = "1";
+      box.checked = ticked;
+      box.setAttribute("form", "picked");
+      box.setAttribute("aria-label", "tick " + job.id);
+      cell.appendChild(box);
+      tr.appendChild(cell);
+    }
     const id = element("td", "id");
     const link = element("a", "", job.id);
     link.href = "/jobs/" + encodeURIComponent(job.id);
@@ -206,8 +225,8 @@ function jobList(table) {
     }
     for (const job of message.jobs) {
       const tr = shown(job.id);
-      if (tr) tr.replaceWith(rowOf(job));
-      else if (first) place(rowOf(job), job.id);
+      if (tr) tr.replaceWith(rowOf(job, Boolean(tr.querySelector("td.pick input:checked"))));
+      else if (first) place(rowOf(job, false), job.id);
     }
     const rows = body.querySelectorAll("tr[data-id]");
     for (let i = size; i < rows.length; i++) rows[i].remove();
