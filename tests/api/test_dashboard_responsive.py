@@ -124,7 +124,7 @@ def test_no_page_scrolls_sideways_on_a_phone_or_a_laptop_light_or_dark(
 
     pages = ["/", "/jobs", *(f"/jobs?state={s}" for s in ("pending", "waiting", "leased", "done", "dead"))]
     pages += [f"/jobs/{failed}", "/bulk?action=requeue", "/bulk?action=cancel", "/schedules", "/queues"]
-    pages += ["/workers", "/busy"]
+    pages += ["/workers", "/busy", "/purge", "/purge?older_than=0s&state=dead"]
     wide: list[str] = []
     for dark in (False, True):
         scheme(browser, "dark" if dark else "light")

@@ -8,6 +8,7 @@
 - ``jobs``: the job list, one job's page and the moves a person asks for;
 - ``story``: what the job pages show (a filter from a query, a job's whole story, its chain);
 - ``busy``: the busy view, what runs now (worker, runtime, progress);
+- ``purge``: ``spool purge`` from a form with a confirm step, for admins;
 - ``admin_pages``: the schedules and workers pages;
 - ``queues``: the queues page (limits, counts, what holds each) and pause/resume;
 - ``live``: the live numbers, one sampler per server shared by every open browser;

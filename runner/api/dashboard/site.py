@@ -4,7 +4,7 @@ Behind the API's own tokens: the login form takes a token once and sets a sessio
 (``auth``). A submit or work token sees every page read-only (no buttons; a POST is
 refused with 403); an admin token may act. Pages: ``/`` (live counts and the last hour's
 throughput, drawn by ``static/dashboard.js`` from ``/events``), ``/jobs`` and ``/jobs/{id}``
-(``jobs``), ``/busy`` (``busy``), ``/schedules`` and ``/workers`` (``admin_pages``),
+(``jobs``), ``/busy`` (``busy``), ``/purge`` (``purge``), ``/schedules`` and ``/workers`` (``admin_pages``),
 ``/queues`` (``queues``); the overview's tables and warnings are ``overview``'s.
 """
 
@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from spool.base.errors import InvalidJob
 
-from . import admin_pages, busy, jobs, queues
+from . import admin_pages, busy, jobs, purge, queues
 from ..context import MAX_STREAMS, ApiError, Slots
 from .auth import (
     COOKIE,
@@ -64,6 +64,7 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
         Route("/logout", partial(logout, dash), methods=["POST"]),
         *jobs.routes(dash),
         *busy.routes(dash),
+        *purge.routes(dash),
         *admin_pages.routes(dash),
         *queues.routes(dash),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
