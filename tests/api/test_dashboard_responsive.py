@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 SIZES = {"phone": (390, 844), "laptop": (1400, 900)}
 TOKEN = "/srv/uploads/" + "a1b2c3d4e5f6" * 30  # one unbroken token, 373 characters
 SHOTS = {"/": "overview", "/jobs?state=dead": "dead-jobs", "/jobs/ID": "failed-job", "/schedules": "schedules"}
-SHOTS |= {"/busy": "busy"}
+SHOTS |= {"/busy": "busy", "/purge?older_than=0s&state=dead": "purge"}
 WORKER = "render-farm-eu-west-1-worker-07"
 
 
