@@ -14,16 +14,44 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from spool.base.errors import LedgerError
+from spool.base.timetext import parse_time
 from spool.disk.layout import State
 from spool.ledger.metrics import job_counts_by_queue, ready_by_queue
+from spool.views.stats import coordinator_state, ledger_trouble
+from spool.workers import live_workers, roster, unhandled_ready
 
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-__all__ = ["RECENT_ROWS", "Tally", "capped", "leased_count", "running", "tallies"]
+__all__ = ["RECENT_ROWS", "Tally", "capped", "health", "leased_count", "running", "tallies"]
 
 RECENT_ROWS = 20_000
 _RATE_EVENTS = ("claim", "fail", "expire")
+
+
+def health(sp: Handle) -> dict[str, Any]:
+    """What ``spool stats`` warns of, read by the same functions ``stats.collect`` calls (less
+    its queue views and last minute's completions, which the overview shows otherwise): the
+    coordinator, the workers alive (local and remote), the ready jobs, the oldest one's age in
+    seconds, and task -> ready jobs for each task no live worker handles. ``ledger`` is "ok", or
+    why the rest is missing."""
+    found: dict[str, Any] = {"coordinator": coordinator_state(sp), "local": 0, "remote": 0}
+    try:
+        now = sp.clock.wall()
+        oldest = sp.ledger.oldest_ready_submitted()
+        alive = [seen for seen in roster(sp) if seen.alive]
+        found.update(
+            local=sum(1 for seen in alive if not seen.remote),
+            remote=sum(1 for seen in alive if seen.remote),
+            ready=sp.ledger.ready_pending_count(),
+            oldest_ready_seconds=now - parse_time(oldest, "submitted_at").timestamp() if oldest else None,
+            unhandled=unhandled_ready(sp, live_workers(sp)),
+            ledger="ok",
+        )
+    except LedgerError as err:
+        found.update(ready=None, oldest_ready_seconds=None, unhandled={}, ledger=ledger_trouble(sp, err, "no more"))
+    return found
 
 
 def running(sp: Handle, limit: int) -> list[dict[str, Any]]:

@@ -1,13 +1,17 @@
 """The dashboard's overview (``/``): the live counts and throughput (``live``), what ``spool
 stats`` warns of, and a table per task and per queue.
 
-The warnings and the workers are ``spool stats``'s own (``spool.views.collect``): each task with
-ready jobs that no live worker handles (in the sentence ``spool status`` and the log use), the
-oldest ready job's age, the coordinator, and the workers alive, local and remote counted apart.
-The tables are ``spool.views.dashboard_now.tallies``: per task and per queue, jobs by state, the
-ready ones, the oldest ready, claims and failed attempts in the last minute. Task and queue
-names are the submitters' choice, so each table names the busiest ``max_tasks_shown`` (or
-``max_queues_shown``) and sums the rest in one row.
+The warnings and the workers are ``spool stats``'s own (``dashboard_now.health``, through the
+functions ``spool.views.collect`` calls): each task with ready jobs that no live worker handles
+(in the sentence ``spool status`` and the log use), the oldest ready job's age, the coordinator,
+and the workers alive, local and remote counted apart. The tables are
+``spool.views.dashboard_now.tallies``: per task and per queue, jobs by state, the ready ones,
+the oldest ready, claims and failed attempts in the last minute. Task and queue names are the
+submitters' choice, so each table names the busiest ``max_tasks_shown`` (or ``max_queues_shown``)
+and sums the rest in one row.
+
+Both are read at most every ``KEPT_SECONDS`` for all viewers together (``Dash.kept``): at
+100,000 jobs they cost ~120 ms (benchmarks/dashboard_overview.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from starlette.responses import Response
 from spool.base.errors import LedgerError
 from spool.base.timetext import parse_time
 from spool.ledger import OTHER
-from spool.views import collect, dashboard_now
+from spool.views import dashboard_now
 from spool.workers import unhandled_warning
 
 from .auth import Session
@@ -28,30 +32,29 @@ from .pages import Dash
 from .queues import age_text
 
 RATE_SECONDS = 60
+KEPT_SECONDS = 2.0  # the warnings and tables are read at most this often, for every viewer at once
 
 
 def overview_page(dash: Dash, request: Request, session: Session) -> Response:
     sample = dash.live.sample_now
-    stats = collect(dash.sp)
     now = dash.sp.clock.wall()
-    alive = [w for w in stats["workers"] if w["alive"]]
-    remote = sum(1 for w in alive if w["remote"])
-    oldest = stats["oldest_ready_seconds"]
+    health = dash.kept("health", KEPT_SECONDS, lambda: dashboard_now.health(dash.sp))
+    oldest = health["oldest_ready_seconds"]
     return dash.render(
         "overview.html",
         request,
         session,
         counts=sample.counts,
-        trouble=sample.trouble or (None if stats["ledger"] == "ok" else stats["ledger"]),
-        coordinator=stats["coordinator"],
-        no_coordinator=not stats["coordinator"].startswith("running"),
-        workers_alive=len(alive),
-        remote_alive=remote,
-        local_alive=len(alive) - remote,
-        ready=stats["ready"],
+        trouble=sample.trouble or (None if health["ledger"] == "ok" else health["ledger"]),
+        coordinator=health["coordinator"],
+        no_coordinator=not health["coordinator"].startswith("running"),
+        workers_alive=health["local"] + health["remote"],
+        remote_alive=health["remote"],
+        local_alive=health["local"],
+        ready=health["ready"],
         oldest_ready=age_text(oldest) if oldest is not None else None,
-        unhandled=[(task, n, unhandled_warning(task)) for task, n in stats["unhandled_tasks"].items()],
-        **tables(dash, now),
+        unhandled=[(task, n, unhandled_warning(task)) for task, n in health["unhandled"].items()],
+        **dash.kept("tables", KEPT_SECONDS, lambda: tables(dash, now)),
     )
 
 
