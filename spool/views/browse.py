@@ -31,6 +31,7 @@ __all__ = [
     "Filter",
     "Page",
     "busiest_tasks",
+    "changed_jobs",
     "chain_edges",
     "count",
     "firings",
@@ -205,6 +206,13 @@ def firings(sp: Handle, schedule: str, limit: int = 5) -> list[tuple[str, str, s
 
 def last_history_seq(sp: Handle) -> int:
     return int(_read(sp, "SELECT coalesce(max(seq), 0) FROM history")[0][0])
+
+
+def changed_jobs(sp: Handle, after: int, upto: int, limit: int) -> list[str]:
+    """The ids of the jobs with history rows after seq ``after`` up to ``upto``, the latest changed
+    first, at most ``limit``."""
+    sql = "SELECT job_id FROM history WHERE seq > ? AND seq <= ? GROUP BY job_id ORDER BY max(seq) DESC LIMIT ?"
+    return [row[0] for row in _read(sp, sql, (after, upto, limit))]
 
 
 def history_after(sp: Handle, seq: int) -> list[tuple[int, float, str]]:

@@ -95,3 +95,31 @@ def test_the_busy_view_says_when_nothing_runs(served: Any) -> None:
     browser.login(served.token("boss", "admin"))
     page = browser.get("/busy")
     assert page.status == 200 and "nothing runs now" in page.body and "0 running" in page.body
+
+
+def test_in_a_browser_the_busy_view_shows_a_job_that_starts_and_counts_its_runtime(
+    served: Any, procs: Procs, tmp_path: Path
+) -> None:
+    from test_dashboard_browser import chromium, spki_pin
+    from test_dashboard_live_browser import log_in
+
+    procs.start("worker", "--import", "examples.tasks", "--name", "here-2", name="worker")
+    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
+    try:
+        log_in(served, driver, "/busy")
+        with Spool(served.root) as sp:
+            job_id = sp.submit("sleep", {"seconds": 60})
+
+        def runtime() -> str:
+            found = driver.execute_script(
+                "const td = document.querySelector(`#busy tr[data-id='${arguments[0]}'] td.duration`);"
+                "return td ? td.textContent : ''",
+                job_id,
+            )
+            return str(found or "")
+
+        first = wait_until(runtime, timeout=20, message="the job on the busy view, without a reload by hand")
+        assert str(first).startswith("running ")
+        wait_until(lambda: runtime() not in ("", first), timeout=15, message="its runtime to count on")
+    finally:
+        driver.quit()
