@@ -1,5 +1,6 @@
 """Read-only views over a spool: listings and pages (``browse``), a job's chain (``chainview``),
-the counts ``spool stats`` and the metrics show (``stats``), and the queues (``queueview``, which
+the counts ``spool stats`` and the metrics show (``stats``), what the dashboard shows running
+and per task and queue (``dashboard_now``), and the queues (``queueview``, which
 brings hand-edited queue files into the ledger first). Nothing here writes a job's file."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from spool.base.surface import lazy_surface
 
 if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
     from spool.views import browse as browse
+    from spool.views import dashboard_now as dashboard_now
     from spool.views.browse import Filter as Filter
     from spool.views.queueview import held_by as held_by, queue_views as queue_views
     from spool.views.queueview import queue_views_from_files as queue_views_from_files

@@ -31,6 +31,8 @@ __all__ = [
     "Filter",
     "Page",
     "busiest_tasks",
+    "changed_jobs",
+    "chain_edges",
     "count",
     "firings",
     "holders",
@@ -40,7 +42,9 @@ __all__ = [
     "last_history_seq",
     "matching_ids",
     "page",
+    "ready_pending",
     "reasons",
+    "runs",
 ]
 
 ARGS_SCAN_FILES = 2000
@@ -204,6 +208,13 @@ def last_history_seq(sp: Handle) -> int:
     return int(_read(sp, "SELECT coalesce(max(seq), 0) FROM history")[0][0])
 
 
+def changed_jobs(sp: Handle, after: int, upto: int, limit: int) -> list[str]:
+    """The ids of the jobs with history rows after seq ``after`` up to ``upto``, the latest changed
+    first, at most ``limit``."""
+    sql = "SELECT job_id FROM history WHERE seq > ? AND seq <= ? GROUP BY job_id ORDER BY max(seq) DESC LIMIT ?"
+    return [row[0] for row in _read(sp, sql, (after, upto, limit))]
+
+
 def history_after(sp: Handle, seq: int) -> list[tuple[int, float, str]]:
     """(seq, at, event) of the throughput events after ``seq``, in order."""
     marks = ",".join("?" * len(THROUGHPUT_EVENTS))
@@ -216,3 +227,46 @@ def history_since(sp: Handle, since: float) -> list[tuple[int, str, int]]:
     marks = ",".join("?" * len(THROUGHPUT_EVENTS))
     sql = f"SELECT CAST(at AS INTEGER), event, count(*) FROM history WHERE at >= ? AND event IN ({marks}) GROUP BY 1, 2"
     return [(int(s), e, int(n)) for s, e, n in _read(sp, sql, (since, *THROUGHPUT_EVENTS))]
+
+
+def runs(sp: Handle, job_ids: list[str]) -> list[tuple[str, float | None, float | None]]:
+    """(job id, its last claim's time, its last complete, fail or expire's time) from the history,
+    for those of ``job_ids`` it has rows of."""
+    if not job_ids:
+        return []
+    sql = (
+        "SELECT job_id, max(CASE WHEN event = 'claim' THEN at END),"
+        " max(CASE WHEN event IN ('complete', 'fail', 'expire') THEN at END)"
+        f" FROM history WHERE job_id IN ({','.join('?' * len(job_ids))}) GROUP BY job_id"
+    )
+    return [(job_id, started, ended) for job_id, started, ended in _read(sp, sql, job_ids)]
+
+
+def ready_pending(sp: Handle, job_id: str) -> bool:
+    """Whether the job is pending and ready (not waiting for its time or a backoff)."""
+    found = _read(sp, "SELECT ready FROM jobs WHERE id = ? AND state = 'pending'", (job_id,))
+    return bool(found and found[0][0])
+
+
+def chain_edges(sp: Handle, job_id: str, limit: int) -> tuple[set[tuple[str, str]], bool]:
+    """The (parent, child) links of the chain through ``job_id`` from the ledger's index of
+    ``depends_on``: every ancestor (walking up) and every descendant (walking down), one read per
+    generation, at most ``limit`` jobs; and whether the walk left some out at that bound."""
+    edges: set[tuple[str, str]] = set()
+    seen = {job_id}
+    cut = False
+    for column, other_column in (("job_id", "dep_id"), ("dep_id", "job_id")):  # up, then down
+        level = [job_id]
+        while level:
+            sql = f"SELECT {column}, {other_column} FROM deps WHERE {column} IN ({','.join('?' * len(level))})"
+            level_next = []
+            for known, other in sorted(_read(sp, sql, level)):
+                if other not in seen:
+                    if len(seen) >= limit:
+                        cut = True
+                        continue
+                    seen.add(other)
+                    level_next.append(other)
+                edges.add((other, known) if column == "job_id" else (known, other))
+            level = level_next
+    return edges, cut

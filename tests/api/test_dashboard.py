@@ -294,7 +294,7 @@ def test_a_jobs_chain_is_drawn_with_its_parents_and_children_and_their_states(se
     chain = page[page.index('<svg class="chain"') : page.index("</svg>", page.index('<svg class="chain"'))]
     for job_id, state in ((parent, "pending"), (other, "dead"), (child, "waiting"), (grandchild, "waiting")):
         assert f'href="/jobs/{job_id}"' in chain and job_id in chain
-        assert re.search(rf'node state-{state}[^"]*">\s*<rect[^>]*/>\s*<text[^>]*>{job_id}<', chain), job_id
+        assert re.search(rf'node state-{state}[^"]*" data-id="{job_id}">\s*<title>.*?</title>\s*<rect', chain), job_id
     assert chain.count('class="edge"') == 3  # two parents in, one child out
     other_page = browser.get(f"/jobs/{other}").body
     assert '<svg class="chain"' in other_page and f'href="/jobs/{child}"' in other_page  # its child, seen from it

@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 SIZES = {"phone": (390, 844), "laptop": (1400, 900)}
 TOKEN = "/srv/uploads/" + "a1b2c3d4e5f6" * 30  # one unbroken token, 373 characters
 SHOTS = {"/": "overview", "/jobs?state=dead": "dead-jobs", "/jobs/ID": "failed-job", "/schedules": "schedules"}
+SHOTS |= {"/busy": "busy", "/purge?older_than=0s&state=dead": "purge"}
 WORKER = "render-farm-eu-west-1-worker-07"
 
 
@@ -123,7 +124,7 @@ def test_no_page_scrolls_sideways_on_a_phone_or_a_laptop_light_or_dark(
 
     pages = ["/", "/jobs", *(f"/jobs?state={s}" for s in ("pending", "waiting", "leased", "done", "dead"))]
     pages += [f"/jobs/{failed}", "/bulk?action=requeue", "/bulk?action=cancel", "/schedules", "/queues"]
-    pages += ["/workers"]
+    pages += ["/workers", "/busy", "/purge", "/purge?older_than=0s&state=dead"]
     wide: list[str] = []
     for dark in (False, True):
         scheme(browser, "dark" if dark else "light")

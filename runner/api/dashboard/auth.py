@@ -40,6 +40,7 @@ __all__ = [
 # __Host-: the browser keeps it only if Secure, for Path=/ and this host alone (no Domain).
 COOKIE = "__Host-spool_session"
 FORM_MAX_BYTES = 16 * 1024
+FORM_MAX_FIELDS = 64  # a job list's page of hand-picked rows (jobs.PAGE_SIZE) and the form's own fields
 
 
 class FormError(Exception):
@@ -70,7 +71,8 @@ async def read_form(request: Request) -> dict[str, str]:
     except ApiError as err:
         raise FormError(err.status, err.message) from None
     try:
-        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=50)
+        text = body.decode("utf-8")
+        fields = parse_qs(text, keep_blank_values=True, strict_parsing=False, max_num_fields=FORM_MAX_FIELDS)
     except (UnicodeDecodeError, ValueError) as err:
         raise FormError(400, f"the form can't be read: {err}") from None
     repeated = sorted(name for name, values in fields.items() if len(values) > 1)

@@ -34,13 +34,14 @@ from .story import (
     run_text,
     runs_of,
 )
-from .pages import Dash, back, query_string
+from .pages import Dash, back, query_string, safe_next
 
 PAGE_SIZE = 50
 BULK_MAX = 10_000
 BULK_SHOWN = 20
 LOCK_WAIT_SECONDS = 5.0
 BULK_ACTIONS = {"requeue": State.DEAD.value, "cancel": State.PENDING.value}
+PICK_PREFIX = "pick-"  # a list's checkbox: pick-<job id>=1
 
 
 def routes(dash: Dash) -> list[BaseRoute]:
@@ -52,6 +53,7 @@ def routes(dash: Dash) -> list[BaseRoute]:
         Route("/jobs/{job_id}/run-again", dash.action(lambda r, s, f: run_again(dash, r)), methods=["POST"]),
         Route("/bulk", dash.view(lambda r, s: bulk_confirm(dash, r, s)), methods=["GET"]),
         Route("/bulk", dash.action(lambda r, s, f: bulk_do(dash, f)), methods=["POST"]),
+        Route("/bulk/picked", dash.action(lambda r, s, f: picked_do(dash, f)), methods=["POST"]),
     ]
 
 
@@ -163,3 +165,36 @@ def bulk_do(dash: Dash, form: dict[str, str]) -> Response:
     fields: dict[str, Any] = {k: v for k, v in filter_fields(f).items() if k != "state"}
     dash.live.refresh()  # the page it lands on counts this move
     return back("/jobs?" + query_string(fields, state=BULK_ACTIONS[action]), note)
+
+
+def picked_do(dash: Dash, form: dict[str, str]) -> Response:
+    """Requeue or cancel the jobs a person ticked in a list (at most a page of them: the form's
+    field cap), then back to that list, whose tabs count the moves. A ticked job that can't take
+    the move (requeue: not dead; cancel: already ended) is left as it is and counted apart."""
+    action = form.get("action", "")
+    if action not in BULK_ACTIONS:
+        raise InvalidJob(f"action: one of {', '.join(BULK_ACTIONS)}, not {action!r}")
+    ids = sorted(name.removeprefix(PICK_PREFIX) for name, on in form.items() if name.startswith(PICK_PREFIX) and on)
+    if not ids:
+        raise InvalidJob("no job was ticked: tick the rows to act on first")
+    done, refused = 0, 0
+    for job_id in ids:
+        state, _ = find_job(dash.sp, job_id)
+        try:
+            if action == "requeue" and state is State.DEAD:
+                dash.sp.requeue(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+            elif action == "cancel" and not state.terminal:
+                dash.sp.cancel(job_id, timeout_seconds=LOCK_WAIT_SECONDS)
+            else:
+                refused += 1
+                continue
+            done += 1
+        except SpoolError:
+            refused += 1  # it moved meanwhile: not ours to force
+    verb = "requeued" if action == "requeue" else "cancelled"
+    why = "not dead" if action == "requeue" else "already ended"
+    note = f"{verb} {done} of {len(ids)} ticked"
+    note += f"; {refused} {why} (or moved meanwhile): left as they were" if refused else ""
+    dash.live.refresh()  # the page it lands on counts these moves
+    target = safe_next(form.get("back"))
+    return back(target if target.startswith("/jobs") else "/jobs", note)

@@ -160,8 +160,7 @@ class Live:
             return {}, cut
         if last == self._job_seq:
             return {}, False
-        sql = "SELECT job_id FROM history WHERE seq > ? AND seq <= ? GROUP BY job_id ORDER BY max(seq) DESC LIMIT ?"
-        ids = [row[0] for row in self._sp.ledger._read(sql, (self._job_seq, last, ROWS_PER_SAMPLE + 1))]
+        ids = browse.changed_jobs(self._sp, self._job_seq, last, ROWS_PER_SAMPLE + 1)
         self._job_seq = last
         rows = browse.job_rows(self._sp, ids[:ROWS_PER_SAMPLE])
         runs = runs_of(self._sp, [job_id for job_id in ids[:ROWS_PER_SAMPLE] if job_id in rows])

@@ -15,10 +15,11 @@ import functools
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 from urllib.parse import urlencode
 
 import jinja2
@@ -29,9 +30,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from spool.views import browse
 from spool.disk import SESSIONS_NAME, TLS
 from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError, TryLater
+from spool.base.timetext import format_time
 
 from .auth import COOKIE, FormError, Session, Sessions, check_csrf, read_form
 from .live import Live
+from .story import duration_text
 
 if TYPE_CHECKING:
     from ..context import ApiContext
@@ -52,6 +55,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 
+T = TypeVar("T")
 Page = Callable[[Request, Session], Response]
 Action = Callable[[Request, Session, dict[str, str]], Response]
 
@@ -74,7 +78,23 @@ class Dash:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.globals["query"] = query_string
+        self.templates.globals["duration"] = duration_text
+        self.templates.filters["rfc3339"] = format_time
         self._choices: tuple[float, Choices] | None = None
+        self._kept: dict[str, tuple[float, Any]] = {}
+        self._kept_lock = threading.Lock()
+
+    def kept(self, name: str, seconds: float, read: Callable[[], T]) -> T:
+        """``read()``'s answer, kept for ``seconds`` and shared by every viewer: for what a page
+        reads in one pass over the jobs (the overview's tables at 100,000 jobs: ~150 ms), so a
+        hundred open overviews cost the ledger one such read per ``seconds``, not one each."""
+        with self._kept_lock:
+            now = time.monotonic()
+            found = self._kept.get(name)
+            if found is None or now - found[0] > seconds:
+                found = (now, read())
+                self._kept[name] = found
+            return cast(T, found[1])
 
     def choices(self) -> Choices:
         """The tasks and reasons the list's filter offers: two scans of the ledger at 100,000

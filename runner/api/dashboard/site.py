@@ -4,7 +4,8 @@ Behind the API's own tokens: the login form takes a token once and sets a sessio
 (``auth``). A submit or work token sees every page read-only (no buttons; a POST is
 refused with 403); an admin token may act. Pages: ``/`` (live counts and the last hour's
 throughput, drawn by ``static/dashboard.js`` from ``/events``), ``/jobs`` and ``/jobs/{id}``
-(``jobs``), ``/schedules`` and ``/workers`` (``admin_pages``), ``/queues`` (``queues``).
+(``jobs``), ``/busy`` (``busy``), ``/purge`` (``purge``), ``/schedules`` and ``/workers`` (``admin_pages``),
+``/queues`` (``queues``); the overview's tables and warnings are ``overview``'s.
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from spool.base.errors import InvalidJob
-from spool.views import coordinator_state
 
-from . import admin_pages, jobs, queues
+from . import admin_pages, busy, jobs, purge, queues
 from ..context import MAX_STREAMS, ApiError, Slots
-from .admin_pages import workers_view
 from .auth import (
     COOKIE,
     FormError,
-    Session,
     SessionsFull,
     check_csrf,
     clear_cookie_header,
@@ -37,6 +35,7 @@ from .auth import (
     read_form,
 )
 from .follow import follow_of
+from .overview import overview_page
 from .pages import HERE, Dash, back, safe_next, secured
 
 if TYPE_CHECKING:
@@ -58,29 +57,18 @@ def routes(ctx: ApiContext) -> list[BaseRoute]:
     ctx.on_shutdown.append(dash.live.stop)
     streams = Slots("dashboard streams open", MAX_STREAMS_PER_TOKEN, MAX_STREAMS, STREAM_RETRY_SECONDS)
     return [
-        Route("/", dash.view(lambda r, s: overview(dash, r, s)), methods=["GET"]),
+        Route("/", dash.view(lambda r, s: overview_page(dash, r, s)), methods=["GET"]),
         Route("/events", partial(events, dash, streams), methods=["GET"]),
         Route("/login", partial(login_form, dash), methods=["GET"]),
         Route("/login", partial(login, dash), methods=["POST"]),
         Route("/logout", partial(logout, dash), methods=["POST"]),
         *jobs.routes(dash),
+        *busy.routes(dash),
+        *purge.routes(dash),
         *admin_pages.routes(dash),
         *queues.routes(dash),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-
-
-def overview(dash: Dash, request: Request, session: Session) -> Response:
-    sample = dash.live.sample_now
-    return dash.render(
-        "overview.html",
-        request,
-        session,
-        counts=sample.counts,
-        trouble=sample.trouble,
-        coordinator=coordinator_state(dash.sp),
-        workers_alive=sum(1 for w in workers_view(dash)["local"] if w["alive"]),
-    )
 
 
 async def events(dash: Dash, streams: Slots, request: Request) -> Response:

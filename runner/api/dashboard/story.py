@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from spool import queues
 from spool.attemptlog import LogReader
-from spool.views import Filter
+from spool.views import Filter, browse
 from spool.base.errors import InvalidJob, LedgerError, SpoolError
 from spool.disk import fs
 from spool.disk import is_valid_id
@@ -63,20 +63,12 @@ def filter_fields(f: Filter) -> dict[str, str]:
 
 # -- how long jobs ran ------------------------------------------------------------------------
 
-_RUN_SQL = (
-    "SELECT job_id, max(CASE WHEN event = 'claim' THEN at END),"
-    " max(CASE WHEN event IN ('complete', 'fail', 'expire') THEN at END)"
-    " FROM history WHERE job_id IN ({}) GROUP BY job_id"
-)
-
 
 def runs_of(sp: Handle, job_ids: list[str]) -> dict[str, dict[str, float | None]]:
     """job id -> its last attempt's start and end (wall times from the ledger's history; ``ended``
     None while that attempt runs or waits for its retry), for the jobs that were ever claimed."""
-    if not job_ids:
-        return {}
     try:
-        found = sp.ledger._read(_RUN_SQL.format(",".join("?" * len(job_ids))), job_ids)
+        found = browse.runs(sp, job_ids)
     except LedgerError:
         return {}
     return {
@@ -131,7 +123,7 @@ def job_story(sp: Spool, job_id: str) -> dict[str, Any]:
             {"attempt": n, "text": log_tail(sp, job_id, n)}
             for n in range(job_file.attempt, max(0, job_file.attempt - LOGS_SHOWN), -1)
         ],
-        "chain": chain_graph(view),
+        "chain": chain_graph(sp, view),
         "queue": job_file.job.queue,
         "hold": hold_of_job(sp, job_id, job_file.job.queue) if state is State.PENDING else None,
     }
@@ -141,8 +133,7 @@ def hold_of_job(sp: Spool, job_id: str, queue: str) -> Hold | None:
     """Which limit of its queue holds a ready pending job back now (None: nothing, or not ready:
     a job waiting for its time or a backoff is not held by a limit, whatever its queue's)."""
     try:
-        ready = sp.ledger._read("SELECT ready FROM jobs WHERE id = ? AND state = 'pending'", (job_id,))
-        return queues.hold_of(sp, queue) if ready and ready[0][0] else None
+        return queues.hold_of(sp, queue) if browse.ready_pending(sp, job_id) else None
     except LedgerError:
         return None
 
@@ -204,6 +195,9 @@ def log_tail(sp: Spool, job_id: str, attempt: int) -> str | None:
 class Node:
     id: str
     state: str
+    task: str
+    key: str  # cut to fit the node ("" when the key is the id)
+    reason: str  # a dead job's: failed, expired, skipped, cancelled, invalid ("" otherwise)
     x: int
     y: int
     here: bool = False
@@ -217,40 +211,71 @@ class Edge:
     y2: int
 
 
-NODE_W, NODE_H, GAP_X, GAP_Y = 220, 40, 90, 14
-_SHOWN_PER_SIDE = 30
+NODE_W, NODE_H, GAP_X, GAP_Y = 250, 62, 60, 14
+CHAIN_MAX = 60  # jobs drawn; a longer chain says how to see the rest
+_KEY_SHOWN = 24
 
 
-def chain_graph(view: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Parents left, the job in the middle, children right; None when it has neither. Drawn as
+def chain_graph(sp: Handle, view: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The whole chain through the job (every ancestor and descendant, ``browse.chain_edges``),
+    one column per generation (a job right of all its parents), each node with its task, key,
+    state and a dead job's reason; None when the job has neither parents nor children. Drawn as
     SVG by the template, so it needs no script."""
-    parents = list(view.get("parents") or ())[:_SHOWN_PER_SIDE]
-    children = list(view.get("children") or ())[:_SHOWN_PER_SIDE]
-    if not parents and not children:
+    try:
+        edges, cut = browse.chain_edges(sp, view["id"], CHAIN_MAX)
+    except LedgerError:
+        edges, cut = set(), False
+    # The job's own links from its file, for a ledger that has not indexed them yet.
+    edges |= {(link["id"], view["id"]) for link in view.get("parents") or ()}
+    edges |= {(view["id"], link["id"]) for link in view.get("children") or ()}
+    if not edges:
         return None
-    rows = max(len(parents), len(children), 1)
-    height = rows * (NODE_H + GAP_Y) + GAP_Y
-
-    def column(links: list[Mapping[str, Any]], x: int) -> list[Node]:
-        top = (height - len(links) * (NODE_H + GAP_Y) + GAP_Y) // 2
-        return [Node(link["id"], link["state"], x, top + i * (NODE_H + GAP_Y)) for i, link in enumerate(links)]
-
-    here = Node(view["id"], view["state"], NODE_W + GAP_X if parents else 0, (height - NODE_H) // 2, here=True)
-    left = column(parents, 0)
-    right = column(children, here.x + NODE_W + GAP_X)
-    edges = [Edge(n.x + NODE_W, n.y + NODE_H // 2, here.x, here.y + NODE_H // 2) for n in left]
-    edges += [Edge(here.x + NODE_W, here.y + NODE_H // 2, n.x, n.y + NODE_H // 2) for n in right]
-    width = (right[0].x if right else here.x) + NODE_W
+    ids = sorted({view["id"], *(end for edge in edges for end in edge)})
+    try:
+        rows = browse.job_rows(sp, ids)
+    except LedgerError:
+        rows = {}
+    column = dict.fromkeys(ids, 0)
+    for _ in ids:  # longest path from a root: at most one pass per job settles it (a chain has no cycle)
+        moved = False
+        for parent, child in edges:
+            if column[child] < column[parent] + 1:
+                column[child], moved = column[parent] + 1, True
+        if not moved:
+            break
+    by_column: dict[int, list[str]] = {}
+    for job_id in ids:
+        by_column.setdefault(column[job_id], []).append(job_id)
+    tallest = max(len(members) for members in by_column.values())
+    height = tallest * (NODE_H + GAP_Y) + GAP_Y
+    nodes: dict[str, Node] = {}
+    for n, members in sorted(by_column.items()):
+        top = (height - len(members) * (NODE_H + GAP_Y) + GAP_Y) // 2
+        for i, job_id in enumerate(members):
+            nodes[job_id] = _node(job_id, rows.get(job_id), n * (NODE_W + GAP_X), top + i * (NODE_H + GAP_Y), view)
+    lines = [
+        Edge(nodes[p].x + NODE_W, nodes[p].y + NODE_H // 2, nodes[c].x, nodes[c].y + NODE_H // 2)
+        for p, c in sorted(edges)
+    ]
     return {
-        "nodes": [*left, here, *right],
-        "edges": edges,
-        "width": width,
+        "nodes": list(nodes.values()),
+        "edges": lines,
+        "width": (max(by_column) + 1) * (NODE_W + GAP_X) - GAP_X,
         "height": height,
         "node_w": NODE_W,
         "node_h": NODE_H,
-        "more_parents": len(view.get("parents") or ()) - len(parents),
-        "more_children": len(view.get("children") or ()) - len(children),
+        "cut": cut,
+        "shown_max": CHAIN_MAX,
     }
+
+
+def _node(job_id: str, row: Mapping[str, Any] | None, x: int, y: int, view: Mapping[str, Any]) -> Node:
+    if row is None:  # purged: the ledger forgot it
+        return Node(job_id, "purged", "", "", "", x, y, job_id == view["id"])
+    key = "" if row["key"] == job_id else str(row["key"])
+    key = key if len(key) <= _KEY_SHOWN else key[: _KEY_SHOWN - 1] + "…"
+    reason = str(row["reason"] or "") if row["state"] == State.DEAD.value else ""
+    return Node(job_id, str(row["state"]), str(row["task"]), key, reason, x, y, job_id == view["id"])
 
 
 def find_job(sp: Spool, job_id: str) -> tuple[State, JobFile]:

@@ -70,15 +70,16 @@ function overview(live) {
   let shownSeconds = 3600;  // what the chart shows: the zoom buttons pick it
 
   function bins() {
-    // Average per-second rates in equal slices of the shown window, oldest first; a slice is never
-    // shorter than a second (the buckets' own size).
+    // The busiest second of each equal slice of the shown window, oldest first (a slice is never
+    // shorter than a second, the buckets' own size): so the chart's top is the window's busiest
+    // second, the number the rates line names, never an average below it.
     const count = Math.min(BINS, shownSeconds), per = shownSeconds / count, start = now - shownSeconds + 1;
     const done = new Array(count).fill(0), failed = new Array(count).fill(0);
     for (const [second, [c, f]] of points) {
       const i = Math.floor((second - start) / per);
       if (i < 0 || i >= count) continue;
-      done[i] += c / per;
-      failed[i] += f / per;
+      done[i] = Math.max(done[i], c);
+      failed[i] = Math.max(failed[i], f);
     }
     return [done, failed];
   }
@@ -105,7 +106,7 @@ function overview(live) {
     }
     chart.appendChild(line(done, top, "completed"));
     chart.appendChild(line(failed, top, "failed"));
-    setText("chart-max", (top >= 10 ? top.toFixed(0) : top.toFixed(1)) + "/s");
+    setText("chart-max", top + "/s");
     let lastC = 0, lastF = 0, peak = 0;
     for (const [second, [c, f]] of points) {
       if (second > now - 60) { lastC += c; lastF += f; }
@@ -152,16 +153,35 @@ function jobList(table) {
   const body = table.tBodies[0];
   const size = Number(table.dataset.pageSize);
   const first = table.dataset.firstPage === "1";
+  const pick = table.dataset.pick === "1";
+  const all = document.getElementById("pick-all");
+  if (all) {
+    all.addEventListener("change", () => {
+      for (const box of body.querySelectorAll("td.pick input")) box.checked = all.checked;
+    });
+  }
 
   function shown(id) {
     return body.querySelector('tr[data-id="' + CSS.escape(id) + '"]');
   }
 
-  function rowOf(job) {
+  function rowOf(job, ticked) {
     const tr = element("tr");
     tr.dataset.id = job.id;
     tr.dataset.task = job.task;
     tr.dataset.state = job.state;
+    if (pick) {
+      const cell = element("td", "pick");
+      const box = element("input");
+      box.type = "checkbox";
+      box.name = "pick-" + job.id;
+      box.value = "1";
+      box.checked = ticked;
+      box.setAttribute("form", "picked");
+      box.setAttribute("aria-label", "tick " + job.id);
+      cell.appendChild(box);
+      tr.appendChild(cell);
+    }
     const id = element("td", "id");
     const link = element("a", "", job.id);
     link.href = "/jobs/" + encodeURIComponent(job.id);
@@ -205,8 +225,8 @@ function jobList(table) {
     }
     for (const job of message.jobs) {
       const tr = shown(job.id);
-      if (tr) tr.replaceWith(rowOf(job));
-      else if (first) place(rowOf(job), job.id);
+      if (tr) tr.replaceWith(rowOf(job, Boolean(tr.querySelector("td.pick input:checked"))));
+      else if (first) place(rowOf(job, false), job.id);
     }
     const rows = body.querySelectorAll("tr[data-id]");
     for (let i = size; i < rows.length; i++) rows[i].remove();
@@ -251,6 +271,22 @@ function jobPage(live) {
   };
 }
 
+// The busy view: a job that starts running or stops (a changed leased row not shown, or a shown
+// one gone) reloads the page, at most every two seconds; runtimes count on by themselves.
+function busyList(table) {
+  let reloading = false;
+  const shown = (id) => table.querySelector('tr[data-id="' + CSS.escape(id) + '"]');
+  return (message) => {
+    if (!message.jobs || reloading) return;
+    const started = message.jobs.some((job) => !shown(job.id));
+    const ended = message.gone.some((id) => shown(id));
+    if (started || ended || message.cut) {
+      reloading = true;
+      setTimeout(() => window.location.reload(), 2000 - (Date.now() % 2000));
+    }
+  };
+}
+
 (function () {
   showTimes();
   setInterval(showTimes, 5000);
@@ -260,6 +296,7 @@ function jobPage(live) {
   if (box.id === "live") receivers.push(overview(box));
   if (box.id === "jobs") receivers.push(jobList(box));
   if (box.id === "job-live") receivers.push(jobPage(box));
+  if (box.id === "busy") receivers.push(busyList(box));
 
   // A browser reconnects by itself after a stream ends, but gives up on a refusal (429: this
   // token has its most streams open, e.g. in other tabs): then try again a little later.

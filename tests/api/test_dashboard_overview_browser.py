@@ -1,0 +1,61 @@
+"""The overview's throughput chart in headless Chromium against a real ``spool serve`` and a real
+``spool worker``: its top is the busiest second the rates line names (the chart draws each slice's
+busiest second, never an average below it), at every zoom."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spool import Spool
+from support import ROOT, Procs, wait_until
+from test_dashboard_browser import By, chromium, spki_pin
+from test_dashboard_live_browser import log_in, text_of
+
+pytest.importorskip("selenium")
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
+    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def procs(served: Any, tmp_path: Path) -> Iterator[Procs]:
+    started = Procs(served.root, tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+def test_the_charts_top_is_the_busiest_second_at_every_zoom(served: Any, browser: Any, procs: Procs) -> None:
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    procs.start("worker", "--import", "examples.tasks", env=env, name="worker")
+    with Spool(served.root) as sp:
+        ids = [sp.submit("echo", {"n": n}) for n in range(40)]
+    wait_until(lambda: _all_done(served, ids), timeout=60, message="40 jobs done")
+    log_in(served, browser, "/")
+
+    def peak() -> int:
+        text = text_of(browser, "rate-peak")
+        return int(text) if text.isdigit() else 0
+
+    wait_until(lambda: peak() >= 2, timeout=15, message="the busiest second on the overview")
+    for window in ("3600", "900", "300"):
+        browser.find_element(By.CSS_SELECTOR, f"#zoom [data-window='{window}']").click()
+        assert text_of(browser, "chart-max") == f"{peak()}/s", window
+
+
+def _all_done(served: Any, ids: list[str]) -> bool:
+    with Spool(served.root) as sp:
+        return all((state := sp.state(job_id)) is not None and state.value == "done" for job_id in ids)
