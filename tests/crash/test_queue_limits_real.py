@@ -171,7 +171,10 @@ def test_a_paused_job_is_never_touched_across_a_worker_sigkill_and_a_coordinator
     after = kit.sp.submit("interval", {"folder": str(runs), "seconds": 0.0})
     kit.wait_state(after, "done")
     status = kit.wait_state(busy, "done")
-    assert [(a["worker"], a["outcome"]) for a in status["attempts"]] == [("w1", "expired"), ("w2", "done")]
+    # "lost" when the coordinator's SIGKILL fell inside its expiry of w1's lease (after the rename,
+    # before the rewrite): whoever comes next closes the attempt so (SPEC: finishable by the next).
+    assert [a["worker"] for a in status["attempts"]] == ["w1", "w2"], status
+    assert [a["outcome"] for a in status["attempts"]] in (["expired", "done"], ["lost", "done"]), status
 
     assert (path.read_bytes(), path.stat().st_ino, path.stat().st_mtime_ns) == (
         before[0],
