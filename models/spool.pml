@@ -40,6 +40,15 @@
 #ifndef WORKERS
 #define WORKERS 2
 #endif
+#elif defined(SCENE_FSCK)       /* KEYS without the drop and the purge: fsck --repair beside two submits of key 0 */
+#define SUBMIT 1
+#define MANY 1
+#define USER 0
+#define FSCK 1
+#define ADMIN 0
+#ifndef WORKERS
+#define WORKERS 1
+#endif
 #elif defined(SCENE_MOVES)      /* the folders: a chain, drops named like jobs, hand moves, cancel/requeue/purge */
 #define SUBMIT 0
 #define MANY 1
@@ -80,7 +89,7 @@
 #define TERM (DONE | DEAD)
 
 byte in[NJMAX];        /* the folders holding a file named <j>.yaml */
-bool drop[NJMAX];      /* pending/<j>.yaml is a user's file, not the runner's copy */
+bool drop[NJMAX];      /* a user's file pending/<j>.yaml (not the runner's copy; in[] has only those) */
 bool reason[NJMAX];    /* the job file carries a dead reason */
 byte result[NJMAX];    /* results/<j>.json: how many were linked (the property: at most 1) */
 byte tries[NJMAX];
@@ -105,8 +114,8 @@ bool plaindrop;        /* pending/<name>.yaml: a user's drop with key 1, not yet
 byte busy;             /* processes that end (submitters, user, fsck, admin) still running */
 byte coord;            /* the coordinator's pid */
 
-/* The runner's own copies of job j: a user's file in pending/ is not one. */
-#define RUN(j) (drop[j] -> (in[j] & ~PEND) : in[j])
+/* The runner's own copies of job j (a user's file named like it is drop[j], not in in[j]). */
+#define RUN(j) in[j]
 
 /* Every job committed is settled: done or dead alone, or purged. */
 #define SETTLED(j) (!committed[j] || purged[j] || (!drop[j] && (in[j] == DONE || in[j] == DEAD && reason[j])))
@@ -117,14 +126,14 @@ byte coord;            /* the coordinator's pid */
 #define CLAIMABLE(x) (RUN(x) & PEND)
 #define LEASED(x) (in[x] == LEAS)
 #define WAITING(x) (RUN(x) == WAIT)
-#define IRREGULAR(x) ((drop[x] && (in[x] & PEND)) || (in[x] & (in[x] - 1)) != 0 || ((in[x] == PEND || in[x] == WAIT) && (reason[x] || lease[x])) || (result[x] && in[x] == LEAS))
+#define IRREGULAR(x) (drop[x] || (in[x] & (in[x] - 1)) != 0 || ((in[x] == PEND || in[x] == WAIT) && (reason[x] || lease[x])) || (result[x] && in[x] == LEAS))
 #ifdef BUG_HAND_MOVED
 #define MOVED_BACK(x) 0   /* BUG: a pending file with a dead reason taken as an ordinary pending job */
 #else
 #define MOVED_BACK(x) reason[x]   /* recovery.moved_back_by_hand */
 #endif
 #define COMMITTED(x) committed[x]
-#define DROPPABLE(x) (committed[x] && !(in[x] & PEND) && !(in[x] & LEAS))
+#define DROPPABLE(x) (committed[x] && !drop[x] && !(in[x] & PEND) && !(in[x] & LEAS))
 #define HANDMOVABLE(x) (committed[x] && in[x] == DEAD && !drop[x])
 
 /* Locks: flock. TRYLOCK never blocks (the coordinator, a claim, fsck). */
@@ -157,7 +166,7 @@ inline free_locks() {
  * the job between two looks), then results/. */
 inline look(r, seen) {
   /* @step spool.moves.store.folders_of : looks in pending/, waiting/, leased/, done/, dead/, one after another, then results/ */
-  seen = in[r] & PEND & (drop[r] -> 0 : PEND);
+  seen = (in[r] & PEND) | drop[r];
   seen = seen | (in[r] & WAIT);
   seen = seen | (in[r] & LEAS);
   seen = seen | (in[r] & DONE);
@@ -197,19 +206,19 @@ inline new_id(j) {
  * wins, a result the job earned finishes it, a claim that died before its rewrite spends the try. */
 inline settle(j) {
   if
-  :: drop[j] && (in[j] & PEND) ->
+  :: drop[j] ->
 #ifdef BUG_DROP_TAKES_PLACE
      /* @step spool.moves.recovery.copies_of : BUG: the drop counts as the job's copy (pending/ beats waiting/) */
      atomic {
        if
-       :: in[j] & WAIT -> impostor[j] = 1; in[j] = PEND
-       :: else -> in[j] = in[j] & ~PEND
+       :: in[j] == WAIT -> impostor[j] = 1; in[j] = PEND
+       :: else   /* beside a more advanced copy: the drop is deleted */
        fi;
        drop[j] = 0
      }
 #else
      /* @step spool.moves.recovery.copies_of : the user's file is a drop: ingested under a new id */
-     atomic { in[j] = in[j] & ~PEND; drop[j] = 0 }
+     drop[j] = 0
 #endif
   :: else ->
      if
@@ -341,7 +350,7 @@ proctype User() {
 #endif
 #if USER & 2
   :: /* @step spool.moves.ingest.ingest : writes pending/<j>.yaml, named like job j, where no copy of j is */
-     atomic { PICK(j, DROPPABLE); in[j] = in[j] | PEND; drop[j] = 1 }
+     atomic { PICK(j, DROPPABLE); drop[j] = 1 }
 #endif
 #if USER & 4
   :: /* @step spool.moves.recovery.moved_back_by_hand : mv dead/<j>.yaml pending/ */
@@ -403,12 +412,15 @@ start:
         :: got && in[j] == LEAS && att[j] == watch_att[j] && lease[j] ->
            assert(_pid == coord);   /* a lease is expired only by the coordinator */
            if
-           :: tries[j] >= MAXTRIES ->
+           :: result[j] ->
+              /* @step spool.moves.transitions._expire_locked : a result is there: finish_done instead */
+              atomic { in[j] = DONE; lease[j] = 0 }
+           :: !result[j] && tries[j] >= MAXTRIES ->
               /* @step spool.moves.outcomes.bury crash=coordinator:bury-after-rename : dead/ published, leased/ copy still there */
               atomic { in[j] = in[j] | DEAD; reason[j] = 1 }
               CRASH;
               atomic { in[j] = DEAD; lease[j] = 0 }
-           :: else ->
+           :: !result[j] && tries[j] < MAXTRIES ->
               /* @step spool.moves.outcomes.retry_or_bury crash=coordinator:expire-after-rename,serve:expire-after-rename : leased/ -> pending/, not yet rewritten */
               in[j] = PEND;
               CRASH;
@@ -435,16 +447,16 @@ start:
      atomic { PICK(j, WAITING) }
      TRYLOCK(jlock[j], got);
      if
-     :: got && in[j] == WAIT && !reason[j] && (result[dep[j]] || (in[dep[j]] & DONE)) ->
+     :: got && in[j] == WAIT && !reason[j] && !drop[j] && (result[dep[j]] || (in[dep[j]] & DONE)) ->
         /* @step spool.moves.chains.advance_waiting crash=coordinator:promote-after-rename : waiting/ -> pending/ */
         in[j] = PEND;
         CRASH
-     :: got && in[j] == WAIT && !reason[j] && !result[dep[j]] && (purged[dep[j]] || in[dep[j]] == DEAD) ->
+     :: got && in[j] == WAIT && !reason[j] && !drop[j] && !result[dep[j]] && (purged[dep[j]] || in[dep[j]] == DEAD) ->
         /* @step spool.moves.outcomes.bury crash=coordinator:bury-after-rename : skipped: its dependency died */
         atomic { in[j] = in[j] | DEAD; reason[j] = 1 }
         CRASH;
         in[j] = DEAD
-     :: got && (in[j] != WAIT || reason[j]) -> settle(j)
+     :: got && (in[j] != WAIT || reason[j] || drop[j]) -> settle(j)
      :: else
      fi;
      if :: got -> UNLOCK(jlock[j]) :: else fi
@@ -468,9 +480,14 @@ end:
 proctype Fsck() {
   bool listed[NK];
   byte j, k, r, seen, i; bool got;
-  /* @step spool.fsck.check : lists the folders: the keys its jobs have (stale from here on) */
+  /* @step spool.fsck.fsck : lists the folders: the keys its jobs have (stale from here on) */
   for (j : 0 .. NJ - 1) {
-    if :: RUN(j) != 0 && jkey[j] != NONE -> listed[jkey[j]] = 1 :: else fi
+    /* @step spool.fsck.fsck : lists pending/, waiting/, leased/, done/ and dead/, one after another */
+    seen = in[j] & PEND;
+    seen = seen | (in[j] & WAIT);
+    seen = seen | (in[j] & LEAS);
+    seen = seen | (in[j] & (DONE | DEAD));
+    if :: seen && jkey[j] != NONE -> listed[jkey[j]] = 1 :: else fi
   }
   for (k : 0 .. NK - 1) {
     if
@@ -522,7 +539,7 @@ proctype Admin(bool crash) {
         /* @step spool.admin.cancel crash=admin:bury-after-rename,serve:bury-after-rename : dead/ published, the old copy still there */
         atomic { in[j] = in[j] | DEAD; reason[j] = 1 }
         CRASH;
-        in[j] = in[j] & ~(PEND | WAIT) | (drop[j] -> PEND : 0)
+        in[j] = in[j] & ~(PEND | WAIT)
      :: else
      fi;
      UNLOCK(jlock[j])
