@@ -6,11 +6,12 @@
  *
  * State: the schedule's .firing and .fired records, the slot key's reservation, the slot's job
  * (its folders reduced to "exists"), the locks. Steps carry the same step comments as spool.pml.
- * Bug switch: BUG_PURGE_FORGETS (a purge that does not record the firing first).
- * FIRE_RECHECK: the fix the model asks for. As built, a coordinator finishing a firing a crash
- * left begun reads .fired, then submits; a purge between the two (recording the firing, then
- * removing the job and its key) lets that submit make the slot a second job. With the fix, the
- * submit reads .fired again under the key's lock when the key's job is gone.
+ * Bug switches: BUG_PURGE_FORGETS (a purge that does not record the firing first);
+ * BUG_FIRE_NO_RECHECK (the model found it in the code, since fixed: a coordinator finishing a
+ * firing a crash left begun reads .fired, then submits; a purge between the two, recording the
+ * firing, then removing the job and its key, let that submit make the slot a second job. As
+ * built now, the submit reads .fired again under the key's lock when the key's job is gone:
+ * spool.schedule.folder.fire's ``unless``).
  */
 
 #ifndef MAXCRASH
@@ -50,7 +51,7 @@ inline submit_slot() {
   LOCK(klock);
   if
   :: keyres != NONE && job[keyres] -> j = keyres
-#ifdef FIRE_RECHECK
+#ifndef BUG_FIRE_NO_RECHECK
   :: (keyres == NONE || !job[keyres]) && fired == 1 -> j = NONE   /* the record says S fired since we read it: nothing to finish */
 #endif
   :: else ->

@@ -16,9 +16,10 @@
  * A step with crash=... is followed by CRASH: the process may stop right there.
  *
  * Bug switches (each reintroduces a bug the code once had or could have; each must give a
- * counterexample): BUG_FSCK_UNLINK, BUG_PAUSE_RENEWS, BUG_DROP_TAKES_PLACE, BUG_HAND_MOVED.
- * FIX_LOOKUP: submit's key lookup looks again under the job's lock (the fix the model asks for:
- * as built, a keyed submit can miss a job moving leased/ -> pending/ and make a second one).
+ * counterexample): BUG_FSCK_UNLINK, BUG_PAUSE_RENEWS, BUG_DROP_TAKES_PLACE, BUG_HAND_MOVED,
+ * BUG_LOOKUP_ONE_LOOK (submit's key lookup without its second look under the job's lock: a
+ * keyed submit misses a job moving leased/ -> pending/ and makes a second one; the model found
+ * it in the code, which now looks again: submission._kept).
  */
 
 #ifndef NJ
@@ -180,7 +181,7 @@ inline lookup_key(k, found) {
   if
   :: found != NONE ->
      look(found, seen);
-#ifdef FIX_LOOKUP
+#ifndef BUG_LOOKUP_ONE_LOOK
      /* @step spool.moves.submission.lookup_key : not seen: looks again under the job's lock (busy: a move in flight, kept) */
      if
      :: seen == 0 ->

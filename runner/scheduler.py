@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from spool.schedule import fired as firings
-from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater, Withdrawn
 from spool.disk import SCHEDULES, is_ignored_name
 from spool.schedule import Schedule, key_prefix, slot_key, slot_of_key
 from spool.schedule import Entry, entries, fire, ignored, resume_from
@@ -265,6 +265,9 @@ class Scheduler:
             return False
         except InvalidJob as err:  # the template makes a job over max_job_bytes, or the like
             log.error("schedule %s: slot %s can't fire: %s", name, format_time(slot), err)
+            return True
+        except Withdrawn:  # a purge of its job recorded it fired since we read the record
+            log.info("schedule %s: slot %s recorded fired (its job purged): not fired again", name, format_time(slot))
             return True
         job: str | None = submitted.id
         if submitted.created:

@@ -46,6 +46,11 @@ class NotFound(SpoolError):
     exit_code = 3
 
 
+class Withdrawn(SpoolError):
+    """A submit's ``unless`` said, under the key's lock, that the job must not be made after all
+    (a schedule's slot recorded fired meanwhile); nothing was written."""
+
+
 class TryLater(SpoolError):
     """The spool is full (``max_pending``); nothing was written. Retry after a while."""
 

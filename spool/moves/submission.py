@@ -12,18 +12,18 @@ needs no reservation: nobody can know it before the id is printed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spool.base import crash
-from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, NotFound, TryLater, Withdrawn
 from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id, new_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready
-from spool.disk.layout import State, key_lock_name, key_name
+from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
 from spool.base.lazylog import lazy_logger
-from spool.disk.locks import Lock, acquire
+from spool.disk.locks import Lock, acquire, acquire_existing
 from spool.moves.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.base.timetext import now_text
 from spool.yaml.safe import dump_yaml
@@ -41,7 +41,13 @@ class Submitted:
 
 
 def submit(
-    sp: Handle, spec: Mapping[str, Any], *, where: str = "submit", refuse_when_full: bool = True, firing: bool = False
+    sp: Handle,
+    spec: Mapping[str, Any],
+    *,
+    where: str = "submit",
+    refuse_when_full: bool = True,
+    firing: bool = False,
+    unless: Callable[[], bool] | None = None,
 ) -> Submitted:
     """(new) -> PENDING, or WAITING while some ``depends_on`` is not done.
 
@@ -52,6 +58,8 @@ def submit(
     may not survive a power cut, and a resubmit with the key finds it if it did.
     ``refuse_when_full=False``: a schedule's firing, which backpressure never refuses.
     ``firing=True``: a schedule's own submit, the only one that may use a ``schedule:`` key.
+    ``unless``: asked under the key's lock once the key has no job; True raises ``Withdrawn``
+    and writes nothing (``spool.schedule.folder.fire``: the slot was recorded fired meanwhile).
     """
     job = job_of_spec(sp, spec, job_id=new_id(sp.clock), where=where, firing=firing)
     job_file = JobFile(job=job, submitted_at=now_text(sp.clock))
@@ -63,6 +71,8 @@ def submit(
             existing = lookup_key(sp, job.key)
             if existing is not None:
                 return Submitted(existing, created=False)
+            if unless is not None and unless():
+                raise Withdrawn(f"{where}: {job.key}: not submitted: it is recorded as made already")
         if refuse_when_full:
             check_room(sp)
         crash.point("after-key-check")
@@ -223,7 +233,7 @@ def lookup_key(sp: Handle, key: str) -> str | None:
     finds it too, or a second job would carry the same key (and the ledger refuse it).
     """
     job_id = reservation(sp, key_name(key))
-    if job_id is not None and is_valid_id(job_id) and (folders_of(sp, job_id) or has_result(sp, job_id)):
+    if job_id is not None and is_valid_id(job_id) and _kept(sp, job_id):
         return job_id
     folders = folders_of(sp, key) if is_valid_id(key) else []
     if folders:
@@ -233,6 +243,27 @@ def lookup_key(sp: Handle, key: str) -> str | None:
         except (FileNotFoundError, InvalidJob):
             pass
     return None
+
+
+def _kept(sp: Handle, job_id: str) -> bool:
+    """Whether ``job_id`` exists (a folder holds it, or its result does); when one look finds it
+    nowhere, again under its lock. RACE: one look stats the folders one after another, so a job
+    moving backwards in that order (leased/ -> pending/ by an expiry, a failure or a release;
+    waiting/ -> pending/) slips between two stats and looks gone, and its key would get a second
+    job (found by the model, models/README.md). No move of it runs while we hold its lock. A lock
+    held elsewhere: a move (or a purge) of the job is under way, so it exists. No lock file: it
+    was never moved (the look was whole), or it was purged. Never blocks: the caller holds the
+    key's lock, and a purge takes the job's lock, then the key's."""
+    if folders_of(sp, job_id) or has_result(sp, job_id):
+        return True
+    try:
+        lock = acquire_existing(sp.layout.fd("locks"), job_lock_name(job_id))
+    except FileNotFoundError:
+        return False
+    if lock is None:
+        return True
+    with lock:
+        return bool(folders_of(sp, job_id)) or has_result(sp, job_id)
 
 
 def reservation(sp: Handle, key_hash: str) -> str | None:

@@ -183,13 +183,25 @@ def _write(sp: Handle, name: str, fields: Mapping[str, Any], *, replace: bool) -
 
 
 def fire(sp: Handle, schedule: Schedule, slot: float) -> Submitted:
-    """Submit ``schedule``'s job for ``slot``: ``created`` is False when the slot had fired."""
+    """Submit ``schedule``'s job for ``slot``: ``created`` is False when the slot had fired.
+
+    RACE (found by the model, models/slots.pml): a coordinator taking over finishes a firing a
+    dead one began, having read the record before; a ``spool purge`` of the slot's job between
+    that read and this submit records the slot fired, then removes the job and its key, so the
+    key is free again. Under the key's lock, a free key is checked against the record once more:
+    recorded, nothing is made (``Withdrawn``)."""
+
+    def recorded() -> bool:
+        through = read_fired(sp, schedule.name).slot
+        return through is not None and through >= slot
+
     return submit(
         sp,
         schedule.spec(slot_key(schedule.name, slot)),
         where=f"schedules/{schedule.name}",
         refuse_when_full=False,
         firing=True,
+        unless=recorded,
     )
 
 

@@ -2,10 +2,11 @@
 
 Each check builds a model with ``spin -a``, compiles the verifier and runs it; a property that
 fails prints its trail as a story of moves (``spin_story.tell``). The reintroduced-bug variants
-must each produce a counterexample, the findings below too (the model as the code is built today;
-the same model with the fix it asks for checks clean). The cross-check ties the models to the
-code: every crash point ``spool crash-points`` lists is named by a model step or listed in
-models/README.md as not modelled (with the reason), and every name a model uses exists.
+must each produce a counterexample, the two the models found in the code too (kept as bug
+switches since the code was fixed; each has a regression test on the real code beside it). The
+cross-check ties the models to the code: every crash point ``spool crash-points`` lists is named
+by a model step or listed in models/README.md as not modelled (with the reason), and every name a
+model uses exists.
 
 Bounds: models/README.md. The default tier runs the scenes with one worker exhaustively (seconds);
 the slow tier runs two workers (exhaustively where it fits, by bitstate for everything at once).
@@ -98,7 +99,7 @@ def assert_found(verdict: Verdict, property_text: str) -> None:
 
 @needs_spin
 def test_the_leases_scene_holds_every_property_exhaustively_with_one_worker(tmp_path: Path) -> None:
-    verdict = check(tmp_path, SPOOL, "SCENE_LEASES", "WORKERS=1", "FIX_LOOKUP")
+    verdict = check(tmp_path, SPOOL, "SCENE_LEASES", "WORKERS=1")
     assert_holds(verdict)
     assert verdict.states > 1000
 
@@ -108,7 +109,7 @@ def test_the_leases_scene_holds_every_property_exhaustively_with_one_worker(tmp_
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("scene", ["MOVES", "KEYS"])
 def test_the_moves_and_keys_scenes_hold_exhaustively_with_one_worker(tmp_path: Path, scene: str) -> None:
-    assert_holds(check(tmp_path, SPOOL, f"SCENE_{scene}", "WORKERS=1", "FIX_LOOKUP", timeout=1500))
+    assert_holds(check(tmp_path, SPOOL, f"SCENE_{scene}", "WORKERS=1", timeout=1500))
 
 
 @needs_spin
@@ -122,7 +123,7 @@ def test_leases_hold_exhaustively_with_two_workers(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_everything_at_once_with_two_workers_by_bitstate(tmp_path: Path) -> None:
-    verdict = check(tmp_path, SPOOL, "SCENE_FULL", "WORKERS=2", "FIX_LOOKUP", bitstate=True, timeout=1500)
+    verdict = check(tmp_path, SPOOL, "SCENE_FULL", "WORKERS=2", bitstate=True, timeout=1500)
     assert verdict.errors == 0, f"a property failed; the trail:{verdict.told()}"
 
 
@@ -137,7 +138,7 @@ def test_every_accepted_job_ends_under_weak_fairness(tmp_path: Path) -> None:
 
 @needs_spin
 def test_a_slot_fires_at_most_once_with_the_recheck(tmp_path: Path) -> None:
-    assert_holds(check(tmp_path, SLOTS, "FIRE_RECHECK"))
+    assert_holds(check(tmp_path, SLOTS))
 
 
 # -- the bugs reintroduced: each must give a counterexample --------------------------------------
@@ -147,9 +148,7 @@ def test_a_slot_fires_at_most_once_with_the_recheck(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_bug_fsck_repair_unlinking_a_moving_jobs_key_makes_a_second_job(tmp_path: Path) -> None:
-    verdict = check(
-        tmp_path, SPOOL, "SCENE_FSCK", "WORKERS=1", "FIX_LOOKUP", "BUG_FSCK_UNLINK", bitstate=True, timeout=1500
-    )
+    verdict = check(tmp_path, SPOOL, "SCENE_FSCK", "WORKERS=1", "BUG_FSCK_UNLINK", bitstate=True, timeout=1500)
     assert_found(verdict, "one job per key")
     assert any("fsck_keys.judge_reservation: an orphaned reservation" in line for line in verdict.story)
 
@@ -180,23 +179,27 @@ def test_bug_a_dead_job_moved_back_by_hand_runs_past_max_tries(tmp_path: Path) -
 
 @needs_spin
 def test_bug_a_purge_that_does_not_record_the_firing_fires_the_slot_again(tmp_path: Path) -> None:
-    assert_found(check(tmp_path, SLOTS, "FIRE_RECHECK", "BUG_PURGE_FORGETS"), "a slot fired at most once")
+    assert_found(check(tmp_path, SLOTS, "BUG_PURGE_FORGETS"), "a slot fired at most once")
 
 
-# -- what the model found in the code as built (see the report; models/README.md) -----------------
+# -- what the models found in the code, fixed since (models/README.md) -----------------------------
 
 
 @needs_spin
-def test_finding_a_keyed_submit_misses_a_job_moving_back_to_pending_as_built(tmp_path: Path) -> None:
-    """submission.lookup_key looks for the reserved job folder by folder without its lock: a job
-    moving leased/ -> pending/ between two looks is missed and the key taken over (two jobs)."""
-    verdict = check(tmp_path, SPOOL, "SCENE_FULL", "WORKERS=1")
+def test_bug_a_keyed_submit_that_looks_once_misses_a_job_moving_back_to_pending(tmp_path: Path) -> None:
+    """Found in the code by this model, then fixed (submission._kept; the real-code regression
+    test: tests/unit/test_key_lookup_race.py): lookup_key looked for the reserved job folder by
+    folder without its lock, so a job moving leased/ -> pending/ between two looks was missed and
+    the key taken over (two jobs)."""
+    verdict = check(tmp_path, SPOOL, "SCENE_FULL", "WORKERS=1", "BUG_LOOKUP_ONE_LOOK")
     assert_found(verdict, "one job per key")
 
 
 @needs_spin
-def test_finding_a_purge_between_a_takeovers_read_and_its_submit_fires_the_slot_again(tmp_path: Path) -> None:
-    assert_found(check(tmp_path, SLOTS), "a slot fired at most once")
+def test_bug_a_purge_between_a_takeovers_read_and_its_submit_fires_the_slot_again(tmp_path: Path) -> None:
+    """Found in the code by this model, then fixed (spool.schedule.folder.fire rechecks the record
+    under the key's lock; tests/unit/test_slot_purge_race.py runs the trail on the real code)."""
+    assert_found(check(tmp_path, SLOTS, "BUG_FIRE_NO_RECHECK"), "a slot fired at most once")
 
 
 # -- the models tied to the code -----------------------------------------------------------------
