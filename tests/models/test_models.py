@@ -130,6 +130,14 @@ def test_everything_at_once_with_two_workers_by_bitstate(tmp_path: Path) -> None
 @needs_spin
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 23): under weak fairness spin finds a cycle in which the coordinator's "
+    "repeated looks take the job's lock between a worker's steps, so the worker's lock-guarded "
+    "complete is never continuously enabled and is starved; ending every job needs strong "
+    "fairness on the locks (or a model of time), which spin's -f does not give. strict: once "
+    "the model is made to pass, this turns red and becomes the real check",
+)
 def test_every_accepted_job_ends_under_weak_fairness(tmp_path: Path) -> None:
     """A worker stopped for good (SIGSTOP) beside a live one: its job still ends."""
     verdict = check(tmp_path, SPOOL, "SCENE_LEASES", "WORKERS=2", "MAXCRASH=0", liveness=True, timeout=1500)
