@@ -22,6 +22,7 @@ from spool.base.errors import (
     TransitionLost,
     TryLater,
     UsageError,
+    Withdrawn,
 )
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "TransitionLost",
     "TryLater",
     "UsageError",
+    "Withdrawn",
 ]
