@@ -33,7 +33,7 @@ import pytest
 
 from spool import Spool
 from dispatch_support import Runs
-from support import ROOT, SPOOL_CMD, run_spool, wait_until
+from support import ROOT, SPOOL_CMD, Procs, run_spool, wait_until
 
 START_SECONDS = 30.0
 
@@ -226,3 +226,26 @@ def runs(served: Served, tmp_path: Path) -> Iterator[Runs]:
         yield started
     finally:
         started.kill_all()
+
+
+@pytest.fixture
+def procs(served: Served, tmp_path: Path) -> Iterator[Procs]:
+    """Processes a test starts on the served spool (``support.Procs``), killed at teardown."""
+    started = Procs(served.root, tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+@pytest.fixture
+def browser(served: Served, tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium trusting only the served certificate (``test_dashboard_browser``'s;
+    the test skips where selenium or chromium is missing), quit at teardown."""
+    from test_dashboard_browser import chromium, spki_pin
+
+    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
+    try:
+        yield driver
+    finally:
+        driver.quit()

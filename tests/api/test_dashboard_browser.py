@@ -75,15 +75,6 @@ def chromium(profile: Path, pin: str) -> Any:
     return driver
 
 
-@pytest.fixture
-def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
-    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
 def test_the_browser_trusts_this_servers_key_only(served: Any, tmp_path: Path) -> None:
     other_key = base64.b64encode(hashlib.sha256(b"not this server's key").digest()).decode()
     driver = chromium(tmp_path / "other-profile", other_key)

@@ -21,15 +21,6 @@ HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
-def procs(served: Any, tmp_path: Path) -> Iterator[Procs]:
-    started = Procs(served.root, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
-
-
-@pytest.fixture
 def remote(served: Any, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     try:

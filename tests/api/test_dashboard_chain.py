@@ -6,24 +6,12 @@ job is drawn apart from a skipped one."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 
 from spool import Spool
 from support import Procs, wait_until
 from test_dashboard import Browser
-
-
-@pytest.fixture
-def procs(served: Any, tmp_path: Path) -> Iterator[Procs]:
-    started = Procs(served.root, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def nodes(page: Any) -> dict[str, tuple[str, str]]:

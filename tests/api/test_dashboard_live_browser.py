@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 
 from spool import Spool, task
 from support import ROOT, Procs, wait_until
-from test_dashboard_browser import By, chromium, spki_pin
+from test_dashboard_browser import By
 
 progress_module = pytest.importorskip("spool.progress", reason="this version has no handler progress (spool.progress)")
 WebDriverException = pytest.importorskip("selenium.common.exceptions").WebDriverException
@@ -37,24 +36,6 @@ def live_steps(folder: str) -> dict[str, bool]:
         while not os.path.exists(os.path.join(folder, step)) and time.monotonic() < deadline:
             time.sleep(0.05)
     return {"ok": True}
-
-
-@pytest.fixture
-def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
-    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-@pytest.fixture
-def procs(served: Any, tmp_path: Path) -> Iterator[Procs]:
-    started = Procs(served.root, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def log_in(served: Any, browser: Any, path: str) -> None:

@@ -30,15 +30,6 @@ def tally_ok(fail: bool = False) -> str:
 
 
 @pytest.fixture
-def procs(served: Any, tmp_path: Path) -> Iterator[Procs]:
-    started = Procs(served.root, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
-
-
-@pytest.fixture
 def remote() -> Iterator[list[subprocess.Popen[bytes]]]:
     from support import kill_groups
 

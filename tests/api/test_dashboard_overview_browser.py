@@ -5,7 +5,6 @@ busiest second, never an average below it), at every zoom."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,29 +12,11 @@ import pytest
 
 from spool import Spool
 from support import ROOT, Procs, wait_until
-from test_dashboard_browser import By, chromium, spki_pin
+from test_dashboard_browser import By
 from test_dashboard_live_browser import log_in, text_of
 
 pytest.importorskip("selenium")
 HERE = Path(__file__).resolve().parent
-
-
-@pytest.fixture
-def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
-    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-@pytest.fixture
-def procs(served: Any, tmp_path: Path) -> Iterator[Procs]:
-    started = Procs(served.root, tmp_path)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def test_the_charts_top_is_the_busiest_second_at_every_zoom(served: Any, browser: Any, procs: Procs) -> None:

@@ -5,26 +5,14 @@ the CSRF token and the admin role are checked like every other action."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 
 from spool import Spool
 from support import wait_until
 from test_dashboard import Browser, dead_job, state_of
-from test_dashboard_browser import By, chromium, spki_pin
+from test_dashboard_browser import By
 from test_dashboard_live_browser import log_in, text_of
-
-
-@pytest.fixture
-def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
-    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def tabs(page_body: str) -> dict[str, str]:

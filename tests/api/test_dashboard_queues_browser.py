@@ -4,27 +4,16 @@ phone's (screenshots under the test's tmp_path, copied to ``$SPOOL_SCREENSHOTS``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from spool import Spool, queues
 from spool.moves.transitions import claim_held
 from support import wait_until
-from test_dashboard_browser import By, Shots, chromium, spki_pin, text_of
+from test_dashboard_browser import By, Shots, text_of
 
 SIZES = {"desktop": (1400, 900), "phone": (390, 844)}
-
-
-@pytest.fixture
-def browser(served: Any, tmp_path: Path) -> Iterator[Any]:
-    driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_an_admin_reads_the_queues_and_pauses_one_with_a_click(served: Any, browser: Any, tmp_path: Path) -> None:
