@@ -62,24 +62,17 @@ class Processes:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(
-                [*SPOOL, "--spool", str(self.root), *args],
-                cwd=ROOT,
-                env=process_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.started.append(proc)
-        return proc
+        """``spool --spool ROOT ARGS``, logged to ``logs/<name>.log``."""
+        return self._spawn(name, [*SPOOL, "--spool", str(self.root), *args])
 
     def start_python(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         """``python ARGS`` from the checkout (not a spool command), logged like the others."""
+        return self._spawn(name, [sys.executable, *args])
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, *args],
+                argv,
                 cwd=ROOT,
                 env=process_env(),
                 stdin=subprocess.DEVNULL,

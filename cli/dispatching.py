@@ -104,7 +104,9 @@ def _task_names(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--token", metavar="TOKEN", help="A dispatch token. Visible in ps: prefer --token-file.")
 @_token_file
 @_cacert
-@click.option("--engine", required=True, metavar="NAME", help="Where engine jobs run: local.")
+@click.option(
+    "--engine", required=True, metavar="NAME", help="Where engine jobs run: local, dask, slurm or kubernetes."
+)
 @click.option("--engine-opt", "engine_opts", multiple=True, metavar="K=V", help="An engine's option (repeatable).")
 @click.option("--tasks", callback=_task_names, metavar="T,...", help="Dispatch only these tasks (default: imported).")
 @_queues_option
