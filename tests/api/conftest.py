@@ -229,8 +229,9 @@ def runs(served: Served, tmp_path: Path) -> Iterator[Runs]:
 
 
 @pytest.fixture
-def procs(served: Served, tmp_path: Path) -> Iterator[Procs]:
-    """Processes a test starts on the served spool (``support.Procs``), killed at teardown."""
+def served_procs(served: Served, tmp_path: Path) -> Iterator[Procs]:
+    """Processes a test starts on the served spool (``support.Procs``), killed at teardown (the
+    root conftest's ``procs`` runs them on ``spool_dir`` instead)."""
     started = Procs(served.root, tmp_path)
     try:
         yield started

@@ -50,11 +50,11 @@ def busy_rows(page: Any) -> dict[str, str]:
 
 
 def test_the_busy_view_shows_what_runs_now_on_local_and_remote_workers(
-    served: Any, procs: Procs, remote: list[subprocess.Popen[bytes]], tmp_path: Path
+    served: Any, served_procs: Procs, remote: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     release = tmp_path / "release"
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "tests"), str(ROOT)])}
-    procs.start("worker", "--import", "test_dashboard_progress", "--name", "here-1", env=env, name="worker")
+    served_procs.start("worker", "--import", "test_dashboard_progress", "--name", "here-1", env=env, name="worker")
     start_remote(served, tmp_path, remote, "far-away-7")
     with Spool(served.root) as sp:
         local_job = sp.submit("dash_progress", {"release": str(release)}, queue="default")
@@ -89,12 +89,12 @@ def test_the_busy_view_says_when_nothing_runs(served: Any) -> None:
 
 
 def test_in_a_browser_the_busy_view_shows_a_job_that_starts_and_counts_its_runtime(
-    served: Any, procs: Procs, tmp_path: Path
+    served: Any, served_procs: Procs, tmp_path: Path
 ) -> None:
     from test_dashboard_browser import chromium, spki_pin
     from test_dashboard_live_browser import log_in
 
-    procs.start("worker", "--import", "examples.tasks", "--name", "here-2", name="worker")
+    served_procs.start("worker", "--import", "examples.tasks", "--name", "here-2", name="worker")
     driver = chromium(tmp_path / "chromium-profile", spki_pin(served.cacert))
     try:
         log_in(served, driver, "/busy")

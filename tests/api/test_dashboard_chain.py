@@ -22,9 +22,9 @@ def nodes(page: Any) -> dict[str, tuple[str, str]]:
     return {job_id: (classes, re.sub(r"<[^>]+>", " ", inner)) for classes, job_id, inner in found}
 
 
-def test_a_middle_jobs_page_draws_the_whole_chain_with_task_key_and_reason(served: Any, procs: Procs) -> None:
-    procs.start("coordinator", name="coordinator")
-    procs.start("worker", "--import", "examples.tasks", name="worker")
+def test_a_middle_jobs_page_draws_the_whole_chain_with_task_key_and_reason(served: Any, served_procs: Procs) -> None:
+    served_procs.start("coordinator", name="coordinator")
+    served_procs.start("worker", "--import", "examples.tasks", name="worker")
     with Spool(served.root) as sp:
         root = sp.submit("echo", {"step": 0})
         fetch = sp.submit("echo", {"step": 1}, depends_on=[root], key="fetch-2026-12-05")

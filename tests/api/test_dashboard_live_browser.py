@@ -124,7 +124,7 @@ def test_a_job_list_shows_a_new_job_and_its_new_state_without_a_reload(served: A
 
 
 def test_a_jobs_page_shows_its_progress_live_then_its_end(
-    served: Any, browser: Any, procs: Procs, tmp_path: Path
+    served: Any, browser: Any, served_procs: Procs, tmp_path: Path
 ) -> None:
     steps = tmp_path / "steps"
     steps.mkdir()
@@ -133,7 +133,7 @@ def test_a_jobs_page_shows_its_progress_live_then_its_end(
     log_in(served, browser, f"/jobs/{job_id}")
     assert text_of(browser, "state") == "pending"
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "tests"), str(ROOT)])}
-    procs.start("worker", "--import", "test_dashboard_live_browser", env=env, name="worker")
+    served_procs.start("worker", "--import", "test_dashboard_live_browser", env=env, name="worker")
 
     # Its claim changes its state: the page follows (it draws the new state's whole story).
     wait_until(lambda: "step 25" in text_of(browser, "progress"), timeout=30, message="the first progress")

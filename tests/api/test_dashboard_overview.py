@@ -51,10 +51,10 @@ def cells(page: Any, table: str, name: str) -> dict[str, str]:
 
 
 def test_the_overview_warns_as_stats_does_and_counts_per_task_and_queue(
-    served: Any, procs: Procs, remote: list[subprocess.Popen[bytes]], tmp_path: Path
+    served: Any, served_procs: Procs, remote: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "tests"), str(ROOT)])}
-    procs.start("worker", "--import", "test_dashboard_overview", "--name", "near-1", env=env, name="worker")
+    served_procs.start("worker", "--import", "test_dashboard_overview", "--name", "near-1", env=env, name="worker")
     start_remote(served, tmp_path, remote, "far-1", "--queues", "elsewhere")
     with Spool(served.root) as sp:
         done = [sp.submit("tally_ok", {}, queue="busyq") for _ in range(2)]

@@ -19,9 +19,9 @@ pytest.importorskip("selenium")
 HERE = Path(__file__).resolve().parent
 
 
-def test_the_charts_top_is_the_busiest_second_at_every_zoom(served: Any, browser: Any, procs: Procs) -> None:
+def test_the_charts_top_is_the_busiest_second_at_every_zoom(served: Any, browser: Any, served_procs: Procs) -> None:
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
-    procs.start("worker", "--import", "examples.tasks", env=env, name="worker")
+    served_procs.start("worker", "--import", "examples.tasks", env=env, name="worker")
     with Spool(served.root) as sp:
         ids = [sp.submit("echo", {"n": n}) for n in range(40)]
     wait_until(lambda: _all_done(served, ids), timeout=60, message="40 jobs done")
