@@ -19,7 +19,7 @@
  * counterexample): BUG_FSCK_UNLINK, BUG_PAUSE_RENEWS, BUG_DROP_TAKES_PLACE, BUG_HAND_MOVED,
  * BUG_LOOKUP_ONE_LOOK (submit's key lookup without its second look under the job's lock: a
  * keyed submit misses a job moving leased/ -> pending/ and makes a second one; the model found
- * it in the code, which now looks again: submission._kept).
+ * it in the code, which now looks again: submission.job_kept_now).
  */
 
 #ifndef NJ

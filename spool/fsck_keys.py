@@ -30,8 +30,7 @@ from spool.disk.ids import is_valid_id
 from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
 from spool.disk.locks import Lock, acquire, acquire_existing
 from spool.moves.recovery import Copies, copies_of
-from spool.moves.store import folders_of, has_result
-from spool.moves.submission import reservation, reserve_key
+from spool.moves.submission import job_kept_now, reservation, reserve_key
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -71,22 +70,13 @@ def copies_now(sp: Handle, job_id: str) -> Copies | None:
         return copies_of(sp, job_id) if held else None
 
 
-def _job_exists(sp: Handle, job_id: str) -> bool:
-    return bool(folders_of(sp, job_id)) or has_result(sp, job_id)
-
-
 def job_kept(sp: Handle, job_id: str) -> Verdict:
-    """Whether ``job_id`` exists right now: looked up by id in every folder, and if it is not
-    found, again under its lock (a job moving backwards in the folders' order, leased/ ->
-    pending/, can slip between two looks; it can't while we hold its lock)."""
+    """Whether ``job_id`` exists right now (``submission.job_kept_now``: looked up by id in every
+    folder, and if it is not found, again under its lock)."""
     if not is_valid_id(job_id):
         return Verdict.ORPHAN
-    if _job_exists(sp, job_id):
-        return Verdict.KEPT
-    with _held(sp, job_lock_name(job_id), create=False) as held:
-        if not held:
-            return Verdict.BUSY
-        return Verdict.KEPT if _job_exists(sp, job_id) else Verdict.ORPHAN
+    kept = job_kept_now(sp, job_id)
+    return Verdict.BUSY if kept is None else Verdict.KEPT if kept else Verdict.ORPHAN
 
 
 def judge_reservation(sp: Handle, name: str, *, remove: bool = False) -> Verdict:

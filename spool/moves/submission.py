@@ -233,7 +233,7 @@ def lookup_key(sp: Handle, key: str) -> str | None:
     finds it too, or a second job would carry the same key (and the ledger refuse it).
     """
     job_id = reservation(sp, key_name(key))
-    if job_id is not None and is_valid_id(job_id) and _kept(sp, job_id):
+    if job_id is not None and is_valid_id(job_id) and job_kept_now(sp, job_id) is not False:
         return job_id
     folders = folders_of(sp, key) if is_valid_id(key) else []
     if folders:
@@ -245,23 +245,23 @@ def lookup_key(sp: Handle, key: str) -> str | None:
     return None
 
 
-def _kept(sp: Handle, job_id: str) -> bool:
-    """Whether ``job_id`` exists (a folder holds it, or its result does); when one look finds it
-    nowhere, again under its lock. RACE: one look stats the folders one after another, so a job
-    moving backwards in that order (leased/ -> pending/ by an expiry, a failure or a release;
-    waiting/ -> pending/) slips between two stats and looks gone, and its key would get a second
-    job (found by the model, models/README.md). No move of it runs while we hold its lock. A lock
-    held elsewhere: a move (or a purge) of the job is under way, so it exists. No lock file: it
-    was never moved (the look was whole), or it was purged. Never blocks: the caller holds the
-    key's lock, and a purge takes the job's lock, then the key's."""
+def job_kept_now(sp: Handle, job_id: str) -> bool | None:
+    """Whether ``job_id`` exists (a folder holds it, or its result does): looked up by id, and if
+    it is found nowhere, again under its lock; None while another process holds that lock (a
+    move, or a purge, of it is under way). RACE: one look stats the folders one after another,
+    so a job moving backwards in that order (leased/ -> pending/ by an expiry, a failure or a
+    release; waiting/ -> pending/) slips between two stats and looks gone (found by the model,
+    models/README.md); no move of it runs while we hold its lock. No lock file: nobody can be
+    moving it. Never blocks: a submit holds the key's lock here, and a purge takes the job's lock,
+    then the key's. Shared by the submit's key lookup and fsck's judgement of keys/."""
     if folders_of(sp, job_id) or has_result(sp, job_id):
         return True
     try:
         lock = acquire_existing(sp.layout.fd("locks"), job_lock_name(job_id))
     except FileNotFoundError:
-        return False
+        return bool(folders_of(sp, job_id)) or has_result(sp, job_id)
     if lock is None:
-        return True
+        return None
     with lock:
         return bool(folders_of(sp, job_id)) or has_result(sp, job_id)
 
