@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import socket
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -55,7 +53,7 @@ from spool.runner.api.context import MAX_POLLS, ApiContext, ApiError, Slots, rea
 from spool.runner.api.lost import lost_lease
 from spool.runner.api.pickup import PendingWatch
 from spool.runner.api.bodies import fields, number, progress_of, queues_of, tasks_of
-from spool.runner.api.runners import SEEN_EVERY_SECONDS, may_act, worker_name
+from spool.runner.api.runners import HeardFrom, may_act, worker_name
 from spool.runner.api.runners import routes as runner_routes
 from spool.runner.attempt.parents import ParentResultsError, parent_results
 from spool.base.timetext import format_time
@@ -95,10 +93,7 @@ class _Leases:
         self.ctx = ctx
         self.sp = ctx.sp
         self.watch = PendingWatch(ctx.sp.layout.path(State.PENDING), ctx.sp.settings.poll_seconds)
-        self._seen: dict[str, float] = {}  # worker -> when we last wrote it to the ledger (monotonic)
-        self._seen_every = SEEN_EVERY_SECONDS  # the term's third, once the ledger is read
-        self._started: dict[str, float] = {}
-        self._tasks: dict[str, list[str]] = {}  # worker -> the tasks its last lease request asked for
+        self.heard = HeardFrom(ctx.sp)
         self._polls = Slots("lease requests waiting", MAX_POLLS_PER_TOKEN, MAX_POLLS)
 
     # -- POST /v1/leases ---------------------------------------------------------------------
@@ -126,7 +121,7 @@ class _Leases:
         queues: list[str] | None = None,
         only: str | None = None,
     ) -> Response:
-        await self._heard_from(worker, request, tasks)
+        await self.heard.record(worker, request, tasks)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait
         while True:
@@ -144,9 +139,9 @@ class _Leases:
                 left = until - loop.time()
                 if left <= 0 or await request.is_disconnected():
                     return Response(status_code=204)
-                await self._heard_from(worker, request, tasks)  # a waiting worker is alive too
+                await self.heard.record(worker, request, tasks)  # a waiting worker is alive too
                 try:
-                    waits = [left, DISCONNECT_CHECK_SECONDS, self._seen_every]
+                    waits = [left, DISCONNECT_CHECK_SECONDS, self.heard.every]
                     waits += [max(retry_at - time.time(), 0.001)] if retry_at is not None else []
                     await asyncio.wait_for(woken.wait(), min(waits))
                 except TimeoutError:
@@ -220,29 +215,6 @@ class _Leases:
 
     def _published_term(self) -> float:
         return published_term(self.sp)
-
-    async def _heard_from(self, worker: str, request: Request, tasks: list[str] | None = None) -> None:
-        """Record the remote worker as heard from, with the tasks it asks for (None: a heartbeat
-        or an outcome, which name none), at most every ``_seen_every``: alive for ``spool
-        stats``, the coordinator's unhandled-task warning and the dashboard (``spool.workers``)."""
-        now = time.monotonic()
-        if now - self._seen.get(worker, -math.inf) < self._seen_every and tasks in (None, self._tasks.get(worker)):
-            return
-        self._seen[worker] = now
-        if tasks is not None:
-            self._tasks[worker] = tasks
-        started = self._started.setdefault(worker, self.sp.clock.wall())
-        host = request.client.host if request.client else socket.gethostname()
-        try:
-            self._seen_every = await _off_loop(self._record_heard, worker, host, started, tasks)
-        except (LedgerError, DiskFull) as err:
-            log.debug("worker %s not recorded as heard from: %s", worker, err)
-
-    def _record_heard(self, worker: str, host: str, started: float, tasks: list[str] | None) -> float:
-        """Write the record (off the loop); returns how often to refresh it: a third of the term
-        (a record older than the term is a dead worker's), at most SEEN_EVERY_SECONDS."""
-        self.sp.ledger.remote_worker_seen(worker, host, started, self.sp.clock.wall(), tasks)
-        return min(SEEN_EVERY_SECONDS, self._published_term() / 3.0)
 
     # -- the lease's own steps ---------------------------------------------------------------
 
@@ -323,7 +295,7 @@ class _Leases:
         if not may_act(info, holder):
             raise ApiError(403, f"the lease of {job_id} is held by another worker, not {info.name!r}", "path.id")
         if info.role != "admin":  # an admin acting on the lease is not its worker heard from
-            await self._heard_from(holder, request)
+            await self.heard.record(holder, request)
         return body, Lease(job_id, holder, held.job_file.attempt), held
 
     async def _move(

@@ -33,6 +33,7 @@ import socket
 import time
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -46,6 +47,7 @@ from spool.runner.api.bodies import fields, number, queues_of, tasks_of
 from spool.runner.api.context import ApiContext, ApiError, Slots, read_json, require
 from spool.runner.api.pickup import PendingWatch
 from spool.workers import published_term
+from spool.handle import Handle
 from spool.tokens import TokenInfo
 from spool.workers import WORKER_NAME
 
@@ -133,13 +135,46 @@ def routes(ctx: ApiContext, watch: PendingWatch) -> list[BaseRoute]:
     ]
 
 
+class HeardFrom:
+    """What a server heard from whom: a remote worker's calls (``runner.api.leases``) and a
+    dispatcher's ready peeks (it stands for the runners it will start) write ``remote_workers``
+    rows, with the tasks asked for (None: a call that names none, which keeps the last ones), at
+    most every ``every`` seconds a name, or at once when its tasks change: alive for ``spool
+    stats``, ``/metrics``, the coordinator's unhandled-task warning and the dashboard
+    (``spool.workers``). ``every`` is a third of the published term (a row older than the term
+    is a dead worker's), at most ``SEEN_EVERY_SECONDS``, once the ledger is read."""
+
+    def __init__(self, sp: Handle) -> None:
+        self.sp = sp
+        self.every = SEEN_EVERY_SECONDS
+        self._seen: dict[str, float] = {}  # name -> when it was last written (monotonic)
+        self._tasks: dict[str, list[str]] = {}  # name -> the tasks it last asked for
+        self._started: dict[str, float] = {}
+
+    async def record(self, name: str, request: Request, tasks: list[str] | None = None) -> None:
+        now = time.monotonic()
+        if now - self._seen.get(name, -math.inf) < self.every and tasks in (None, self._tasks.get(name)):
+            return
+        self._seen[name] = now
+        if tasks is not None:
+            self._tasks[name] = tasks
+        started = self._started.setdefault(name, self.sp.clock.wall())
+        host = request.client.host if request.client else socket.gethostname()
+        try:
+            self.every = await run_in_threadpool(self._write, name, host, started, tasks)
+        except (LedgerError, DiskFull) as err:
+            log.debug("%s not recorded as heard from: %s", name, err)
+
+    def _write(self, name: str, host: str, started: float, tasks: list[str] | None) -> float:
+        self.sp.ledger.remote_worker_seen(name, host, started, self.sp.clock.wall(), tasks)
+        return min(SEEN_EVERY_SECONDS, published_term(self.sp) / 3.0)
+
+
 class _Runners:
     def __init__(self, ctx: ApiContext, watch: PendingWatch) -> None:
         self.ctx, self.sp, self.watch = ctx, ctx.sp, watch
         self._peeks = Slots("ready peeks waiting", MAX_PEEKS_PER_TOKEN, MAX_PEEKS)
-        self._seen: dict[str, float] = {}  # dispatcher -> when it was last recorded as heard from
-        self._seen_every = SEEN_EVERY_SECONDS  # the term's third, once the ledger is read
-        self._started: dict[str, float] = {}
+        self.heard = HeardFrom(ctx.sp)  # a dispatcher asking stands for the runners it will start
 
     async def ready(self, request: Request) -> Response:
         info = require(self.ctx, request, "dispatch")
@@ -152,7 +187,7 @@ class _Runners:
         if not isinstance(most, int) or isinstance(most, bool) or not 1 <= most <= MAX_READY:
             raise ApiError(422, f"expected a whole number from 1 to {MAX_READY}", "body.most")
         wait = number(body.get("wait", 0.0), "body.wait", 0.0, MAX_WAIT_SECONDS)
-        await self._heard_from(info.name, request, tasks)
+        await self.heard.record(info.name, request, tasks)
         with self._peeks.held(info.name, f"dispatcher {info.name}"):
             loop = asyncio.get_running_loop()
             until = loop.time() + wait
@@ -163,31 +198,11 @@ class _Runners:
                 left = until - loop.time()
                 if ready or left <= 0 or await request.is_disconnected():
                     return JSONResponse({"ready": ready})
-                await self._heard_from(info.name, request, tasks)  # a waiting dispatcher is alive too
+                await self.heard.record(info.name, request, tasks)  # a waiting dispatcher is alive too
                 try:
                     await asyncio.wait_for(woken.wait(), min(left, DISCONNECT_CHECK_SECONDS))
                 except TimeoutError:
                     pass
-
-    async def _heard_from(self, dispatcher: str, request: Request, tasks: list[str] | None) -> None:
-        """A dispatcher asking for ready jobs stands for the runners it will start: recorded as a
-        remote worker of its tasks, as often as a waiting remote worker is (``runner.api.leases``),
-        so the coordinator does not warn that no live worker handles them, and ``spool stats``,
-        ``/metrics`` and the dashboard count it alive."""
-        now = time.monotonic()
-        if now - self._seen.get(dispatcher, -math.inf) < self._seen_every:
-            return
-        self._seen[dispatcher] = now
-        started = self._started.setdefault(dispatcher, self.sp.clock.wall())
-        host = request.client.host if request.client else socket.gethostname()
-        try:
-            self._seen_every = await asyncio.to_thread(self._record_heard, dispatcher, host, started, tasks)
-        except (LedgerError, DiskFull) as err:
-            log.debug("dispatcher %s not recorded as heard from: %s", dispatcher, err)
-
-    def _record_heard(self, dispatcher: str, host: str, started: float, tasks: list[str] | None) -> float:
-        self.sp.ledger.remote_worker_seen(dispatcher, host, started, self.sp.clock.wall(), tasks)
-        return min(SEEN_EVERY_SECONDS, published_term(self.sp) / 3.0)
 
     async def _peek(self, tasks: list[str] | None, queues: list[str] | None, most: int) -> list[tuple[str, str, str]]:
         try:
