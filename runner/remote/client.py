@@ -36,6 +36,7 @@ from spool.base.errors import SpoolError, UsageError
 
 USER_AGENT = "spool-remote-worker"
 _GATEWAY = (502, 504)  # a proxy's "the server behind me is down"
+HURRY_CHECK_SECONDS = 0.05  # how soon a backoff's wait notices it must end (a stop)
 MAX_REPLY_BYTES = 8 * 1024 * 1024  # a lease (its args) or a short answer; far more is not spool
 
 
@@ -237,7 +238,7 @@ class Patience:
         self._backoff = min(max(self._backoff * 2, self._first), self._most)
         until = time.monotonic() + self._backoff
         while time.monotonic() < until and not self._hurry():
-            time.sleep(min(0.05, max(until - time.monotonic(), 0.0)))
+            time.sleep(min(HURRY_CHECK_SECONDS, max(until - time.monotonic(), 0.0)))
 
 
 def redacted(url: str) -> str:

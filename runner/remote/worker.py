@@ -56,7 +56,6 @@ LONG_POLL_SECONDS = 10.0  # how long one lease request waits on the server for a
 BACKOFF_FIRST_SECONDS = 0.1
 BACKOFF_MAX_SECONDS = 5.0
 CALL_MARGIN_SECONDS = 10.0  # beyond a long-poll's wait, before its answer counts as lost
-STOP_CHECK_SECONDS = 0.05
 OUTCOME_TIMEOUT_SECONDS = 60.0  # a complete or fail call, before its answer counts as lost
 CLAIM_PATIENCE_SECONDS = 60.0  # run-one: how long its one claim waits for the server to answer
 

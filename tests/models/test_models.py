@@ -195,7 +195,7 @@ def test_bug_a_purge_that_does_not_record_the_firing_fires_the_slot_again(tmp_pa
 
 @needs_spin
 def test_bug_a_keyed_submit_that_looks_once_misses_a_job_moving_back_to_pending(tmp_path: Path) -> None:
-    """Found in the code by this model, then fixed (submission._kept; the real-code regression
+    """Found in the code by this model, then fixed (submission.job_kept_now; the real-code regression
     test: tests/unit/test_key_lookup_race.py): lookup_key looked for the reserved job folder by
     folder without its lock, so a job moving leased/ -> pending/ between two looks was missed and
     the key taken over (two jobs)."""
