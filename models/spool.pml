@@ -59,7 +59,7 @@
 #ifndef WORKERS
 #define WORKERS 2
 #endif
-#elif defined(SCENE_LEASES)     /* leases: one job, two workers (one may be stopped for good), pauses */
+#elif defined(SCENE_LEASES)     /* leases: one job (keyed or not), two workers (one may be stopped for good), pauses */
 #define SUBMIT 1
 #define MANY 0
 #define USER 0
@@ -264,27 +264,36 @@ inline settle(j) {
   fi
 }
 
-/* `spool submit --key K` (and the API's POST /v1/jobs, and a schedule's firing): one job. */
+/* `spool submit --key K` (and the API's POST /v1/jobs, and a schedule's firing): one job.
+ * k == NONE: a submit whose key is left to default (its id): no key lock, lookup or reservation. */
 proctype Submit(byte k; bool crash) {
   byte j, found, seen, i; bool got;
-  /* @step spool.moves.submission.lock_key : takes the key's lock */
-  LOCK(klock[k]);
-  /* @step spool.moves.submission.lookup_key : reads keys/<k>, looks for its job folder by folder */
-  lookup_key(k, found);
-  if :: found != NONE -> UNLOCK(klock[k]); goto done :: else fi;
+  if
+  :: k != NONE ->
+     /* @step spool.moves.submission.lock_key : takes the key's lock */
+     LOCK(klock[k]);
+     /* @step spool.moves.submission.lookup_key : reads keys/<k>, looks for its job folder by folder */
+     lookup_key(k, found);
+     if :: found != NONE -> UNLOCK(klock[k]); goto done :: else fi
+  :: else
+  fi;
   new_id(j);
-  if :: j == NONE -> UNLOCK(klock[k]); goto done :: else fi;
+  if :: j == NONE -> if :: k != NONE -> UNLOCK(klock[k]) :: else fi; goto done :: else fi;
   /* @step spool.moves.submission.submit crash=submit:after-key-check,serve:after-key-check,coordinator:after-key-check : the key not taken, nothing written */
   CRASH;
-  /* @step spool.moves.submission.reserve_key : keys/<k> -> j, durable (takes a dangling one over) */
-  keyres[k] = j;
-  /* @step spool.moves.submission.reserve_key crash=submit:after-key,serve:after-key,coordinator:after-key */
-  CRASH;
+  if
+  :: k != NONE ->
+     /* @step spool.moves.submission.reserve_key : keys/<k> -> j, durable (takes a dangling one over) */
+     keyres[k] = j;
+     /* @step spool.moves.submission.reserve_key crash=submit:after-key,serve:after-key,coordinator:after-key */
+     CRASH
+  :: else
+  fi;
   /* @step spool.moves.store.create_job : tmp/ -> pending/<j> without replacing: the commit point */
   atomic { jkey[j] = k; in[j] = PEND; committed[j] = 1 }
   /* @step spool.moves.submission.submit crash=submit:after-commit,serve:after-commit,coordinator:after-commit */
   CRASH;
-  UNLOCK(klock[k]);
+  if :: k != NONE -> UNLOCK(klock[k]) :: else fi;
   /* @step spool.moves.submission.submit crash=submit:after-submit,serve:after-submit,coordinator:after-submit : the id returned */
   CRASH;
 done:
@@ -760,7 +769,15 @@ init {
     busy = 0;
     coord = run Coordinator(victim == 1);
 #if SUBMIT
-    busy++; run Submit(0, victim == 2);
+    busy++;
+#if !(defined(SCENE_KEYS) || defined(SCENE_FSCK) || defined(SCENE_MOVES))   /* LEASES and FULL */
+    if   /* keyed, or its key left to default */
+    :: run Submit(0, victim == 2)
+    :: run Submit(NONE, victim == 2)
+    fi;
+#else
+    run Submit(0, victim == 2);
+#endif
 #endif
 #if MANY
     busy++; run SubmitMany(victim == 3);

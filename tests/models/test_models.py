@@ -141,6 +141,21 @@ def test_every_accepted_job_ends_under_weak_fairness(tmp_path: Path) -> None:
 
 
 @needs_spin
+@pytest.mark.stress
+@pytest.mark.timeout(3600)
+def test_every_accepted_job_ends_after_a_crash_by_bitstate(tmp_path: Path) -> None:
+    """Liveness with one crash of any process at any step, scene by scene (one after another: each
+    takes a core for minutes). Exhaustively these pass tens of millions of states and gigabytes
+    (the leases scene: 57 million states, 6 GB, 13 minutes), so bitstate."""
+    for scene, workers in (("LEASES", 2), ("MOVES", 1), ("KEYS", 1)):
+        verdict = check(
+            tmp_path, SPOOL, f"SCENE_{scene}", f"WORKERS={workers}", liveness=True, bitstate=True, timeout=1500
+        )
+        assert verdict.errors == 0, f"{scene}: a job never ends; the trail:{verdict.told()}"
+        assert "max search depth too small" not in verdict.output, verdict.output
+
+
+@needs_spin
 def test_a_slot_fires_at_most_once_with_the_recheck(tmp_path: Path) -> None:
     assert_holds(check(tmp_path, SLOTS))
 
