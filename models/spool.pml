@@ -41,9 +41,9 @@
 #ifndef WORKERS
 #define WORKERS 2
 #endif
-#elif defined(SCENE_FSCK)       /* KEYS without the drop and the purge: fsck --repair beside two submits of key 0 */
-#define SUBMIT 1
-#define MANY 1
+#elif defined(SCENE_FSCK)       /* fsck --repair beside two submits of key 0, one after the other (no submit_many) */
+#define SUBMIT 2
+#define MANY 0
 #define USER 0
 #define FSCK 1
 #define ADMIN 0
@@ -777,6 +777,9 @@ init {
     fi;
 #else
     run Submit(0, victim == 2);
+#endif
+#if SUBMIT > 1
+    busy++; run Submit(0, victim == 3);   /* the key's second submit */
 #endif
 #endif
 #if MANY
