@@ -19,6 +19,7 @@ job and how long its producer's fdatasync takes. The rounds alternate which syst
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -167,8 +168,6 @@ def overlap_split(mine: list[tuple[float, float, str]], theirs: list[tuple[float
     Median and mean seconds of each kind, split by overlapped or not."""
     spans = sorted((t0, t0 + d, kind) for t0, d, kind in theirs)
     starts = [s[0] for s in spans]
-    import bisect
-
     groups: dict[str, list[float]] = {}
     for t0, took, kind in mine:
         t1 = t0 + took
@@ -242,8 +241,7 @@ def round_spool(work: Path, jobs: int, timeout: float) -> dict[str, Any]:
     db, sql = root / "ledger.sqlite3", "SELECT count(*) FROM jobs WHERE state = 'done'"
     try:
         out = root.parent / (root.name + ".json")
-        warm = subprocess.run([sys.executable, str(THIS), "_produce", str(root), "5", str(out)], env=_env(), check=True)
-        del warm
+        subprocess.run([sys.executable, str(THIS), "_produce", str(root), "5", str(out)], env=_env(), check=True)
         _wait(db, sql, 6, timeout)
         time.sleep(0.5)
         subprocess.run([sys.executable, str(THIS), "_produce", str(root), str(jobs), str(out)], env=_env(), check=True)
