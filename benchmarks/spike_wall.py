@@ -1,6 +1,7 @@
 """Issue 19's spike, part 1: where the producer's wall goes in shape (a) today, beside Huey's.
 
-    python benchmarks/spike_wall.py --dir DIR [--jobs N] [--rounds R] [--json]
+    python benchmarks/spike_wall.py --dir DIR [--jobs N] [--rounds R] [--untraced]
+        [--producer-calls clock_nanosleep,flock,fcntl,renameat2,fsync] [--json]
 
 Shape (a): ``spool run --workers 2`` up and warm, one producer submitting N ``echo`` jobs one by
 one through ``Spool.submit``. The producer times each part of every submit in its own process
@@ -42,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 THIS = Path(__file__).resolve()
 TRACE = True  # --untraced: no strace anywhere (the rates without the tracer's stops)
+PRODUCER_CALLS = ""  # --producer-calls: the spool producer under ``strace -f -c -w`` for these calls
 STRACE = ["strace", "-f", "-qq", "--seccomp-bpf", "-ttt", "-T"]
 _DONE = re.compile(r"^(\d+)\s+([\d.]+)\s+(\w+)\((.*?)\)\s+=\s+(-?\d+).*<([\d.]+)>$")
 _START = re.compile(r"^(\d+)\s+([\d.]+)\s+(\w+)\((.*?) <unfinished \.\.\.>$")
@@ -244,10 +246,27 @@ def round_spool(work: Path, jobs: int, timeout: float) -> dict[str, Any]:
         subprocess.run([sys.executable, str(THIS), "_produce", str(root), "5", str(out)], env=_env(), check=True)
         _wait(db, sql, 6, timeout)
         time.sleep(0.5)
-        subprocess.run([sys.executable, str(THIS), "_produce", str(root), str(jobs), str(out)], env=_env(), check=True)
+        produce = [sys.executable, str(THIS), "_produce", str(root), str(jobs), str(out)]
+        summary = root.parent / (root.name + ".calls")
+        if PRODUCER_CALLS:  # wall time inside each call, counted by strace (only these calls stop)
+            produce = [
+                "strace",
+                "-f",
+                "-c",
+                "-w",
+                "--seccomp-bpf",
+                "-e",
+                f"trace={PRODUCER_CALLS}",
+                "-o",
+                str(summary),
+            ] + produce
+        subprocess.run(produce, env=_env(), check=True)
         last = _wait(db, sql, 6 + jobs + 1, timeout)
     finally:
         _stop(runner, signal.SIGTERM)
+    if PRODUCER_CALLS:
+        print(f"   producer under strace -c -w ({jobs} submits and 1 warm-up):\n" + summary.read_text().rstrip())
+        summary.unlink()
     p = json.loads(out.read_text())
     workers = in_window(read_trace(trace), p["first"], last) if TRACE else []
     shutil.rmtree(root, ignore_errors=True)
@@ -343,10 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--untraced", action="store_true", help="no strace (the overlap split is left out)")
+    parser.add_argument("--producer-calls", default="", help="e.g. clock_nanosleep,flock,fcntl,renameat2,fsync")
     parser.add_argument("--json", action="store_true")
     o = parser.parse_args(argv)
-    global TRACE
-    TRACE = not o.untraced
+    global TRACE, PRODUCER_CALLS
+    TRACE, PRODUCER_CALLS = not o.untraced, o.producer_calls
     work = Path(tempfile.mkdtemp(prefix="spool-wall-", dir=o.dir))
     results = []
     try:
