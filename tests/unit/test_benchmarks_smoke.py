@@ -285,3 +285,15 @@ def test_remote_prints_every_side_with_one_and_two_servers(tmp_path: Path) -> No
     assert [len(numbers["rounds"][side]) for side in ("remote", "sim_2_serves")] == [2, 2]
     assert numbers["dispatch"]["drain_jobs_per_s"] > 0
     assert "control plane, 2 simulated remote workers, 2 serves" in done.stdout
+
+
+def test_spike_log_drains_every_job_with_one_sync_per_acknowledged_submit(tmp_path: Path) -> None:
+    """The issue-19 design spike (docs/notes/issue19-spike.md): per-producer logs, a batching
+    ingester, two workers. Its premise is one fdatasync per acknowledged submit."""
+    done = _run_benchmark(tmp_path, "spike_log.py", "--jobs", "30", "--rounds", "1", "--no-huey", "--json")
+    rounds = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["shape"] for r in rounds] == ["a", "c"], done.stdout
+    for spike in (r["spike"] for r in rounds):
+        assert spike["jobs"] == 30 and spike["drain"] > 0 and spike["submits"] > 0
+        assert spike["calls_per_job"]["producers"]["fdatasync"] == 1.0
+        assert spike["calls_per_job"]["producers"]["creations"] == 0.0
