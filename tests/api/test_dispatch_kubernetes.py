@@ -71,7 +71,9 @@ def test_jobs_are_made_with_retries_off_and_the_queue_drains_one_result_each(
 def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
-    runs.coordinator()
+    # A term far past the dispatcher's look: with 1.5 s, a loaded machine let the coordinator's
+    # expiry end the dead pod's lease first (CI, 2026-12-05), and "fenced at once" went unseen.
+    runs.coordinator(lease_seconds="15.0")
     (job_id,) = submit_jobs(served, "sleep", {"seconds": 60.0})
     dispatcher(runs, stub, "--max-inflight", "1")
     wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
@@ -88,7 +90,7 @@ def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
 def test_a_dispatcher_killed_and_started_again_adopts_its_jobs_by_label(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
-    runs.coordinator()
+    runs.coordinator(lease_seconds="15.0")  # one attempt even when a loaded machine delays its beats
     (job_id,) = submit_jobs(served, "sleep", {"seconds": 3.0})
     first = dispatcher(runs, stub, "--max-inflight", "1")
     wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
