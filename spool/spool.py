@@ -151,16 +151,21 @@ class Spool(Handle):
     # -- inspecting --------------------------------------------------------------------------
 
     def job(self, job_id: str) -> tuple[State, JobFile]:
-        """The job's state (a result it earned makes it done) and its file."""
+        """The job's state (a result it earned makes it done) and its file, looked for again if it moved."""
         _check_id(job_id)
-        folders = store.folders_of(self, job_id)
-        if not folders:
-            if store.has_result(self, job_id):
-                raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
-            raise NotFound(f"no job {job_id}")
-        job_file = store.read_job(self, folders[0], job_id)
-        earned = store.has_result(self, job_id) and store.result_is_earned(folders[0], job_file)
-        return (State.DONE if earned else folders[0]), job_file
+        for _look in range(20):  # RACE: moved between the look and the read: look again (a move leaves a copy)
+            folders = store.folders_of(self, job_id)
+            if not folders:
+                if store.has_result(self, job_id):
+                    raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
+                raise NotFound(f"no job {job_id}")
+            try:
+                job_file = store.read_job(self, folders[0], job_id)
+            except FileNotFoundError:
+                continue
+            earned = store.has_result(self, job_id) and store.result_is_earned(folders[0], job_file)
+            return (State.DONE if earned else folders[0]), job_file
+        raise SpoolError(f"{job_id}: it moved each time it was read (20 looks); try again")
 
     def status(self, job_id: str) -> dict[str, Any]:
         state, job_file = self.job(job_id)
