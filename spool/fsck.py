@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spool import queues
-from spool.base.errors import InvalidJob, LedgerError, LedgerUnusable
+from spool.base.errors import InvalidJob, LedgerError, LedgerUnusable, SpoolError
 from spool.disk.fsio import fs
 from spool.moves.ingest import planted_result_error
 from spool.disk.ids import is_valid_id
@@ -30,7 +30,7 @@ from spool.fsck_keys import check_keys, copies_now, repair_keys
 from spool.disk.locks import is_held
 from spool.moves.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.views.stats import ledger_trouble
-from spool.moves.store import folders_of, job_lock, read_job, result_is_earned
+from spool.moves.store import folders_of, job_lock, read_job, read_job_now, result_is_earned
 from spool.yaml.safe import load_yaml
 
 if TYPE_CHECKING:
@@ -329,25 +329,12 @@ def _repair(sp: Handle) -> list[str]:
 
 
 def locate(sp: Handle, job_id: str, first: State | None = None) -> tuple[State, JobFile] | None:
-    """The job's file as it is now, by id: read from ``first`` (where a listing saw it), else
-    from the most advanced folder holding it, looked up again while it keeps moving away between
-    the look-up and the read. None when it is nowhere (purged) or not a whole job file."""
-    if first is not None:
-        try:
-            return first, read_job(sp, first, job_id)
-        except FileNotFoundError:
-            pass
-        except InvalidJob:
-            return None
-    for _ in range(3):
-        for state in folders_of(sp, job_id)[:1]:
-            try:
-                return state, read_job(sp, state, job_id)
-            except FileNotFoundError:
-                pass
-            except InvalidJob:
-                return None
-    return None
+    """The job's file as it is now (``store.read_job_now``); None when it is nowhere (purged),
+    is not a whole job file (InvalidJob) or kept moving (SpoolError)."""
+    try:
+        return read_job_now(sp, job_id, first)
+    except SpoolError:
+        return None
 
 
 def _usable_ledger(sp: Handle) -> list[str]:

@@ -153,19 +153,14 @@ class Spool(Handle):
     def job(self, job_id: str) -> tuple[State, JobFile]:
         """The job's state (a result it earned makes it done) and its file, looked for again if it moved."""
         _check_id(job_id)
-        for _look in range(20):  # RACE: moved between the look and the read: look again (a move leaves a copy)
-            folders = store.folders_of(self, job_id)
-            if not folders:
-                if store.has_result(self, job_id):
-                    raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
-                raise NotFound(f"no job {job_id}")
-            try:
-                job_file = store.read_job(self, folders[0], job_id)
-            except FileNotFoundError:
-                continue
-            earned = store.has_result(self, job_id) and store.result_is_earned(folders[0], job_file)
-            return (State.DONE if earned else folders[0]), job_file
-        raise SpoolError(f"{job_id}: it moved each time it was read (20 looks); try again")
+        located = store.read_job_now(self, job_id, looks=20)
+        if located is None:
+            if store.has_result(self, job_id):
+                raise SpoolError(f"{job_id}: a result without a job file (a purge in progress?)")
+            raise NotFound(f"no job {job_id}")
+        state, job_file = located
+        earned = store.has_result(self, job_id) and store.result_is_earned(state, job_file)
+        return (State.DONE if earned else state), job_file
 
     def status(self, job_id: str) -> dict[str, Any]:
         state, job_file = self.job(job_id)

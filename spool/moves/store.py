@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, overload
 
 from spool.base import crash
 from spool import job as jobs
-from spool.base.errors import DiskFull, InvalidJob, LedgerError, TryLater
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, SpoolError, TryLater
 from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import (
@@ -105,6 +105,27 @@ def job_lock(
 def read_job(sp: Handle, state: State, job_id: str) -> JobFile:
     """Read and decode ``<state>/<id>.yaml``; FileNotFoundError when absent, InvalidJob if torn."""
     return decode_job(state, job_id, read_job_bytes(sp, state, job_id))
+
+
+def read_job_now(sp: Handle, job_id: str, first: State | None = None, looks: int = 3) -> tuple[State, JobFile] | None:
+    """The job's file as it is now, by id: read from ``first`` (where a listing saw it), else from
+    the most advanced folder holding it. RACE: a move between the look-up and the read leaves no
+    file to read; every move leaves a copy in some folder, so look it up again (``looks`` times).
+    None when no folder holds it (purged); InvalidJob for a torn file; SpoolError if it kept moving."""
+    if first is not None:
+        try:
+            return first, read_job(sp, first, job_id)
+        except FileNotFoundError:
+            pass
+    for _ in range(looks):
+        folders = folders_of(sp, job_id)
+        if not folders:
+            return None
+        try:
+            return folders[0], read_job(sp, folders[0], job_id)
+        except FileNotFoundError:
+            continue
+    raise SpoolError(f"{job_id}: it moved each time it was read ({looks} looks); try again")
 
 
 def read_job_bytes(sp: Handle, state: State, job_id: str) -> bytes:
