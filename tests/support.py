@@ -70,11 +70,17 @@ class Procs:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(self, *args: str, env: dict[str, str] | None = None, name: str = "proc") -> subprocess.Popen[bytes]:
+        return self.launch([*SPOOL_CMD, "--spool", str(self.spool), *args], env=env, name=name)
+
+    def launch(
+        self, argv: list[str], *, env: dict[str, str] | None = None, name: str = "proc", answer: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Any command, logged to ``<name>-<n>.log``; with ``answer``, its stdout is a pipe the test reads."""
         log = open(self.logs / f"{name}-{len(self.started)}.log", "wb")
         proc = subprocess.Popen(
-            [*SPOOL_CMD, "--spool", str(self.spool), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            argv,
+            stdout=subprocess.PIPE if answer else log,
+            stderr=log if answer else subprocess.STDOUT,
             env={**os.environ, **(env or {})},
             cwd=ROOT,
             start_new_session=True,

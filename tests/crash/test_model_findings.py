@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from crashkit import FAST, Kit
-from support import ROOT, run_spool, wait_until
+from support import run_spool, wait_until
 from test_schedules_running import jobs_of
 
 from spool.disk.layout import job_name
@@ -92,21 +92,11 @@ main(sys.argv[3:])
 
 
 def start_child(kit: Kit, tmp_path: Path, script: str, *args: str, answer: bool = False) -> subprocess.Popen[bytes]:
-    """A child running ``script``, in a session of its own (SIGKILLed at teardown); its stderr (and
-    its stdout, unless the test reads its ``answer`` there) goes to the processes' logs."""
+    """A child running ``script`` among the test's processes (``Procs.launch``: a session of its
+    own, SIGKILLed at teardown, logged where ``kit.log`` reads)."""
     path = tmp_path / f"child-{len(kit.procs.started)}.py"
     path.write_text(script, encoding="utf-8")
-    log = open(kit.procs.logs / f"child-{len(kit.procs.started)}.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, str(path), *args],
-        stdout=subprocess.PIPE if answer else log,
-        stderr=log,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    log.close()
-    kit.procs.started.append(proc)
-    return proc
+    return kit.procs.launch([sys.executable, str(path), *args], name="child", answer=answer)
 
 
 def held(folder: Path) -> str:
@@ -169,10 +159,10 @@ def test_a_coordinator_held_before_finishing_a_firing_does_not_refire_a_slot_pur
     )
     assert firings.read_fired(kit.sp, "daily").slot == slot  # the purge recorded the firing
     (folder / "go").touch()
-    log = kit.procs.logs / f"child-{kit.procs.started.index(coordinator)}.log"
     said = wait_until(
         lambda: next(
-            (line for line in log.read_text().splitlines() if "not fired again" in line or "fired slot" in line), None
+            (line for line in kit.log(coordinator).splitlines() if "not fired again" in line or "fired slot" in line),
+            None,
         ),
         30,
         message="the held coordinator's word on the slot",
