@@ -31,9 +31,11 @@
 #ifndef MAXTRIES
 #define MAXTRIES 2
 #endif
-/* Who takes part. A scene is one concern checked exhaustively; FULL is all of them (bitstate). */
+/* Who takes part. A scene is one concern checked on its own; FULL is all of them (bitstate).
+ * SUBMIT: keyed submits of key 0, one after the other; UNKEYED: the first may leave its key to default. */
 #if defined(SCENE_KEYS)         /* keys/: submitters, submit_many, fsck --repair, purge, a keyed drop */
 #define SUBMIT 1
+#define UNKEYED 0
 #define MANY 1
 #define USER 1
 #define FSCK 1
@@ -43,6 +45,7 @@
 #endif
 #elif defined(SCENE_FSCK)       /* fsck --repair beside two submits of key 0, one after the other (no submit_many) */
 #define SUBMIT 2
+#define UNKEYED 0
 #define MANY 0
 #define USER 0
 #define FSCK 1
@@ -52,6 +55,7 @@
 #endif
 #elif defined(SCENE_MOVES)      /* the folders: a chain, drops named like jobs, hand moves, cancel/requeue/purge */
 #define SUBMIT 0
+#define UNKEYED 0
 #define MANY 1
 #define USER 6
 #define FSCK 0
@@ -61,6 +65,7 @@
 #endif
 #elif defined(SCENE_LEASES)     /* leases: one job (keyed or not), two workers (one may be stopped for good), pauses */
 #define SUBMIT 1
+#define UNKEYED 1
 #define MANY 0
 #define USER 0
 #define FSCK 0
@@ -70,6 +75,7 @@
 #endif
 #else                           /* FULL */
 #define SUBMIT 1
+#define UNKEYED 1
 #define MANY 1
 #define USER 7
 #define FSCK 1
@@ -770,7 +776,7 @@ init {
     coord = run Coordinator(victim == 1);
 #if SUBMIT
     busy++;
-#if !(defined(SCENE_KEYS) || defined(SCENE_FSCK) || defined(SCENE_MOVES))   /* LEASES and FULL */
+#if UNKEYED
     if   /* keyed, or its key left to default */
     :: run Submit(0, victim == 2)
     :: run Submit(NONE, victim == 2)
