@@ -14,6 +14,10 @@ the caller uses the emitters, the reference):
   indicator or line break: nothing the emitter folds, escapes or splits), ``dict``, ``list``, ``tuple``;
 - such a string is written plain when the resolvers read it back as a string (the emitter asks
   the same table, ``Plain.traps``), else in single quotes (a time, ``on``, ``1.5`` as text...);
+  a key too (``'n': 1``: ``n`` is a YAML 1.1 boolean);
+- a value may also be such words joined by single spaces, none of them ending with ``:`` (so no
+  ``: ``), when its line fits in the emitter's width (``WIDTH`` columns: past it the emitter
+  folds a spaced string onto the next line);
 - block style with an indent of 2: a nested mapping two columns in, a sequence's ``- `` at its
   key's column (PyYAML's indentless sequences), ``{}`` and ``[]`` for empty ones; a sequence in
   a sequence is left to the emitters, and so is nesting past ``MAX_NEST`` levels.
@@ -36,6 +40,8 @@ __all__ = ["NotPlain", "Plain"]
 MAX_NEST = 6  # deeper documents go to the emitters (which also enforce MAX_DEPTH)
 
 _WORD = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./+:-]*")
+_PHRASE = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./+:-]*(?: [A-Za-z0-9_./+:-]+)+")
+WIDTH = 80  # the emitters' best_width: a spaced scalar whose line would pass it is folded
 
 
 _UNKNOWN = object()
@@ -98,10 +104,20 @@ class Plain:
             self.verdicts[text] = verdict
         return verdict
 
+    def phrase(self, text: str, column: int) -> str:
+        """``text`` (words and single spaces) as written in a value at ``column``, plain or in
+        single quotes; NotPlain when the emitter would write it otherwise (an indicator, or a
+        line past ``WIDTH``, which it folds)."""
+        if len(text) + column + 2 > WIDTH or not _PHRASE.fullmatch(text) or ": " in text or text.endswith(":"):
+            raise NotPlain
+        traps = self.traps.get(text[:1])
+        return f"'{text}'" if traps is not None and traps.match(text) else text
+
 
 class _Writer:
     def __init__(self, plain: Plain, out: list[str]) -> None:
         self.word = plain.word
+        self.phrase = plain.phrase
         self.out = out
 
     def mapping(self, obj: dict[Any, Any], indent: int, lead: str, depth: int) -> None:
@@ -110,8 +126,10 @@ class _Writer:
             raise NotPlain
         out, pad, prefix = self.out, " " * indent, lead
         for key, value in obj.items():
-            if type(key) is not str or len(key) > 60 or self.word(key) != key:
-                raise NotPlain  # a key that needs quotes, or is too long for a simple key
+            if type(key) is not str or len(key) > 60:
+                raise NotPlain  # too long for a simple key
+            if self.word(key) is None:
+                key = f"'{key}'"  # read back as something else plain (``n``, ``1``): quoted, as the emitter does
             kind = type(value)
             if kind is dict:
                 if value:
@@ -126,7 +144,7 @@ class _Writer:
                 else:
                     out.append(f"{prefix}{key}: []\n")
             else:
-                out.append(f"{prefix}{key}: {self.scalar(value)}\n")
+                out.append(f"{prefix}{key}: {self.scalar(value, len(prefix) + len(key) + 2)}\n")
             prefix = pad
 
     def sequence(self, items: list[Any] | tuple[Any, ...], indent: int, depth: int) -> None:
@@ -143,9 +161,10 @@ class _Writer:
             elif kind is list or kind is tuple:
                 raise NotPlain
             else:
-                self.out.append(f"{pad}- {self.scalar(item)}\n")
+                self.out.append(f"{pad}- {self.scalar(item, indent + 2)}\n")
 
-    def scalar(self, value: object) -> str:
+    def scalar(self, value: object, column: int) -> str:
+        """``value`` as written from ``column`` on."""
         if value is None:
             return "null"
         if value is True:
@@ -162,6 +181,8 @@ class _Writer:
             raise NotPlain
         if kind is str:
             assert isinstance(value, str)
+            if " " in value:
+                return self.phrase(value, column)
             word = self.word(value)
             return word if word is not None else f"'{value}'"
         raise NotPlain
@@ -192,7 +213,7 @@ class _Reader:
             self.at += 1
             entry = line[indent:]
             if entry.endswith(":"):  # a nested block follows: a mapping 2 in or a sequence here
-                key = entry[:-1]
+                key = _key(entry[:-1])
                 following = lines[self.at] if self.at < len(lines) else ""
                 if following.startswith(pad + "- "):
                     out[key] = self.sequence(indent, depth + 1)
@@ -202,7 +223,7 @@ class _Reader:
                 key, sep, rest = entry.partition(": ")
                 if not sep:
                     raise NotPlain
-                out[key] = {} if rest == "{}" else [] if rest == "[]" else _scalar(rest)
+                out[_key(key)] = {} if rest == "{}" else [] if rest == "[]" else _scalar(rest)
         if not out:
             raise NotPlain
         return out
@@ -224,6 +245,11 @@ class _Reader:
                 self.at += 1
                 out.append(_scalar(item))
         return out
+
+
+def _key(text: str) -> str:
+    """A key as the writer meant it: a quoted one without its quotes (the proof checks it)."""
+    return text[1:-1] if len(text) > 1 and text[0] == "'" == text[-1] else text
 
 
 def _scalar(text: str) -> object:
