@@ -29,13 +29,15 @@ class LedgerQueries:
 
     def backlog(self) -> tuple[int, int]:
         """(ready jobs in pending/, drops the coordinator last counted): backpressure's two numbers
-        (``spool.moves.submission.check_room``), in one read."""
+        (``spool.moves.submission.check_room``), in one read of two ``meta`` rows: the ready count
+        is kept by the schema's triggers (``spool.ledger.schema``), so a submit costs the same at
+        any depth. Without that row (a ledger no writer has migrated yet), counted."""
         sql = (
-            "SELECT (SELECT count(*) FROM jobs INDEXED BY claim_order WHERE state = 'pending' AND ready = 1), "
+            "SELECT (SELECT value FROM meta WHERE name = 'ready_pending'), "
             "(SELECT value FROM meta WHERE name = 'drops')"
         )
         ready, drops = self._read(sql)[0]
-        return ready, int(drops or 0)
+        return (self.ready_pending_count() if ready is None else int(ready)), int(drops or 0)
 
     def counts(self) -> dict[str, int]:
         return dict(self._read("SELECT state, count(*) FROM jobs GROUP BY state"))

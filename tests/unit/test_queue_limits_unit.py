@@ -17,6 +17,7 @@ from spool import Spool, queues
 from spool.base.errors import InvalidJob
 from spool.disk.layout import State
 from spool.ledger.limits import Limits
+from spool.ledger.schema import SCHEMA_VERSION
 from spool.moves.claiming import claim_held
 from spool.moves.group import claim_many
 from spool.moves.store import folders_of, read_job
@@ -215,4 +216,4 @@ def test_a_version_4_ledger_gains_the_reserved_column_and_keeps_queues_and_their
     db = sqlite3.connect(spool_dir / "ledger.sqlite3")
     indexes = {row[1] for row in db.execute("PRAGMA index_list(jobs)")}
     assert {"by_key", "claim_order", "claim_by_queue", "leased_by_queue", "by_state"} <= indexes
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

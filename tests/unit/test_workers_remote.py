@@ -116,4 +116,4 @@ def test_a_version_2_ledger_moves_the_servers_pid_0_rows_to_remote_workers(spool
         assert [row[0] for row in sp.ledger.workers()] == ["local-1"]
         assert sp.ledger.remote_workers(0.0) == [("far-1", "10.0.0.7", START, START, None)]
     version = sqlite3.connect(spool_dir / "ledger.sqlite3").execute("PRAGMA user_version").fetchone()[0]
-    assert version == SCHEMA_VERSION == 5
+    assert version == SCHEMA_VERSION == 6
