@@ -27,6 +27,11 @@ def setup_logging(level: str = "info", fmt: str = "text", role: str = "spool") -
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter(f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s"))
+    # Neither format names the caller, a thread or a multiprocessing name: don't look them up for
+    # every record (the documented switches; ~1.7 us of a line's ~9 us, four lines per job).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
