@@ -17,7 +17,6 @@ from spool.disk.layout import (
     State,
     cancel_name,
     is_log_of,
-    job_lock_name,
     job_name,
     key_name,
     log_name,
@@ -28,6 +27,7 @@ from spool.schedule.fired import record_before_purge
 from spool.moves.outcomes import bury
 from spool.moves.recovery import resync
 from spool.moves.store import (
+    drop_job_lock,
     folders_of,
     job_lock,
     move_job,
@@ -263,7 +263,7 @@ def _forget(sp: Handle, job_id: str) -> None:
 def _purge_one(
     sp: Handle, job_id: str, state: State, cutoff: float, on_wait: Callable[[str], None] | None = None
 ) -> bool:
-    with job_lock(sp, job_id, on_wait=on_wait):
+    with job_lock(sp, job_id, on_wait=on_wait) as lock:
         if folders_of(sp, job_id) != [state]:
             return False
         try:
@@ -289,8 +289,8 @@ def _purge_one(
         # The sweep only removes tmp/ files whose writer is gone: we are alive, so we remove ours.
         fs.unlink(sp.layout.fd("tmp"), buried, missing_ok=True)
         _forget(sp, job_id)
+        drop_job_lock(sp, job_id, lock)  # held: nobody can be holding it after us (spool.disk.locks)
     if job_file.job.has_own_key:
         remove_key(sp, job_file.job.key, job_id)
-    fs.unlink(sp.layout.fd("locks"), job_lock_name(job_id), missing_ok=True)
     log.info("purge %s (%s, key %s)", job_id, state.value, key_name(job_file.job.key)[:12])
     return True

@@ -298,6 +298,16 @@ class RealFS:
             raise OSError(errno.EINVAL, "not a lock file", name)
         return fd
 
+    def is_named(self, fd: int, dir_fd: int, name: str) -> bool:
+        """Whether ``name`` in ``dir_fd`` is, right now, the file open as ``fd`` (not gone, not
+        another file under that name)."""
+        held = os.fstat(fd)
+        try:
+            named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
     def flock(self, fd: int, *, blocking: bool) -> bool:
         """Take the exclusive flock on ``fd``; False when not ``blocking`` and another holds it."""
         try:

@@ -1,7 +1,11 @@
 """flock-based locks in ``locks/``: the kernel frees them when their holder dies.
 
 A job's lock is held only for the length of one transition, so SIGSTOP of its holder stalls
-that one job, never the spool. Worker liveness uses a lock too: every worker holds
+that one job, never the spool. Its holder may remove the lock file (``Lock.remove``: a job
+that ended, a purged key), so ``locks/`` does not keep a file for every job ever run. Whoever
+takes a lock therefore checks, once it holds the flock, that the file it locked is still the
+one under that name, and takes the one in place if not (the flock of a removed file guards
+nothing: a newcomer makes a new file and locks that). Worker liveness uses a lock too: every worker holds
 ``worker-<name>.lock`` while it lives, so the coordinator can tell a dead local worker from a
 slow one without waiting out its lease. Lock names come from ``spool.disk.layout``; every open,
 flock and close goes through the ``spool.disk.fsio`` seam.
@@ -22,6 +26,18 @@ class Lock:
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+
+    def is_at(self, locks_fd: int, name: str) -> bool:
+        """Whether ``locks/<name>`` is still the file this lock holds (see the module doc)."""
+        assert self._fd is not None
+        return fs.is_named(self._fd, locks_fd, name)
+
+    def remove(self, locks_fd: int, name: str) -> None:
+        """Unlink ``locks/<name>``, the file this lock holds: only its holder may, so nobody can be
+        holding it after us. Every taker checks the name after its flock (``acquire``), so one
+        that waited on this file takes a new one. The lock is still held: release it as ever."""
+        if self._fd is not None:
+            fs.unlink(locks_fd, name, missing_ok=True)
 
     def publish(self, data: bytes) -> None:
         """Replace the lock file's content through the held fd (a worker's advertisement): a
@@ -51,7 +67,11 @@ def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None: ...
 
 def acquire(locks_fd: int, name: str, *, blocking: bool) -> Lock | None:
     """Take ``locks/<name>``; None when ``blocking`` is False and someone else holds it."""
-    return _take(fs.open_lock(locks_fd, name), blocking=blocking)
+    while True:
+        lock = _take(fs.open_lock(locks_fd, name), blocking=blocking)
+        if lock is None or lock.is_at(locks_fd, name):
+            return lock
+        lock.release()  # RACE: its holder removed it while we waited on it: take the one there now
 
 
 def acquire_existing(locks_fd: int, name: str) -> Lock | None:
@@ -61,11 +81,15 @@ def acquire_existing(locks_fd: int, name: str) -> Lock | None:
 
     For a checker (``spool fsck``) that must write nothing, yet needs a moment in which nobody
     can be moving what the lock guards."""
-    try:
-        fd = fs.open_lock_to_probe(locks_fd, name)
-    except OSError as err:
-        raise FileNotFoundError(err.errno, "no lock file", name) from None
-    return _take(fd, blocking=False)
+    while True:
+        try:
+            fd = fs.open_lock_to_probe(locks_fd, name)
+        except OSError as err:
+            raise FileNotFoundError(err.errno, "no lock file", name) from None
+        lock = _take(fd, blocking=False)
+        if lock is None or lock.is_at(locks_fd, name):
+            return lock
+        lock.release()  # RACE: removed by its holder between our open and our flock: look again
 
 
 def _take(fd: int, *, blocking: bool) -> Lock | None:

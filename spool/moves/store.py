@@ -283,6 +283,13 @@ def state_of(sp: Handle, job_id: str) -> State | None:
     return State.DONE if has_earned_result(sp, job_id, folders[0]) else folders[0]
 
 
+def drop_job_lock(sp: Handle, job_id: str, lock: Lock) -> None:
+    """Remove the job's lock file, which ``lock`` holds: the job has ended (done, or purged), so
+    ``locks/`` keeps no file for it. A later move of it (requeue, purge, a late complete) makes a
+    new one; one already waiting on this file takes the new one (``spool.disk.locks``)."""
+    lock.remove(sp.layout.fd("locks"), job_lock_name(job_id))
+
+
 def clear_lease_files(sp: Handle, job_id: str, attempt: int | None = None) -> None:
     """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable). A planted
     directory under one of their names can't be unlinked: it is set aside, never fatal."""

@@ -320,6 +320,7 @@ def unreserve_if_jobless(sp: Handle, job: Job) -> None:
 
 def remove_key(sp: Handle, key: str, job_id: str) -> None:
     """Forget a purged job's reservation, if it is still that job's."""
-    with lock_key(sp, key):
+    with lock_key(sp, key) as lock:
         if reservation(sp, key_name(key)) == job_id:
             fs.unlink(sp.layout.fd("keys"), key_name(key), missing_ok=True)
+            lock.remove(sp.layout.fd("locks"), key_lock_name(key_name(key)))  # a free key keeps no lock file

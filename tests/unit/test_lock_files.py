@@ -1,0 +1,107 @@
+"""locks/ keeps no file for a job that ended: its holder removes the lock file at done and at purge
+(and a purged key's), and whoever waited on a removed file takes the one in its place, so two
+processes never hold one job's lock (spool.disk.locks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from spool import Spool
+from spool.base.records import Lease
+from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
+from spool.disk.locks import acquire
+from spool.moves.claiming import claim_held
+from spool.moves.group import Finished, claim_many, complete_many
+from spool.moves.transitions import complete
+from tests.support import ROOT, wait_until
+
+
+def lock_files(sp: Spool) -> set[str]:
+    return {name for name in os.listdir(sp.layout.path("locks")) if name.endswith(".lock")}
+
+
+def test_a_done_job_keeps_no_lock_file_one_by_one_or_in_a_batch(sp: Spool) -> None:
+    ids = [sp.submit("echo", {"i": i}) for i in range(5)]
+    held = claim_held(sp, "w1", None)
+    assert held is not None and job_lock_name(held.job_file.id) in lock_files(sp)  # the claim made it
+    complete(sp, Lease(held.job_file.id, "w1", held.job_file.attempt), b"1", held)
+    batch = claim_many(sp, "w1", None, 4)
+    assert len(batch) == 4
+    lost = complete_many(
+        sp, [Finished(Lease(h.job_file.id, "w1", h.job_file.attempt), h, json.dumps(0).encode()) for h in batch]
+    )
+    assert lost == [None] * 4
+    assert {sp.state(job_id) for job_id in ids} == {State.DONE}
+    assert not any(job_lock_name(job_id) in lock_files(sp) for job_id in ids)  # none left for five jobs that ran
+
+
+def test_a_purge_removes_the_jobs_and_its_keys_lock_files(sp: Spool, spool_dir: Path) -> None:
+    job_id = sp.submit("echo", {"i": 1}, key="nightly-7")
+    held = claim_held(sp, "w1", None)
+    assert held is not None
+    complete(sp, Lease(job_id, "w1", held.job_file.attempt), b"1", held)
+    assert key_lock_name(key_name("nightly-7")) in lock_files(sp)  # the submit's, kept while the key is taken
+    purged = subprocess.run(
+        [sys.executable, "-m", "spool.cli", "--spool", str(spool_dir), "purge", "--older-than", "0s"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert purged.returncode == 0, purged.stderr
+    assert sp.state(job_id) is None
+    names = lock_files(sp)
+    assert job_lock_name(job_id) not in names and key_lock_name(key_name("nightly-7")) not in names
+    assert sp.submit("echo", {"i": 2}, key="nightly-7") != job_id  # the key is free again, its lock made anew
+
+
+_WAITER = """
+import os, sys
+from spool.disk.locks import acquire
+locks_fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+lock = acquire(locks_fd, "J1.lock", blocking=True)
+print("held", os.stat("J1.lock", dir_fd=locks_fd).st_ino, flush=True)
+sys.stdin.readline()
+"""
+
+
+def _blocked_on(inode: int) -> bool:
+    """Whether some process waits for a flock on ``inode`` (/proc/locks marks a waiter '->')."""
+    with open("/proc/locks") as locks:
+        return any("->" in line and line.split()[6].endswith(f":{inode}") for line in locks)
+
+
+def test_a_process_waiting_on_a_removed_lock_file_takes_the_new_one_not_the_removed_one(tmp_path: Path) -> None:
+    locks_dir = tmp_path / "locks"
+    locks_dir.mkdir()
+    locks_fd = os.open(locks_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        first = acquire(locks_fd, "J1.lock", blocking=True)
+        old = os.stat(locks_dir / "J1.lock").st_ino
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", _WAITER, str(locks_dir)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(lambda: _blocked_on(old), message="the waiter blocked on the first file")
+            first.remove(locks_fd, "J1.lock")
+            second = acquire(locks_fd, "J1.lock", blocking=True)  # a newcomer makes and takes a new file
+            new = os.stat(locks_dir / "J1.lock").st_ino
+            assert new != old
+            first.release()  # the waiter wakes holding the removed file: it must not stop there
+            wait_until(lambda: _blocked_on(new), message="the waiter waiting on the new file")
+            second.release()
+            assert waiter.stdout is not None
+            assert waiter.stdout.readline().split() == ["held", str(new)]
+        finally:
+            waiter.kill()
+            waiter.communicate()  # reaped, its pipes closed
+    finally:
+        os.close(locks_fd)
