@@ -25,7 +25,7 @@ What is measured (each in real processes unless said otherwise):
 - drain with 100,000 finished jobs kept (``--quick``: 10,000), the end-to-end drain again, and
   the coordinator's and a worker's RSS (VmHWM, VmRSS) on that spool. How the finished jobs are
   made: one job goes through the real ``submit``, ``claim`` and ``complete``; each of the
-  others is a copy of its files (done/, results/; a lock file if one is left) and ledger rows,
+  others is a copy of its files (done/, results/, locks/) and ledger rows with the id replaced,
   so each is byte for byte what the runner would have written (timestamps aside); then
   ``spool fsck`` must find no violation.
 - file creations and fsyncs per job: ``strace -f -z`` over the producer and ``spool run``

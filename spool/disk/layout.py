@@ -44,7 +44,7 @@ suffix or a prefix itself. Who writes each entry and who reads it:
     queues/<name>.yaml                   a person, ``spool queue set``      spool.queues.sync -> the ledger
     keys/<sha256(key)>                   submit or ingest of a keyed job:   submit (the key is taken), fsck
                                          the job's id
-    locks/<id>.lock                      every move (flock); gone at done   fsck (is a move in flight?)
+    locks/<id>.lock                      every move (flock); gone at purge  fsck (is a move in flight?)
     locks/key-<sha256(key)>.lock         a keyed submit or ingest, fsck     fsck
     locks/worker-<name>.lock             a worker, held while it lives;     the coordinator (dead worker?),
                                          holds its advertisement (JSON)     stats, spool.workers

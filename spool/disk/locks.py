@@ -1,8 +1,8 @@
 """flock-based locks in ``locks/``: the kernel frees them when their holder dies.
 
 A job's lock is held only for the length of one transition, so SIGSTOP of its holder stalls
-that one job, never the spool. Its holder may remove the lock file (``Lock.remove``: a job
-that ended, a purged key), so ``locks/`` does not keep a file for every job ever run. Whoever
+that one job, never the spool. Its holder may remove the lock file (``Lock.remove``: a purged
+job, a purged key), so ``locks/`` does not keep a file for every job ever run. Whoever
 takes a lock therefore checks, once it holds the flock, that the file it locked is still the
 one under that name, and takes the one in place if not (the flock of a removed file guards
 nothing: a newcomer makes a new file and locks that). Worker liveness uses a lock too: every worker holds

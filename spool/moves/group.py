@@ -71,17 +71,7 @@ from spool.job import JobFile
 from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
 from spool.moves.outcomes import as_done
 from spool.moves.recovery import resync
-from spool.disk.locks import Lock
-from spool.moves.store import (
-    clear_lease_files,
-    drop_job_lock,
-    job_lock,
-    move_job,
-    stage,
-    sync_staged,
-    unstage,
-    wake_slot,
-)
+from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage, wake_slot
 from spool.moves.claiming import as_claimed, claim_held, claimable, still_reserved
 
 if TYPE_CHECKING:
@@ -218,7 +208,7 @@ def complete_many(sp: Handle, finished: Sequence[Finished]) -> list[LeaseLost | 
         return []
     outcome: dict[str, LeaseLost | None] = {}
     members = sorted(finished, key=lambda member: member.lease.job_id)
-    with _locked(sp, [member.lease.job_id for member in members]) as locks:
+    with _locked(sp, [member.lease.job_id for member in members]):
         staged: list[str] = []
         try:
             ready = _stage_outcomes(sp, members, staged, outcome)
@@ -230,8 +220,6 @@ def complete_many(sp: Handle, finished: Sequence[Finished]) -> list[LeaseLost | 
             for name in staged:
                 unstage(sp, name)
         _record(sp, [done_file for done_file, _name in done], State.DONE, "complete", members[0].lease.worker)
-        for done_file, _name in done:
-            drop_job_lock(sp, done_file.id, locks[done_file.id])
     wake_slot(sp, [done_file.job.queue for done_file, _name in done])
     for member in finished:
         if outcome[member.lease.job_id] is None:
@@ -240,11 +228,13 @@ def complete_many(sp: Handle, finished: Sequence[Finished]) -> list[LeaseLost | 
 
 
 @contextmanager
-def _locked(sp: Handle, job_ids: list[str]) -> Iterator[dict[str, Lock]]:
+def _locked(sp: Handle, job_ids: list[str]) -> Iterator[None]:
     """Every member's lock, taken blocking in id order (no cycle with another batch; the other
-    moves hold one job's lock at a time): id -> its lock."""
-    with ExitStack() as stack:
-        yield {job_id: stack.enter_context(job_lock(sp, job_id, blocking=True)) for job_id in job_ids}
+    moves hold one job's lock at a time)."""
+    with ExitStack() as locks:
+        for job_id in job_ids:
+            locks.enter_context(job_lock(sp, job_id, blocking=True))
+        yield
 
 
 def _stage_outcomes(

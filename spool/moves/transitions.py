@@ -31,7 +31,6 @@ from spool.base.records import Lease
 from spool.moves.recovery import resync
 from spool.moves.store import (
     clear_lease_files,
-    drop_job_lock,
     has_result,
     job_lock,
     only_in,
@@ -70,7 +69,7 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
     staged = stage(sp, result_json, sync=True)  # (no done/.wake after: nothing waits on one)
     crash.point("complete-after-stage")
     try:
-        with job_lock(sp, lease.job_id, blocking=True) as lock:
+        with job_lock(sp, lease.job_id, blocking=True):
             job_file = check_fence(sp, lease, held)
             try:
                 fs.link(sp.layout.fd("tmp"), staged, sp.layout.fd("results"), result_name(lease.job_id))
@@ -80,7 +79,6 @@ def complete(sp: Handle, lease: Lease, result_json: bytes, held: Held | None = N
             crash.point("after-result")
             done = finish_done(sp, job_file)
             sp.ledger.record(done, State.DONE, ready=False, event="complete", worker=lease.worker)
-            drop_job_lock(sp, lease.job_id, lock)
     finally:
         unstage(sp, staged)
     log.info("complete %s attempt=%d worker=%s", lease.job_id, lease.attempt, lease.worker)

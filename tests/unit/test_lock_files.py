@@ -1,10 +1,9 @@
-"""locks/ keeps no file for a job that ended: its holder removes the lock file at done and at purge
-(and a purged key's), and whoever waited on a removed file takes the one in its place, so two
-processes never hold one job's lock (spool.disk.locks)."""
+"""locks/ keeps no file for a purged job or a purged key: the purge removes their lock files while
+it holds them, and whoever waited on a removed file takes the one in its place, so two processes
+never hold one job's lock (spool.disk.locks)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,31 +11,15 @@ from pathlib import Path
 
 from spool import Spool
 from spool.base.records import Lease
-from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
+from spool.disk.layout import job_lock_name, key_lock_name, key_name
 from spool.disk.locks import acquire
 from spool.moves.claiming import claim_held
-from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.transitions import complete
 from tests.support import ROOT, wait_until
 
 
 def lock_files(sp: Spool) -> set[str]:
     return {name for name in os.listdir(sp.layout.path("locks")) if name.endswith(".lock")}
-
-
-def test_a_done_job_keeps_no_lock_file_one_by_one_or_in_a_batch(sp: Spool) -> None:
-    ids = [sp.submit("echo", {"i": i}) for i in range(5)]
-    held = claim_held(sp, "w1", None)
-    assert held is not None and job_lock_name(held.job_file.id) in lock_files(sp)  # the claim made it
-    complete(sp, Lease(held.job_file.id, "w1", held.job_file.attempt), b"1", held)
-    batch = claim_many(sp, "w1", None, 4)
-    assert len(batch) == 4
-    lost = complete_many(
-        sp, [Finished(Lease(h.job_file.id, "w1", h.job_file.attempt), h, json.dumps(0).encode()) for h in batch]
-    )
-    assert lost == [None] * 4
-    assert {sp.state(job_id) for job_id in ids} == {State.DONE}
-    assert not any(job_lock_name(job_id) in lock_files(sp) for job_id in ids)  # none left for five jobs that ran
 
 
 def test_a_purge_removes_the_jobs_and_its_keys_lock_files(sp: Spool, spool_dir: Path) -> None:
