@@ -86,6 +86,7 @@ class Settings:
     http_head_seconds: float = 10.0  # a request's line and headers must arrive whole within this
     http_body_seconds: float = 30.0  # a request's body must arrive whole within this (else 408)
     tls_handshake_seconds: float = 10.0  # a TLS handshake is cut after this
+    claim_patience_seconds: float = 60.0  # `spool run-one`: how long its one claim waits for the server
     # How many tasks /metrics and the dashboard's task filter name one by one (the busiest); the
     # rest are summed as "_other" (runner.api.metrics): their number is the submitters' choice.
     max_tasks_shown: int = 50
@@ -255,6 +256,7 @@ _PARSERS: dict[str, Callable[[object], object]] = {
     "http_head_seconds": _positive_duration,
     "http_body_seconds": _positive_duration,
     "tls_handshake_seconds": _positive_duration,
+    "claim_patience_seconds": _positive_duration,
     "max_tasks_shown": _count,
     "max_queues_shown": _count,
 }

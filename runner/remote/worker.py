@@ -20,7 +20,7 @@ server. A 401 (the token was revoked) or 403 ends the worker with an error: no r
 for a lease once, at once (no long-poll), for its ``runner`` name under a dispatch token and for
 the one ``job`` it was started for; it runs that attempt as above and exits, 0 also when it
 claimed nothing (an engine that started it twice gets one run). A server that does not answer is
-retried for ``CLAIM_PATIENCE_SECONDS``, then it exits 1 having claimed nothing.
+retried for ``claim_patience_seconds`` (a setting, 60 s), then it exits 1 having claimed nothing.
 
 Stopping: the first SIGTERM/SIGINT stops polling (a long-poll in flight is cut: the server gives
 back a job it claimed for it; a lease that arrived anyway is released at once); a running attempt
@@ -57,7 +57,6 @@ BACKOFF_FIRST_SECONDS = 0.1
 BACKOFF_MAX_SECONDS = 5.0
 CALL_MARGIN_SECONDS = 10.0  # beyond a long-poll's wait, before its answer counts as lost
 OUTCOME_TIMEOUT_SECONDS = 60.0  # a complete or fail call, before its answer counts as lost
-CLAIM_PATIENCE_SECONDS = 60.0  # run-one: how long its one claim waits for the server to answer
 
 
 class _Stderr:
@@ -129,8 +128,9 @@ class RemoteWorker:
                 if lease is None:
                     if self.burst and not self.patience.unreachable:
                         break
-                    if self.once and time.monotonic() - started > CLAIM_PATIENCE_SECONDS:
-                        log.error("run-one stops: no answer to its claim in %gs", CLAIM_PATIENCE_SECONDS)
+                    patience = self.settings.claim_patience_seconds
+                    if self.once and time.monotonic() - started > patience:
+                        log.error("run-one stops: no answer to its claim in %gs", patience)
                         return 1
                     continue
                 if self._signals:

@@ -42,9 +42,20 @@ class Runs:
     def _remote(self) -> list[str]:
         return ["--server", self.served.url, "--token-file", str(self.token_file), "--cacert", str(self.served.cacert)]
 
-    def run_one(self, runner: str, job_id: str) -> subprocess.Popen[bytes]:
+    def run_one(self, runner: str, job_id: str, claim_patience: str = "60") -> subprocess.Popen[bytes]:
+        """``spool run-one`` for ``job_id``; ``claim_patience``: how long its claim may go unanswered."""
+        patience = ["--claim-patience-seconds", claim_patience]
         return self.start(
-            runner, "run-one", *self._remote(), "--runner", runner, "--job", job_id, "--import", "examples.tasks"
+            runner,
+            *patience,
+            "run-one",
+            *self._remote(),
+            "--runner",
+            runner,
+            "--job",
+            job_id,
+            "--import",
+            "examples.tasks",
         )
 
     def dispatcher(self, *extra: str) -> subprocess.Popen[bytes]:

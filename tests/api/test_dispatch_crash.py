@@ -45,6 +45,13 @@ def fsck_clean(served: Any) -> None:
         assert report.ok and not report.in_progress, report.violations + report.in_progress
 
 
+def back_in_line(served: Any, job_id: str) -> bool:
+    """Whether the ledger has the job ready in pending/: what a claim takes."""
+    with Spool(served.root, environ={}) as sp:
+        row = sp.ledger.row(job_id)
+    return row is not None and row["state"] == "pending" and row["ready"] == 1
+
+
 def restart_with(served: Any, crash_at: str | None) -> None:
     """SIGKILL the server (if alive) and start it again on its port, armed for ``crash_at`` or not."""
     served.kill()
@@ -67,10 +74,13 @@ def test_a_server_killed_in_a_runners_claim_loses_nothing(served: Any, runs: Run
     runs.coordinator()
     (job_id,) = submit_jobs(served, "echo", {"n": 1})
     restart_with(served, point)
-    first = runs.run_one("r-first", job_id)
+    first = runs.run_one("r-first", job_id, claim_patience="3")  # a setting: 60 s by default
     wait_until(lambda: served.proc.poll() is not None, 30, message=f"the server dead at {point}")
-    first.wait(timeout=90)  # its claim got no answer: it gives up (exit 1) or finds nothing
+    assert first.wait(timeout=60) == 1  # its claim got no answer: it gives up
     restart_with(served, None)
+    # A run-one asks once: start it when the job is back in line (the coordinator's reconcile takes
+    # a reservation back, a lease of a claim that reached leased/ expires), not before.
+    wait_until(lambda: back_in_line(served, job_id), 60, message="the job back in line")
     second = runs.run_one("r-second", job_id)
     wait_until(lambda: all_done(served, [job_id]), 60, message="the job done by a later run-one")
     assert second.wait(timeout=60) == 0
