@@ -98,8 +98,7 @@ class Plain:
             return known  # type: ignore[return-value]
         if not _WORD.fullmatch(text) or text.endswith(":"):
             raise NotPlain
-        traps = self.traps.get(text[:1])
-        verdict = None if traps is not None and traps.match(text) else text
+        verdict = None if self._reads_back_otherwise(text) else text
         if len(text) <= 40 and len(self.verdicts) < 4096:  # keys, names, states: few, seen again and again
             self.verdicts[text] = verdict
         return verdict
@@ -110,8 +109,12 @@ class Plain:
         line past ``WIDTH``, which it folds)."""
         if len(text) + column + 2 > WIDTH or not _PHRASE.fullmatch(text) or ": " in text or text.endswith(":"):
             raise NotPlain
+        return f"'{text}'" if self._reads_back_otherwise(text) else text
+
+    def _reads_back_otherwise(self, text: str) -> bool:
+        """Whether a resolver reads ``text``, written plain, as something else than this string."""
         traps = self.traps.get(text[:1])
-        return f"'{text}'" if traps is not None and traps.match(text) else text
+        return traps is not None and traps.match(text) is not None
 
 
 class _Writer:
@@ -213,7 +216,7 @@ class _Reader:
             self.at += 1
             entry = line[indent:]
             if entry.endswith(":"):  # a nested block follows: a mapping 2 in or a sequence here
-                key = _key(entry[:-1])
+                key = _unquoted(entry[:-1])
                 following = lines[self.at] if self.at < len(lines) else ""
                 if following.startswith(pad + "- "):
                     out[key] = self.sequence(indent, depth + 1)
@@ -223,7 +226,7 @@ class _Reader:
                 key, sep, rest = entry.partition(": ")
                 if not sep:
                     raise NotPlain
-                out[_key(key)] = {} if rest == "{}" else [] if rest == "[]" else _scalar(rest)
+                out[_unquoted(key)] = {} if rest == "{}" else [] if rest == "[]" else _scalar(rest)
         if not out:
             raise NotPlain
         return out
@@ -247,8 +250,9 @@ class _Reader:
         return out
 
 
-def _key(text: str) -> str:
-    """A key as the writer meant it: a quoted one without its quotes (the proof checks it)."""
+def _unquoted(text: str) -> str:
+    """A string (a key, or a value) as the writer meant it: a quoted one without its quotes (the
+    proof checks it)."""
     return text[1:-1] if len(text) > 1 and text[0] == "'" == text[-1] else text
 
 
@@ -260,6 +264,4 @@ def _scalar(text: str) -> object:
         return int(text)
     if len(text) <= 100 and _FLOAT.fullmatch(text):
         return float(text)
-    if len(text) > 1 and text[0] == "'" == text[-1]:
-        return text[1:-1]
-    return text
+    return _unquoted(text)
