@@ -15,7 +15,7 @@ from spool.disk.layout import job_lock_name, key_lock_name, key_name
 from spool.disk.locks import acquire
 from spool.moves.claiming import claim_held
 from spool.moves.transitions import complete
-from tests.support import ROOT, wait_until
+from tests.support import ROOT, run_spool, wait_until
 
 
 def lock_files(sp: Spool) -> set[str]:
@@ -28,13 +28,7 @@ def test_a_purge_removes_the_jobs_and_its_keys_lock_files(sp: Spool, spool_dir: 
     assert held is not None
     complete(sp, Lease(job_id, "w1", held.job_file.attempt), b"1", held)
     assert key_lock_name(key_name("nightly-7")) in lock_files(sp)  # the submit's, kept while the key is taken
-    purged = subprocess.run(
-        [sys.executable, "-m", "spool.cli", "--spool", str(spool_dir), "purge", "--older-than", "0s"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    purged = run_spool("purge", "--older-than", "0s", spool=spool_dir)
     assert purged.returncode == 0, purged.stderr
     assert sp.state(job_id) is None
     names = lock_files(sp)
