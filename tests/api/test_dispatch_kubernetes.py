@@ -72,8 +72,10 @@ def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
     # A term far past the dispatcher's look: with 1.5 s, a loaded machine let the coordinator's
-    # expiry end the dead pod's lease first (CI, 2026-12-05), and "fenced at once" went unseen.
-    runs.coordinator(lease_seconds="15.0")
+    # expiry end the dead pod's lease first (CI, 2026-12-05), and "fenced at once" went unseen; once
+    # more with 15 s (a local .ci/run, 2026-12-06). Nothing here waits for the term: the fence ends
+    # the lease at once, so a term longer than the test's own deadlines costs nothing.
+    runs.coordinator(lease_seconds="120.0")
     (job_id,) = submit_jobs(served, "sleep", {"seconds": 60.0})
     dispatcher(runs, stub, "--max-inflight", "1")
     wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
