@@ -135,12 +135,13 @@ class RealFS:
         os.close(fd)
 
     def overwrite_small(self, dir_fd: int, name: str, data: bytes) -> None:
-        """Write a runner dot-file (heartbeat counter, cancel request): no fsync, no rename."""
-        fd = os.open(
-            name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode, dir_fd=dir_fd
-        )
+        """A runner dot-file (heartbeat, cancel request): no fsync, rewritten in place, as O_TRUNC
+        cost a writeback and a trim on ext4 (docs/performance.md); a reader may catch it mid-write."""
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode, dir_fd=dir_fd)
         try:
-            os.write(fd, data)
+            if os.fstat(fd).st_size > len(data):
+                os.ftruncate(fd, len(data))
+            os.pwrite(fd, data, 0)
         finally:
             os.close(fd)
 

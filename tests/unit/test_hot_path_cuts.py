@@ -5,7 +5,9 @@ from changing what anyone sees.
   still follows a new term;
 - ``.wake`` is touched, not truncated: a waiter still wakes, on IN_CLOSE_WRITE alone, and a
   planted FIFO under its name never blocks a submit;
-- a small file is read in one read, not two (the second only heard its end), and any file whole.
+- a small file is read in one read, not two (the second only heard its end), and any file whole;
+- a heartbeat is rewritten in place (ext4 trims an emptied block at once on a ``discard`` mount),
+  and still holds exactly what was written last, shorter or longer.
 """
 
 from __future__ import annotations
@@ -122,3 +124,35 @@ def test_read_file_reads_a_small_file_in_one_read_and_any_file_whole(
                 fsio.fs.read_file(dir_fd, "f", size - 1)
     finally:
         os.close(dir_fd)
+
+
+def test_a_heartbeat_is_rewritten_in_place_and_holds_exactly_the_last_write(
+    sp: Spool, spool_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spool.base.records import Lease
+    from spool.disk import fsio
+    from spool.disk.layout import heartbeat_content, heartbeat_name
+    from spool.moves.fence import first_beat, heartbeat, start_queued
+    from spool.progress import Progress, encode
+
+    lease = Lease("job-1", "w-1", 1)
+    beat = spool_dir / "leased" / heartbeat_name(lease.job_id, lease.attempt)
+    first_beat(sp, lease.job_id, lease.attempt, lease.worker, queued=True)
+    inode = beat.stat().st_ino
+    flags: list[int] = []
+    real_open = os.open
+
+    def recorded(name: str, how: int, *args: object, **kwargs: object) -> int:
+        flags.append(how)
+        return real_open(name, how, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsio.os, "open", recorded)
+    start_queued(sp, lease)  # shorter: the mark goes
+    assert beat.read_bytes() == heartbeat_content(0, "w-1")
+    long_progress = Progress(0.5, "x" * 300)
+    heartbeat(sp, lease, 12, long_progress)  # longer
+    assert beat.read_bytes() == heartbeat_content(12, "w-1", encode(long_progress))
+    heartbeat(sp, lease, 13)  # shorter again: nothing of the progress line is left behind
+    assert beat.read_bytes() == heartbeat_content(13, "w-1")
+    assert beat.stat().st_ino == inode
+    assert flags and not any(how & os.O_TRUNC for how in flags)
