@@ -4,8 +4,9 @@
 schema 3, before queues/ existed; ``fixtures/make-spool-b7ed8f5.sh`` is how): two jobs done, one
 dead (failed), one cancelled, two pending (one keyed), a waiting child of the keyed one, a
 schedule. Today's ``spool`` reads it as it is: status, ls, fsck, stats; the ledger migrates on
-open; a worker finishes the pending jobs and the child; a key taken then is still taken; a queue
-can be set (queues/ is made when first written); and the ledger rebuilt from the files agrees.
+open; a worker finishes the pending jobs and the child; the schedule fires its latest missed slot;
+a key taken then is still taken; a queue can be set (queues/ is made when first written); and the
+ledger rebuilt from the files agrees.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from spool.ledger.schema import SCHEMA_VERSION
-from support import Procs, run_spool
+from support import Procs, run_spool, wait_until
 
 FIXTURE = Path(__file__).with_name("fixtures") / "spool-b7ed8f5.tar.gz"
 D1, D2 = "01M93GM5S92XTWM23ZGX0NC9DH", "01M93GM61EBTF84ZG7RR691HED"
@@ -74,9 +75,17 @@ def test_todays_spool_reads_and_finishes_an_old_spool(old_spool: Path, tmp_path:
         procs.start("run", "--workers", "1", "--import", "examples.tasks", name="run")
         waited = run_spool("wait", P1, P2, W1, "--timeout", "60", spool=old_spool, timeout=90)
         assert waited.returncode == 0, waited.stdout + waited.stderr + procs.output()[-3000:]
+        wait_until(lambda: len(states(old_spool)) > len(AFTER), 60, message="the schedule's missed slot fired")
     finally:
         procs.stop()
-    assert states(old_spool) == AFTER
+    after = states(old_spool)
+    assert {job_id: after.get(job_id) for job_id in AFTER} == AFTER
+    # The fixture's schedule (its file written 2026-12-05 16:29 UTC, "0 3 * * *") has missed every
+    # slot since 2026-12-06 03:00: catchup one fires the latest, once, when the run starts.
+    fired = sorted(set(after) - set(AFTER))
+    assert len(fired) == 1, fired
+    nightly = json.loads(run_spool("status", fired[0], "--json", spool=old_spool).stdout)
+    assert nightly["key"].startswith("schedule:nightly@") and nightly["task"] == "echo", nightly
     child = json.loads(run_spool("result", W1, spool=old_spool).stdout)
     assert child["args"] == {"msg": "child"}
     again = run_spool("submit", "echo", "--key", "old-pending-1", spool=old_spool)
