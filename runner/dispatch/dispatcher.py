@@ -165,6 +165,8 @@ class Dispatcher:
         expired = reply.body.get("expired") if isinstance(reply.body, dict) else None
         if expired:
             log.info("runner %s fenced: %s back to the queue", runner, ", ".join(map(str, expired)))
+        else:  # its lease ended already (completed, expired, or fenced by a call whose reply was lost)
+            log.info("runner %s fenced: it held no lease", runner)
         return True
 
     # -- new engine jobs ---------------------------------------------------------------------

@@ -72,10 +72,9 @@ def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
     # A term far past the test's deadlines, so only the fence can end the dead pod's lease in
-    # time. The fence is seen where it lands, in the attempt's record: the dispatcher logs
-    # "fenced: <ids>" only from a reply that expired something, and a fence whose reply a loaded
-    # machine lost to the call's timeout is sent again and finds nothing left (two .ci/runs,
-    # 2026-12-05 and 06, with terms of 1.5 s and 120 s).
+    # time. The fence is seen where it lands, in the attempt's record: a fence whose reply a loaded
+    # machine lost to the call's timeout is sent again and finds nothing left, so the dispatcher's
+    # "fenced: <ids>" line never came (two .ci/runs, 2026-12-05 and 06, terms 1.5 s and 120 s).
     runs.coordinator(lease_seconds="120.0")
     (job_id,) = submit_jobs(served, "sleep", {"seconds": 60.0})
     dispatcher(runs, stub, "--max-inflight", "1")
@@ -83,6 +82,8 @@ def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
     (first,) = stub.job_of(job_id)
     stub.fail(first["metadata"]["name"])  # the node is gone: the Job Failed
     wait_until(lambda: _first_attempt_fenced(served, job_id), 60, message="the runner fenced at once")
+    # and the dispatcher says so, either way ("<ids> back to the queue", or "it held no lease")
+    wait_until(lambda: "fenced: " in runs.log("dispatch"), 60, message="the fence in the dispatcher's log")
     wait_until(lambda: len(stub.job_of(job_id)) == 2, 60, message="a new Job for the job")
     wait_until(lambda: len(status_of(served, job_id)["attempts"]) == 2, 60, message="its second attempt")
     first_attempt = status_of(served, job_id)["attempts"][0]
