@@ -92,6 +92,11 @@ class KubeStub:
     def job_of(self, spool_job: str) -> list[dict[str, Any]]:
         return [m for m in self.made if m["metadata"]["labels"].get("spool.dev/job") == spool_job]
 
+    def pod_log(self, spool_job: str) -> str:
+        """What the pods of ``spool_job``'s Jobs printed, oldest first."""
+        names = [m["metadata"]["name"] for m in self.job_of(spool_job)]
+        return "".join((self.tmp / f"{name}.log").read_text() for name in names if (self.tmp / f"{name}.log").exists())
+
     # -- the API -------------------------------------------------------------------------------
 
     async def _secret_create(self, request: Request) -> JSONResponse:

@@ -72,13 +72,16 @@ def test_a_job_whose_pod_is_lost_is_fenced_at_once_and_runs_in_a_new_job(
     served: Any, runs: Runs, stub: KubeStub
 ) -> None:
     # A term far past the test's deadlines, so only the fence can end the dead pod's lease in
-    # time. The fence is seen where it lands, in the attempt's record: a fence whose reply a loaded
-    # machine lost to the call's timeout is sent again and finds nothing left, so the dispatcher's
-    # "fenced: <ids>" line never came (two .ci/runs, 2026-12-05 and 06, terms 1.5 s and 120 s).
+    # time. The pod is failed only once its runner logged the lease: the job's file is in leased/
+    # from the claim's rename on, before the server hands the lease over, and a pod killed in that
+    # window never gets it: the server gives the claim back (attempt "released", no try spent),
+    # the fence finds nothing, and the first attempt is never the fenced one (two .ci/runs,
+    # 2026-12-05 and 06; reproduced with a 7 s sleep after the claim's rename).
     runs.coordinator(lease_seconds="120.0")
     (job_id,) = submit_jobs(served, "sleep", {"seconds": 60.0})
     dispatcher(runs, stub, "--max-inflight", "1")
     wait_until(lambda: status_of(served, job_id)["state"] == "leased", 60, message="the job leased through a Job")
+    wait_until(lambda: f"lease {job_id} attempt=1" in stub.pod_log(job_id), 60, message="the runner holding the lease")
     (first,) = stub.job_of(job_id)
     stub.fail(first["metadata"]["name"])  # the node is gone: the Job Failed
     wait_until(lambda: _first_attempt_fenced(served, job_id), 60, message="the runner fenced at once")
