@@ -22,6 +22,9 @@ claim would turn away. It reserves nothing: the claim at ``run-one``'s start dec
 the job retries, its try was counted at the claim), so its late heartbeat or complete gets 409.
 The dispatcher calls it when its engine reports the engine job gone for certain (a pod Failed,
 KilledWorker, NODE_FAIL, a local process that exited); an ambiguous loss waits for the lease.
+A lease whose lock a move still holds after ``fence_worker``'s wait (a claim handing it over, a
+complete) answers 503 with Retry-After, never 200: the dispatcher fences the runner again on its
+next look instead of forgetting it with the lease still held.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from starlette.routing import BaseRoute, Route
 
 from spool.base.errors import DiskFull, LedgerError
 from spool.disk import is_valid_id
-from spool.moves import fence_worker
+from spool.moves import fence_worker, leases_of
 from spool.runner.api.bodies import body as request_body
 from spool.runner.api.bodies import errors, json_reply, op
 from spool.runner.api.bodies import fields, number, queues_of, tasks_of
@@ -60,6 +63,7 @@ DISCONNECT_CHECK_SECONDS = 1.0
 MAX_PEEKS_PER_TOKEN = 2  # a dispatcher peeks once at a time (two while it reconnects)
 MAX_PEEKS = 20
 BODY_BYTES = 256 * 1024  # an exclude list of MAX_EXCLUDE ids
+_SOON = {"Retry-After": "1"}  # a fence whose lease a move held: asked again next look
 SEEN_EVERY_SECONDS = 5.0  # how often a remote worker's (a dispatcher's) "last heard from" is written
 
 
@@ -218,10 +222,17 @@ class _Runners:
             expired = await asyncio.to_thread(
                 fence_worker, self.sp, worker, why="its engine reported the runner's engine job lost"
             )
+            left = await asyncio.to_thread(leases_of, self.sp, worker)
         except DiskFull as err:
             raise ApiError(503, f"the spool's disk is full: {err}", None, headers={"Retry-After": "5"}) from None
         if expired:
             log.info("runner %s fenced: %s expired", worker, ", ".join(expired))
+        if left:
+            # RACE: a move of its lease (a claim whose hand-over is still in flight, a complete) held
+            # the job's lock past fence_worker's wait. Said, never dropped as "no lease": a 200 would
+            # let the dispatcher forget the runner, and the lease would wait out its whole term.
+            held = ", ".join(job_id for job_id, _ in left)
+            raise ApiError(503, f"a move in flight holds {held} of runner {worker}: fence again", None, headers=_SOON)
         return JSONResponse({"runner": worker, "expired": expired})
 
 

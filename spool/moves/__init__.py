@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
         fence_of as fence_of,
         fence_worker as fence_worker,
         held_by_fence as held_by_fence,
+        leases_of as leases_of,
     )
     from spool.moves.store import read_job as read_job, state_of as state_of
     from spool.moves.submission import job_of_spec as job_of_spec

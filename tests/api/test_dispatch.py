@@ -15,6 +15,7 @@ from typing import Any
 
 from spool import Spool
 from spool.disk.layout import State
+from spool.moves.store import job_lock
 from spool.workers import live_workers, unhandled_ready
 from support import wait_until
 from dispatch_support import Runs, all_done, status_of, submit_jobs
@@ -151,6 +152,25 @@ def test_a_dispatch_token_acts_only_for_its_own_runners(served: Any, runs: Runs)
     assert late.status == 409
     with Spool(served.root, environ={}) as sp:
         assert sp.job(second)[0] is State.PENDING
+
+
+def test_a_fence_whose_lease_a_move_still_holds_says_so_and_ends_it_when_asked_again(served: Any, runs: Runs) -> None:
+    """A move holding the job's lock past the fence's wait (here the test, standing in for a
+    claim whose hand-over is slow) answers 503, never 200 with nothing expired: a 200 would let
+    the dispatcher forget the runner while its lease waits out the whole term."""
+    d1 = runs.token_file.read_text()
+    [job_id] = submit_jobs(served, "echo", {})
+    leased = served.call("POST", "/v1/leases", token=d1, json={"tasks": ["echo"], "runner": "r1", "job": job_id})
+    assert leased.status == 200 and leased.json["lease"]["id"] == job_id
+    with Spool(served.root, environ={}) as sp, job_lock(sp, job_id):
+        held = served.call("POST", "/v1/runners/r1/fence", token=d1, json={})
+        assert held.status == 503 and held.headers["retry-after"] == "1", held
+        assert job_id in held.json["error"] and "fence again" in held.json["error"]
+        assert sp.job(job_id)[0] is State.LEASED
+    again = served.call("POST", "/v1/runners/r1/fence", token=d1, json={})
+    assert again.status == 200 and again.json == {"runner": "d1/r1", "expired": [job_id]}
+    with Spool(served.root, environ={}) as sp:
+        assert sp.job(job_id)[0] is State.PENDING
 
 
 def test_run_one_and_dispatch_usage_errors_are_one_line(tmp_path: Path) -> None:
