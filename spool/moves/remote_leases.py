@@ -77,8 +77,11 @@ def leases_of(sp: Handle, worker: str) -> list[tuple[str, int]]:
                 job_file = read_job(sp, State.LEASED, job_id)
             except (FileNotFoundError, InvalidJob):
                 continue
-            if job_file.lease is not None and job_file.lease.worker == worker:
-                found[job_id] = job_file.lease.attempt
+            lease = job_file.lease
+            # A lease for another attempt than the file's is no lease (a planted or hand-edited
+            # file): ``expire`` would refuse it, and the coordinator's first look settles it.
+            if lease is not None and lease.worker == worker and lease.attempt == job_file.attempt:
+                found[job_id] = lease.attempt
     for job_id, attempt in beats:
         if job_id in found:
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ from spool.base.errors import LeaseLost
 from spool.moves.fence import Held
 from spool.disk.layout import State
 from spool.base.records import Lease
-from spool.moves.remote_leases import fence_of, fence_worker, held_by_fence, leases_of
+from spool.moves.remote_leases import FENCE_WAIT_SECONDS, fence_of, fence_worker, held_by_fence, leases_of
+from spool.moves.store import rewrite_job
 from spool.moves.transitions import claim_held, complete
 from support import run_spool
 
@@ -82,3 +84,17 @@ def test_fence_worker_also_ends_a_claim_that_died_after_its_rename(sp: Spool, sp
     assert fence_worker(sp, "remote-x") == [job_id]
     state, job_file = sp.job(job_id)
     assert state is State.PENDING and job_file.tries == 1  # the claim's try counted as spent
+
+
+def test_a_lease_for_another_attempt_than_its_files_is_not_the_workers_and_costs_the_fence_no_wait(sp: Spool) -> None:
+    """A hand-edited leased file whose lease names another attempt: ``expire`` refuses it, so
+    counting it would make the fence retry it for its whole wait and the server answer "fence
+    again" (503) until the coordinator settles the file."""
+    job_id = sp.submit("wordcount", {"path": "/a"})
+    held = _claim(sp, "remote-a")
+    edited = held.job_file.replace(lease=Lease(job_id, "remote-a", held.job_file.attempt + 3))
+    rewrite_job(sp, State.LEASED, edited, sync=False)
+    assert leases_of(sp, "remote-a") == []
+    started = time.monotonic()
+    assert fence_worker(sp, "remote-a") == []
+    assert time.monotonic() - started < FENCE_WAIT_SECONDS / 2
