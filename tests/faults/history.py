@@ -333,6 +333,14 @@ def check(spool_root: Path, history: History, slots: Path | None = None) -> Verd
     return verdict
 
 
+def ran_past(end: float, ended: float) -> bool:
+    """Whether a handler's ``end`` (its own clock reading) is after its record's ``ended``. The
+    record's time is floored to its millisecond (``format_time``), so an end within that
+    millisecond may still be before the record's real time: only a later millisecond surely is
+    (a .ci/run of 2026-12-06 failed a done attempt whose end and record both read 17.965)."""
+    return end >= ended + 0.001
+
+
 def _seconds(text: str) -> float:
     from spool.base.timetext import parse_time
 
@@ -444,7 +452,7 @@ def check_queues(files: dict[str, tuple[Any, Any]], slots: Path, verdict: Verdic
                 verdict.fail(f"{name}: its handler started at {start:.3f}, before its claim {record.started}")
             if start >= ended:
                 after_lease += 1
-            elif run.get("end", ended) > ended:
+            elif ran_past(run.get("end", ended), ended):
                 past_lease += 1  # its child went on after the lease ended: clipped to the lease
                 if record.outcome == "done":
                     verdict.fail(f"{name}: done at {record.ended}, before its handler ended at {run['end']:.3f}")

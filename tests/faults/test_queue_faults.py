@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from history import most_at_once, rate_busiest
+from history import most_at_once, ran_past, rate_busiest
 
 from spool import Spool
 from spool.base.timetext import parse_time
@@ -38,6 +38,13 @@ def test_rate_busiest_counts_claims_within_one_window() -> None:
     assert rate_busiest([5, 5, 5, 900, 1004], 1000) == 5
     assert rate_busiest([5, 5, 5, 900, 1005], 1000) == 4
     assert rate_busiest([], 1000) == 0
+
+
+def test_a_handler_end_within_its_records_millisecond_is_not_past_the_record() -> None:
+    # The record reads 17.965 whether its attempt ended at 17.9650 or 17.9659 (floored).
+    ended = parse_time("2026-12-06T05:57:17.965Z", "ended").timestamp()
+    assert not ran_past(ended + 0.0004, ended) and not ran_past(ended, ended) and not ran_past(ended - 0.2, ended)
+    assert ran_past(ended + 0.0011, ended) and ran_past(ended + 5.0, ended)
 
 
 def test_a_claims_started_is_never_before_the_end_of_the_attempt_whose_slot_it_took(tmp_path: Path) -> None:
