@@ -1,8 +1,8 @@
 """Issue 19's spike, part 2: a prototype of "one sync per acknowledged submit" beside Huey.
 
     python benchmarks/spike_log.py --dir DIR [--jobs N] [--shapes a,c] [--rounds R]
-        [--ingest-sync fsync|syncfs] [--claim rewrite|rename] [--cpu-ms producer=0,ingest=0,worker=0]
-        [--no-huey] [--json]
+        [--submit log|file] [--ingest-sync fsync|syncfs] [--claim rewrite|rename]
+        [--cpu-ms producer=0,ingest=0,worker=0] [--no-huey] [--strace-huey N] [--json]
 
 It runs no spool code: plain ``os`` calls in the shape the design would have.
 
@@ -12,6 +12,11 @@ It runs no spool code: plain ``os`` calls in the shape the design would have.
   initialised), and acknowledges each submit after ONE ``fdatasync`` of it: an overwrite of
   allocated blocks commits no file metadata, so on ext4 no journal commit either (only mtime is
   dirty, which fdatasync does not write).
+- ``--submit file``: SPEC.md's submit instead, the floor of spool's own recipe: each producer
+  writes each job in tmp/, fsyncs it, renames it without replace into pending/ and fsyncs
+  pending/ (two syncs per acknowledged submit, the second committing the name); no log, no
+  ingester. With ``--claim rewrite`` this is every sync and creation spool makes per job today,
+  with none of its Python: how far spool's recipe can go, beside Huey in the same run.
 - **One ingester** (the coordinator's part): reads each log from its cursor until a record that
   does not check (zeros, or torn: its CRC fails), and turns up to ``INGEST_MOST`` new records into
   ``pending/<id>.yaml`` with the durable recipe: written in tmp/, each file fsync'd
@@ -30,6 +35,9 @@ It runs no spool code: plain ``os`` calls in the shape the design would have.
   results and done files staged in tmp/, one sync (``syncfs``; one fsync each when alone),
   results linked (create-exclusive), one fsync of results/, done files renamed into done/, one
   fsync of done/, then the leased/ copies removed: spool's ``complete_many``.
+
+``--strace-huey N`` counts Huey's own fsync-family calls over N jobs of shape (a) in each round
+(``strace``, ``benchmarks/peers.py``'s ``shape_strace``): the anchor's syscalls, in the same run.
 
 ``--cpu-ms`` burns CPU per job in each role, to model what spool's Python costs there today (the
 prototype's own work per job is a fraction of it): e.g. ``worker=1.0,ingest=0.3,producer=0.1``.
@@ -177,9 +185,12 @@ def prezeroed(path: Path, size: int) -> int:
 # -- the roles ---------------------------------------------------------------------------------
 
 
-def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float) -> dict[str, Any]:
+def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float, submit: str) -> dict[str, Any]:
+    """One producer: ``jobs`` submits one by one from ``start_at``, each acknowledged after its
+    sync(s): ``log``, one fdatasync of a record in its pre-zeroed log; ``file`` (``--submit
+    file``), SPEC.md's submit, the job durable in pending/ (its fsync, then pending/'s)."""
     disk = Disk(root)
-    fd = prezeroed(root / "logs" / f"p{me}.log", (jobs + 1) * REC)
+    log_fd = prezeroed(root / "logs" / f"p{me}.log", (jobs + 1) * REC) if submit == "log" else -1
     (root / f"ready-p{me}").touch()
     while time.time() < start_at:
         time.sleep(0.001)
@@ -187,9 +198,17 @@ def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float) -> 
     for n in range(jobs):
         t0 = time.perf_counter()
         burn(cpu_ms)
-        payload = json.dumps({"id": f"{me:02d}-{n:08d}", "task": "echo", "args": {"i": n}}).encode()
-        os.pwrite(fd, record(n, payload), n * REC)
-        disk.fdatasync(fd)  # acknowledged
+        job_id = f"{me:02d}-{n:08d}"
+        payload = json.dumps({"id": job_id, "task": "echo", "args": {"i": n}}).encode()
+        if submit == "log":
+            os.pwrite(log_fd, record(n, payload), n * REC)
+            disk.fdatasync(log_fd)  # acknowledged
+        else:
+            fd = disk.create("tmp", job_id + ".yaml", job_file(payload))
+            disk.fsync(fd)
+            os.close(fd)
+            rename_noreplace(job_id + ".yaml", disk.fd["tmp"], disk.fd["pending"])
+            disk.fsync(disk.fd["pending"])  # acknowledged
         latencies.append(time.perf_counter() - t0)
     submitted = time.time()
     latencies.sort()
@@ -201,6 +220,15 @@ def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float) -> 
         "p50_ms": latencies[len(latencies) // 2] * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
     }
+
+
+RENAME_NOREPLACE = 1
+
+
+def rename_noreplace(name: str, src_fd: int, dst_fd: int) -> None:
+    """renameat2(RENAME_NOREPLACE), as spool's ``RealFS.rename_noreplace``."""
+    if _libc.renameat2(src_fd, name.encode(), dst_fd, name.encode(), RENAME_NOREPLACE) != 0:
+        raise OSError(ctypes.get_errno(), f"renameat2 {name}")
 
 
 def job_file(payload: bytes) -> bytes:
@@ -402,14 +430,22 @@ def jbd2_commits(path: Path) -> int | None:
     return None
 
 
+NO_INGESTER: dict[str, Any] = {"calls": {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0}, "cpu": 0.0}
+NO_INGESTER.update(batches=0, ingested=0)
+
+
 def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
     root = work / f"spike-{producers}-{time.monotonic_ns()}"
     for name in FOLDERS:
         (root / name).mkdir(parents=True)
     cpu = o.cpu
     spawn = [sys.executable, str(THIS)]
-    ingest = subprocess.Popen(
-        [*spawn, "_ingest", str(root), str(producers), o.ingest_sync, str(cpu["ingest"])], stdout=subprocess.PIPE
+    ingest = (
+        subprocess.Popen(
+            [*spawn, "_ingest", str(root), str(producers), o.ingest_sync, str(cpu["ingest"])], stdout=subprocess.PIPE
+        )
+        if o.submit == "log"
+        else None
     )
     workers = [
         subprocess.Popen([*spawn, "_work", str(root), str(me), o.claim, str(cpu["worker"])], stdout=subprocess.PIPE)
@@ -419,23 +455,24 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
     share = [jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)]
     prods = [
         subprocess.Popen(
-            [*spawn, "_produce", str(root), str(me), str(share[me]), str(start_at), str(cpu["producer"])],
+            [*spawn, "_produce", str(root), str(me), str(share[me]), str(start_at), str(cpu["producer"]), o.submit],
             stdout=subprocess.PIPE,
         )
         for me in range(producers)
     ]
-    everyone = [ingest, *workers, *prods]
+    helpers = [p for p in (ingest, *workers) if p is not None]
+    everyone = [*helpers, *prods]
     try:
         j0 = jbd2_commits(root)
         reports = [json.loads(p.communicate(timeout=o.timeout)[0]) for p in prods]
         deadline = time.monotonic() + o.timeout
         while len(os.listdir(root / "results")) < jobs:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in (ingest, *workers)):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in helpers):
                 raise RuntimeError(f"spike: {len(os.listdir(root / 'results'))} of {jobs} results")
             time.sleep(0.01)
         j1 = jbd2_commits(root)
         (root / "stop").touch()
-        ing = json.loads(ingest.communicate(timeout=60)[0])
+        ing = json.loads(ingest.communicate(timeout=60)[0]) if ingest is not None else NO_INGESTER
         ws = [json.loads(w.communicate(timeout=60)[0]) for w in workers]
     finally:
         for p in everyone:
@@ -482,6 +519,17 @@ def huey(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
     return r
 
 
+def huey_syscalls(work: Path, jobs: int, o: Any) -> dict[str, Any]:
+    """Huey's fsync-family calls per job over ``jobs`` of shape (a), counted with strace."""
+    from benchmarks import peers
+
+    s = peers.System("huey", work, None)
+    s.fresh(f"strace-{time.monotonic_ns()}")
+    r = peers.shape_strace(s, jobs, o.timeout)
+    s.close()
+    return r
+
+
 def _calls(c: dict[str, float]) -> str:
     return " ".join(f"{k} {v:.2f}" for k, v in c.items() if v and k != "creations") or "none"
 
@@ -518,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     role = argv[:1]
     if role == ["_produce"]:
         args = argv[1:]
-        out = producer(Path(args[0]), int(args[1]), int(args[2]), float(args[3]), float(args[4]))
+        out = producer(Path(args[0]), int(args[1]), int(args[2]), float(args[3]), float(args[4]), args[5])
     elif role == ["_ingest"]:
         out = ingester(Path(argv[1]), int(argv[2]), argv[3], float(argv[4]))
     elif role == ["_work"]:
@@ -536,10 +584,12 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--shapes", default="a,c", help="a (1 producer), c (--producers)")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="each round alternates which system goes first")
+    parser.add_argument("--submit", choices=("log", "file"), default="log", help="file: SPEC.md's submit, no log")
     parser.add_argument("--ingest-sync", choices=("fsync", "syncfs"), default="fsync")
     parser.add_argument("--claim", choices=("rewrite", "rename"), default="rewrite")
     parser.add_argument("--cpu-ms", default="", help="producer=MS,ingest=MS,worker=MS burnt per job")
     parser.add_argument("--no-huey", action="store_true")
+    parser.add_argument("--strace-huey", type=int, default=0, metavar="N", help="Huey's syncs over N jobs, each round")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", action="store_true")
     o = parser.parse_args(argv)
@@ -552,7 +602,7 @@ def run(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="spool-spike-", dir=o.dir))
     print(
         f"spike_log, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: --dir {o.dir}, N = {o.jobs}, "
-        f"ingest sync {o.ingest_sync}, claim {o.claim}, CPU burnt {o.cpu}"
+        f"submit {o.submit}, ingest sync {o.ingest_sync}, claim {o.claim}, CPU burnt {o.cpu}"
     )
     results = []
     try:
@@ -565,6 +615,10 @@ def run(argv: list[str]) -> int:
                 load = (load0, os.getloadavg()[0])
                 show(shape, got["spike"], got.get("huey"), load)
                 results.append({"round": i, "shape": shape, "load": load, "order": sides, **got})
+            if o.strace_huey and not o.no_huey:
+                counted = huey_syscalls(work, o.strace_huey, o)
+                print(f"   Huey under strace, {o.strace_huey} jobs of (a): {json.dumps(counted)}")
+                results.append({"round": i, "huey_strace": counted})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if o.json:

@@ -297,3 +297,19 @@ def test_spike_log_drains_every_job_with_one_sync_per_acknowledged_submit(tmp_pa
         assert spike["jobs"] == 30 and spike["drain"] > 0 and spike["submits"] > 0
         assert spike["calls_per_job"]["producers"]["fdatasync"] == 1.0
         assert spike["calls_per_job"]["producers"]["creations"] == 0.0
+
+
+def test_spike_log_submit_file_is_specs_recipe_two_syncs_and_a_file_per_submit(tmp_path: Path) -> None:
+    """``--submit file``, the floor of SPEC.md's own recipe (issue 19's walls of shapes (a) and
+    (c)): each acknowledged submit is a file made durable in pending/ (its fsync and pending/'s),
+    no log and no ingester; every job still ends with one result."""
+    done = _run_benchmark(
+        tmp_path, "spike_log.py", "--jobs", "30", "--rounds", "1", "--no-huey", "--submit", "file", "--json"
+    )
+    rounds = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["shape"] for r in rounds] == ["a", "c"], done.stdout
+    for spike in (r["spike"] for r in rounds):
+        assert spike["jobs"] == 30 and spike["drain"] > 0
+        producers = spike["calls_per_job"]["producers"]
+        assert (producers["fsync"], producers["fdatasync"], producers["creations"]) == (2.0, 0.0, 1.0)
+        assert spike["calls_per_job"]["ingester"] == {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0}
