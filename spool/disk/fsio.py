@@ -309,10 +309,11 @@ class RealFS:
             return False
         return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
-    def flock(self, fd: int, *, blocking: bool) -> bool:
-        """Take the exclusive flock on ``fd``; False when not ``blocking`` and another holds it."""
+    def flock(self, fd: int, *, blocking: bool, release: bool = False) -> bool:
+        """Take the exclusive flock on ``fd`` (``release``: drop it and keep the descriptor, as the
+        ledger's writers' queue does); False when not ``blocking`` and another holds it."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_UN if release else fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
             return False
         return True

@@ -259,10 +259,8 @@ def tmp_writer_pid(name: str) -> int | None:
 
 def purge_marker_name(job_id: str) -> str:
     """Where a purge puts the job file (its commit point): a tmp name that says whose results go.
-
     If the purger dies, the tmp sweep finishes the purge (``finish_purge``) before removing it,
-    so a result left without its job is never mistaken for an acknowledged one that lost its file.
-    """
+    so a result left without its job is never mistaken for an acknowledged one that lost its file."""
     return f"{os.getpid()}-purge-{job_id}.tmp"
 
 
@@ -298,9 +296,10 @@ def coordinator_lock_name() -> str:
     return "coordinator" + _LOCK_SUFFIX
 
 
-def ledger_lock_name() -> str:
-    """Held to create the ledger file or move it aside (``spool.ledger.file``)."""
-    return "ledger" + _LOCK_SUFFIX
+def ledger_lock_name(*, writes: bool = False) -> str:
+    """Held to create the ledger file or move it aside (``spool.ledger.file``); ``writes``: the
+    writers' queue, taken for each ledger write (``spool.ledger.turns``)."""
+    return ("ledger-writes" if writes else "ledger") + _LOCK_SUFFIX
 
 
 # -- the ledger's file -------------------------------------------------------------------------

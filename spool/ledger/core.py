@@ -38,6 +38,7 @@ from spool.ledger.queries import LedgerQueries
 from spool.ledger.queue_rows import QueueRows
 from spool.ledger.reservations import Reservations
 from spool.ledger.schema import migrate
+from spool.ledger.turns import Turns
 
 _OPENS = itertools.count(1)  # every open of a ledger file in this process, numbered
 
@@ -55,6 +56,7 @@ class Ledger(LedgerQueries, QueueRows, Reservations):
         self._read_only = read_only
         self._clock = clock  # what the rows' times (updated, history.at) are read from
         self._mutex = threading.Lock()
+        self._turns = Turns(layout)  # the writers' queue in front of SQLite's lock
         self._db: sqlite3.Connection | None = None
         self._ident: tuple[int, int] | None = None
         self._generation = 0  # ``generation``: which open of a file at the name this is
@@ -76,6 +78,7 @@ class Ledger(LedgerQueries, QueueRows, Reservations):
                 except sqlite3.Error:
                     pass
             self._drop()
+            self._turns.close()
 
     # -- the file ----------------------------------------------------------------------------
 
@@ -140,20 +143,26 @@ class Ledger(LedgerQueries, QueueRows, Reservations):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT, so concurrent writers queue on SQLite's lock, never deadlock."""
+        """BEGIN IMMEDIATE ... COMMIT, so concurrent writers queue on SQLite's lock, never deadlock;
+        in turns (``spool.ledger.turns``), so a waiting writer is woken when the lock frees."""
         with self._mutex, self._errors():
             db = self._current()
-            db.execute("BEGIN IMMEDIATE")
+            taken = self._turns.take()
             try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    try:
-                        db.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
-                raise
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        try:
+                            db.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
+                    raise
+            finally:
+                if taken:
+                    self._turns.give_back()
 
     @contextmanager
     def _snapshot(self) -> Iterator[sqlite3.Connection]:
