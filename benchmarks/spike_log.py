@@ -31,7 +31,8 @@ It runs no spool code: plain ``os`` calls in the shape the design would have.
   in tmp/ and synced (one fsync alone, one ``syncfs`` for a batch), renamed over it, one fsync of
   leased/; ``--claim rename``: the rename and the fsync of leased/ only (the floor's claim: the
   try is the file's presence in leased/). Each handler reads its args and returns them; its
-  result waits up to 5 ms (16 at most, or until the worker is idle) to be completed with others:
+  result waits up to 5 ms (16 at most, or until the worker is idle; ``--batch-most``, ``--hold-ms``:
+  spool's are 64 and 50 ms since) to be completed with others:
   results and done files staged in tmp/, one sync (``syncfs``; one fsync each when alone),
   results linked (create-exclusive), one fsync of results/, done files renamed into done/, one
   fsync of done/, then the leased/ copies removed: spool's ``complete_many``.
@@ -76,9 +77,8 @@ FOLDERS = ("logs", "tmp", "pending", "leased", "results", "done")
 REC = 256  # one record; a multiple of 512 bytes' divisors, so none crosses a sector
 MAGIC = b"SPJ1"  # then CRC-32 of the rest, sequence (u64), payload length (u16), payload, zeros
 INGEST_MOST = 256  # records turned into files per ingest batch
-CLAIM_MOST = 16  # runner.batching.CLAIM_BATCH_MOST
-HOLD_SECONDS = 0.005  # runner.batching.HOLD_SECONDS
-OUTBOX_MOST = 16
+CLAIM_MOST = 16  # runner.batching.CLAIM_BATCH_MOST when the spike was run (64 since: --batch-most)
+HOLD_SECONDS = 0.005  # runner.batching.HOLD_SECONDS then (0.05 since: --hold-ms)
 IN_MODIFY, IN_CREATE, IN_MOVED_TO = 0x2, 0x100, 0x80
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -304,8 +304,9 @@ def ingester(root: Path, producers: int, sync: str, cpu_ms: float) -> dict[str, 
 class Worker:
     """One worker: batch claims, handlers inline, batched completions (spool's group commit)."""
 
-    def __init__(self, root: Path, me: int, claim: str, cpu_ms: float) -> None:
+    def __init__(self, root: Path, me: int, claim: str, cpu_ms: float, most: int, hold: float) -> None:
         self.root, self.me, self.claim_mode, self.cpu_ms = root, me, claim, cpu_ms
+        self.most, self.hold = most, hold  # a claim's and a completion's most jobs; a result's longest wait
         self.disk = Disk(root)
         self.outbox: list[tuple[str, bytes]] = []
         self.due = float("inf")
@@ -344,7 +345,7 @@ class Worker:
         if not self.ready:  # listed again only when used up: a deep pending/ is not listed per claim
             self.ready = sorted(os.listdir(d.fd["pending"]), reverse=not self.me % 2)
         claimed = []
-        while self.ready and len(claimed) < CLAIM_MOST:
+        while self.ready and len(claimed) < self.most:
             name = self.ready.pop()  # worker 0 takes the oldest first, worker 1 the newest: they rarely meet
             try:
                 d.move(name, "pending", "leased")  # the claim's commit point
@@ -379,9 +380,9 @@ class Worker:
         burn(self.cpu_ms)
         args = next(line for line in data.decode().splitlines() if line.startswith("args: "))[6:]
         if not self.outbox:
-            self.due = time.monotonic() + HOLD_SECONDS
+            self.due = time.monotonic() + self.hold
         self.outbox.append((name, json.dumps({"value": json.loads(args)}).encode()))
-        if len(self.outbox) >= OUTBOX_MOST:
+        if len(self.outbox) >= self.most:
             self.flush()
 
     def flush(self) -> None:
@@ -448,7 +449,10 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
         else None
     )
     workers = [
-        subprocess.Popen([*spawn, "_work", str(root), str(me), o.claim, str(cpu["worker"])], stdout=subprocess.PIPE)
+        subprocess.Popen(
+            [*spawn, "_work", str(root), str(me), o.claim, str(cpu["worker"]), str(o.batch_most), str(o.hold_ms / 1e3)],
+            stdout=subprocess.PIPE,
+        )
         for me in range(2)
     ]
     start_at = time.time() + 2.0 + 0.02 * jobs * REC / 1e6  # their logs pre-zeroed, the imports done
@@ -570,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     elif role == ["_ingest"]:
         out = ingester(Path(argv[1]), int(argv[2]), argv[3], float(argv[4]))
     elif role == ["_work"]:
-        out = Worker(Path(argv[1]), int(argv[2]), argv[3], float(argv[4])).run()
+        out = Worker(Path(argv[1]), int(argv[2]), argv[3], float(argv[4]), int(argv[5]), float(argv[6])).run()
     else:
         return run(argv)
     print(json.dumps(out), flush=True)
@@ -587,6 +591,8 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--submit", choices=("log", "file"), default="log", help="file: SPEC.md's submit, no log")
     parser.add_argument("--ingest-sync", choices=("fsync", "syncfs"), default="fsync")
     parser.add_argument("--claim", choices=("rewrite", "rename"), default="rewrite")
+    parser.add_argument("--batch-most", type=int, default=CLAIM_MOST, help="a claim's and a completion's most jobs")
+    parser.add_argument("--hold-ms", type=float, default=HOLD_SECONDS * 1000, help="a result's longest wait for others")
     parser.add_argument("--cpu-ms", default="", help="producer=MS,ingest=MS,worker=MS burnt per job")
     parser.add_argument("--no-huey", action="store_true")
     parser.add_argument("--strace-huey", type=int, default=0, metavar="N", help="Huey's syncs over N jobs, each round")
@@ -602,7 +608,8 @@ def run(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="spool-spike-", dir=o.dir))
     print(
         f"spike_log, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: --dir {o.dir}, N = {o.jobs}, "
-        f"submit {o.submit}, ingest sync {o.ingest_sync}, claim {o.claim}, CPU burnt {o.cpu}"
+        f"submit {o.submit}, ingest sync {o.ingest_sync}, claim {o.claim}, batches of {o.batch_most}, "
+        f"results held {o.hold_ms:g} ms, CPU burnt {o.cpu}"
     )
     results = []
     try:

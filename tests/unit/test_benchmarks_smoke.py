@@ -303,9 +303,9 @@ def test_spike_log_submit_file_is_specs_recipe_two_syncs_and_a_file_per_submit(t
     """``--submit file``, the floor of SPEC.md's own recipe (issue 19's walls of shapes (a) and
     (c)): each acknowledged submit is a file made durable in pending/ (its fsync and pending/'s),
     no log and no ingester; every job still ends with one result."""
-    done = _run_benchmark(
-        tmp_path, "spike_log.py", "--jobs", "30", "--rounds", "1", "--no-huey", "--submit", "file", "--json"
-    )
+    spool_batches = ["--batch-most", "64", "--hold-ms", "50"]  # runner.batching's today
+    args = ["--jobs", "30", "--rounds", "1", "--no-huey", "--submit", "file", *spool_batches, "--json"]
+    done = _run_benchmark(tmp_path, "spike_log.py", *args)
     rounds = json.loads(done.stdout.strip().splitlines()[-1])
     assert [r["shape"] for r in rounds] == ["a", "c"], done.stdout
     for spike in (r["spike"] for r in rounds):
