@@ -431,8 +431,12 @@ def jbd2_commits(path: Path) -> int | None:
     return None
 
 
-NO_INGESTER: dict[str, Any] = {"calls": {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0}, "cpu": 0.0}
-NO_INGESTER.update(batches=0, ingested=0)
+NO_INGESTER: dict[str, Any] = {  # ``--submit file``'s ingester report: there is none
+    "calls": {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0},
+    "cpu": 0.0,
+    "batches": 0,
+    "ingested": 0,
+}
 
 
 def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 
 SQLite makes a writer that finds its write lock held sleep and try again (its busy handler:
 1, 2, 5, 10 ms ...), never woken when the lock frees. With four producers, two workers and the
-coordinator each writing a row per move, that cost a submit 0.3 sleeps of ~1.4 ms on average
-in issue 19's shape (c) (strace of one producer). ``Turns`` queues the writers on a flock of
-``locks/ledger-writes.lock`` instead, taken before ``BEGIN IMMEDIATE`` and dropped after
-``COMMIT``: the kernel wakes the next writer the moment the holder lets go.
+coordinator each writing a row per move, that cost a submit about 0.3 sleeps of ~1.4 ms on
+average in issue 19's shape (c) (strace of one producer). ``Turns`` lines the writers up on a
+flock of ``locks/ledger-writes.lock`` instead, taken before ``BEGIN IMMEDIATE`` and dropped
+after ``COMMIT``, and a writer that finds it held looks again within 50 us to 2 ms (below).
 
 It is a queue, never the guard: SQLite's lock still decides who writes. A process that can't
 open or take the flock (a read-only ``locks/``, a failing disk, a lock file removed by hand so
@@ -14,8 +14,8 @@ that two processes now lock different files) writes as before and only waits SQL
 Its wait is bounded as SQLite's is (``WAIT_SECONDS``, the ledger's busy timeout): a holder
 stopped with SIGSTOP inside a transaction holds SQLite's lock as well, and a writer that has
 waited that long goes on to SQLite's busy handler, which then reports the ledger busy as before.
-The flock can't take a timeout, so a busy one is polled, from 50 us doubling to 2 ms: a turn
-lasts a few hundred microseconds, and the poll wakes a waiter within a fraction of SQLite's
+A blocking flock can't take a timeout, so a busy one is polled, from 50 us doubling to 2 ms: a
+turn lasts a few hundred microseconds, and the poll finds it free within a fraction of SQLite's
 first sleep.
 """
 
