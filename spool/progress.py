@@ -144,7 +144,8 @@ def read_progresses(sp: Handle, job_ids: Iterable[str]) -> dict[str, Progress]:
 def _read_one(sp: Handle, job_id: str, attempt: int) -> Progress | None:
     from spool.base.errors import InvalidJob  # start-up: as in read_progresses
     from spool.disk.fsio import fs  # start-up: as in read_progresses
-    from spool.disk.layout import State, heartbeat_lines, heartbeat_name, job_name  # start-up: as above
+    from spool.disk.heartbeat import heartbeat_lines  # start-up: as above
+    from spool.disk.layout import State, heartbeat_name, job_name  # start-up: as above
 
     leased_fd = sp.layout.fd(State.LEASED)
     try:

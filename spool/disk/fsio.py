@@ -177,7 +177,7 @@ class RealFS:
             if single_link and info.st_nlink != 1:
                 raise InvalidJob(f"{name}: has {info.st_nlink} hard links")
             if settled:
-                _refuse_if_being_written(fd, name)
+                linux.refuse_if_being_written(fd, name)
             if info.st_size > max_bytes:
                 raise InvalidJob(f"{name}: {info.st_size} bytes, over the limit of {max_bytes}")
             data = _read_at_most(fd, max_bytes + 1, size=info.st_size)
@@ -309,14 +309,17 @@ class RealFS:
             return False
         return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
-    def flock(self, fd: int, *, blocking: bool, release: bool = False) -> bool:
-        """Take the exclusive flock on ``fd`` (``release``: drop it and keep the descriptor, as the
-        ledger's writers' queue does); False when not ``blocking`` and another holds it."""
+    def flock(self, fd: int, *, blocking: bool) -> bool:
+        """Take the exclusive flock on ``fd``; False when not ``blocking`` and another holds it."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_UN if release else fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
             return False
         return True
+
+    def unflock(self, fd: int) -> None:
+        """Drop the flock on ``fd`` and keep the descriptor, to take it again (the ledger's turns)."""
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
     def overwrite_held(self, fd: int, data: bytes) -> None:
         """Replace the content of a file we hold open (a worker's lock: its advertisement)."""
@@ -337,18 +340,6 @@ def _regular_or_close(fd: int, name: str) -> int:
         raise OSError(errno.EINVAL, "not a regular file", name)
     os.set_blocking(fd, True)
     return fd
-
-
-def _refuse_if_being_written(fd: int, name: str) -> None:
-    """F_SETLEASE(F_RDLCK) fails with EAGAIN while any process has the file open for writing.
-    Where leases are off (EACCES, EINVAL, ENOLCK), the file is taken as it is."""
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-    except OSError as err:
-        if err.errno in (errno.EAGAIN, errno.EBUSY):
-            raise BlockingIOError(errno.EAGAIN, "still being written", name) from None
-        return
-    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
 
 
 def _raise_disk_full(err: OSError) -> None:

@@ -50,6 +50,7 @@ suffix or a prefix itself. Who writes each entry and who reads it:
                                          holds its advertisement (JSON)     stats, spool.workers
     locks/coordinator.lock               the coordinator, while it runs     stats, fsck, a second coordinator
     locks/ledger.lock                    ledger_file (create, set aside)    ledger_file
+    locks/ledger-writes.lock             every ledger write, for its turn   the same (spool.ledger.turns)
     locks/tls.lock                       spool.tokens (each rewrite), the   the same
                                          self-signed pair's making
     logs/<id>.<attempt>.log              the worker (the attempt's          ``spool logs``; purge removes them
@@ -173,35 +174,6 @@ def parse_heartbeat_name(name: str) -> tuple[str, int] | None:
     return (job_id, int(attempt)) if _is_decimal(attempt) else None
 
 
-HEARTBEAT_MAX_BYTES = 4096  # a counter, a worker name (<= 64) and a progress line (spool.progress)
-
-
-def heartbeat_content(counter: int, worker: str, progress: bytes = b"", *, queued: bool = False) -> bytes:
-    """What a heartbeat file holds: a first line with the counter the coordinator watches change
-    and the worker (so the coordinator can check its liveness lock without reading the job file),
-    ending in `` queued`` for a batch member whose handler has not started (``store.queued_beat``),
-    then, when the handler reported one, a second line with its progress (``spool.progress``)."""
-    first = f"{counter} {worker}{' queued' if queued else ''}\n".encode()
-    return first + progress + b"\n" if progress else first
-
-
-def heartbeat_lines(content: bytes) -> tuple[bytes, bytes | None]:
-    """(the counter's line, the progress line or None). The coordinator compares the first only,
-    so a rewritten progress line is never a beat; without a newline (an older file, a torn read)
-    the whole content is the first."""
-    first, newline, rest = content.partition(b"\n")
-    return first + newline, rest.rstrip(b"\n") or None
-
-
-def parse_heartbeat(content: bytes | None) -> tuple[int, str] | None:
-    """(counter, worker) from a heartbeat file's content; None when it is not one a worker wrote
-    (a planted entry read as nothing, a beat caught while being rewritten)."""
-    parts = heartbeat_lines(content or b"")[0].split()
-    if len(parts) not in (2, 3) or not parts[0].isdigit() or parts[2:] not in ([], [b"queued"]):
-        return None
-    return int(parts[0]), parts[1].decode("utf-8", "replace")
-
-
 def cancel_name(job_id: str) -> str:
     return f".{job_id}.cancel"
 
@@ -296,10 +268,14 @@ def coordinator_lock_name() -> str:
     return "coordinator" + _LOCK_SUFFIX
 
 
-def ledger_lock_name(*, writes: bool = False) -> str:
-    """Held to create the ledger file or move it aside (``spool.ledger.file``); ``writes``: the
-    writers' queue, taken for each ledger write (``spool.ledger.turns``)."""
-    return ("ledger-writes" if writes else "ledger") + _LOCK_SUFFIX
+def ledger_lock_name() -> str:
+    """Held to create the ledger file or move it aside (``spool.ledger.file``)."""
+    return "ledger" + _LOCK_SUFFIX
+
+
+def ledger_writes_lock_name() -> str:
+    """The ledger's writers take turns on it, one write each (``spool.ledger.turns``)."""
+    return "ledger-writes" + _LOCK_SUFFIX
 
 
 # -- the ledger's file -------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""Linux calls the ``os`` module lacks, through ctypes, for ``spool.disk.fsio`` (nothing else calls them):
-syncfs(2), and the filesystem type that says whether a syncfs can stand in for an fsync of each file."""
+"""Linux specifics for ``spool.disk.fsio`` (nothing else calls them): syncfs(2) and the filesystem
+type that says whether a syncfs can stand in for an fsync of each file, through ctypes (the ``os``
+module lacks them); a read lease that says whether a file is still being written."""
 
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
 from typing import Any
 
@@ -58,3 +61,15 @@ def load_syncfs() -> Any:
         return None
     fn.argtypes = [ctypes.c_int]
     return fn
+
+
+def refuse_if_being_written(fd: int, name: str) -> None:
+    """BlockingIOError while any process has ``fd``'s file open for writing: F_SETLEASE(F_RDLCK)
+    fails with EAGAIN then. Where leases are off (EACCES, EINVAL, ENOLCK), the file is taken as it is."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except OSError as err:
+        if err.errno in (errno.EAGAIN, errno.EBUSY):
+            raise BlockingIOError(errno.EAGAIN, "still being written", name) from None
+        return
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)

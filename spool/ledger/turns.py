@@ -24,7 +24,7 @@ from __future__ import annotations
 from spool.base.clock import SYSTEM
 from spool.base.errors import SpoolError
 from spool.disk.fsio import fs
-from spool.disk.layout import Layout, ledger_lock_name
+from spool.disk.layout import Layout, ledger_writes_lock_name
 
 WAIT_SECONDS = 30.0  # the ledger's busy_timeout (spool.ledger.file.open_db)
 FIRST_POLL_SECONDS = 0.00005
@@ -61,7 +61,7 @@ class Turns:
     def give_back(self) -> None:
         if self._fd is not None:
             try:
-                fs.flock(self._fd, blocking=False, release=True)
+                fs.unflock(self._fd)
             except OSError:
                 self.close()  # closing the descriptor drops the flock for certain
 
@@ -76,7 +76,7 @@ class Turns:
     def _open(self) -> int | None:
         if self._fd is None and self._usable:
             try:
-                self._fd = fs.open_lock(self._layout.fd("locks"), ledger_lock_name(writes=True))
+                self._fd = fs.open_lock(self._layout.fd("locks"), ledger_writes_lock_name())
             except (OSError, SpoolError):
                 self._usable = False  # read-only, no locks/, a symlink there: not worth trying per write
         return self._fd

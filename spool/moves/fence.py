@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from spool.base.errors import DiskFull, InvalidJob, LeaseLost
 from spool.disk.fsio import fs
 from spool.job import JobFile
-from spool.disk.layout import State, cancel_name, heartbeat_content, heartbeat_name
+from spool.disk.layout import State, cancel_name, heartbeat_name
+from spool.disk.heartbeat import heartbeat_content
 from spool.progress import Progress, encode
 from spool.base.records import Lease, LeaseStatus
 from spool.moves.recovery import resync

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from spool.base.errors import InvalidJob
 from spool.moves.fence import Held
 from spool.disk.fsio import fs
-from spool.disk.layout import State, heartbeat_name, is_ignored_name, job_id_of, parse_heartbeat, parse_heartbeat_name
+from spool.disk.layout import State, heartbeat_name, is_ignored_name, job_id_of, parse_heartbeat_name
+from spool.disk.heartbeat import parse_heartbeat
 from spool.moves.store import decode_job, read_job, read_job_bytes
 from spool.moves.transitions import expire
 

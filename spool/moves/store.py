@@ -18,21 +18,18 @@ from spool.disk.fsio import fs
 from spool.job import JobFile
 from spool.disk.layout import (
     ADVANCEMENT,
-    HEARTBEAT_MAX_BYTES,
     WAKE_NAME,
     State,
     cancel_name,
-    heartbeat_content,
-    heartbeat_lines,
     heartbeat_name,
     is_lease_file_of,
     job_lock_name,
     job_name,
-    parse_heartbeat,
     result_name,
     set_aside_name,
     tmp_name,
 )
+from spool.disk.heartbeat import HEARTBEAT_MAX_BYTES, heartbeat_content, heartbeat_lines, parse_heartbeat
 from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock, acquire, acquire_within
 from spool.settings import MAX_JOB_BYTES

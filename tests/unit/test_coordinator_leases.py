@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from spool.disk.fsio import fs
-from spool.disk.layout import State, heartbeat_content, heartbeat_name, job_name, worker_lock_name
+from spool.disk.layout import State, heartbeat_name, job_name, worker_lock_name
+from spool.disk.heartbeat import heartbeat_content
 from spool.disk.locks import Lock, acquire
 from spool.runner import coordinator as coordinator_module
 from spool.runner.coordinator import LEASE_WATCH_SECONDS, WORKER_PROBE_SECONDS, Coordinator

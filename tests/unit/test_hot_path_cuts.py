@@ -131,7 +131,8 @@ def test_a_heartbeat_is_rewritten_in_place_and_holds_exactly_the_last_write(
 ) -> None:
     from spool.base.records import Lease
     from spool.disk import fsio
-    from spool.disk.layout import heartbeat_content, heartbeat_name
+    from spool.disk.layout import heartbeat_name
+    from spool.disk.heartbeat import heartbeat_content
     from spool.moves.fence import first_beat, heartbeat, start_queued
     from spool.progress import Progress, encode
 

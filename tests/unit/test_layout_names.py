@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spool.disk import layout
+from spool.disk import heartbeat, layout
 from spool.disk.ids import is_generated_id, new_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,9 +40,9 @@ def test_heartbeat_name_and_content_round_trip() -> None:
         assert layout.parse_heartbeat_name(layout.heartbeat_name(JOB, attempt)) == (JOB, attempt)
     for other in (layout.cancel_name(JOB), layout.job_name(JOB), f".{JOB}.x.hb", f"{JOB}.1.hb", ".wake"):
         assert layout.parse_heartbeat_name(other) is None, other
-    assert layout.parse_heartbeat(layout.heartbeat_content(41, "w-1")) == (41, "w-1")
+    assert heartbeat.parse_heartbeat(heartbeat.heartbeat_content(41, "w-1")) == (41, "w-1")
     for torn in (None, b"", b"41", b"41 w-1 extra", b"x w-1", b"-1 w"):
-        assert layout.parse_heartbeat(torn) is None, torn
+        assert heartbeat.parse_heartbeat(torn) is None, torn
 
 
 def test_dot_files_are_the_runners_and_never_jobs() -> None:
@@ -102,9 +102,10 @@ def test_lock_names() -> None:
         layout.worker_lock_name("w"),
         layout.coordinator_lock_name(),
         layout.ledger_lock_name(),
+        layout.ledger_writes_lock_name(),
     }
-    assert len(names) == 5 and all(name.endswith(".lock") for name in names)
-    assert [layout.worker_of_lock_name(name) for name in sorted(names)].count(None) == 4
+    assert len(names) == 6 and all(name.endswith(".lock") for name in names)
+    assert [layout.worker_of_lock_name(name) for name in sorted(names)].count(None) == 5
     assert len(key_hash) == 64 and key_hash == layout.key_name("invoice-7")
 
 

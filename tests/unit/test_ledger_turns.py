@@ -4,6 +4,8 @@ queue, never the guard: a writer that can't take it, or waits too long, writes a
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import threading
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from spool import Spool
-from spool.disk.layout import ledger_lock_name
+from spool.disk.layout import ledger_writes_lock_name
 from spool.ledger import turns
 from tests.unit.test_locks_seam import CallsFS, behind_the_seam
 
@@ -31,7 +33,7 @@ sys.stdin.readline()
 def _turn_held(spool: Path) -> Iterator[Callable[[], None]]:
     """Another process holding the writers' flock (as a writer inside its transaction would);
     yields what lets it go."""
-    lock = spool / "locks" / ledger_lock_name(writes=True)
+    lock = spool / "locks" / ledger_writes_lock_name()
     with subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     ) as holder:
@@ -83,8 +85,10 @@ def test_the_turn_is_only_a_queue_a_writer_that_waited_its_bound_writes_anyway(
         sp.close()
 
 
-@pytest.mark.parametrize("failing", ["open_lock", "flock"])
+@pytest.mark.parametrize("failing", ["open_lock", "flock", "unflock"])
 def test_a_writer_that_cannot_take_its_turn_writes_as_before(tmp_path: Path, failing: str) -> None:
+    """A turn that can't be opened or taken: the write waits SQLite's way; one that can't be given
+    back: its descriptor is closed, which drops the flock, and the next write opens it again."""
     with Spool.init(tmp_path / "s", environ={}) as sp:
         sp.submit("echo", {"n": 0})  # the ledger is made
     with behind_the_seam(CallsFS(failing=failing)) as calls:
@@ -92,6 +96,19 @@ def test_a_writer_that_cannot_take_its_turn_writes_as_before(tmp_path: Path, fai
         try:
             job_id = sp.submit("echo", {"n": 1})
             assert sp.status(job_id)["state"] == "pending"
+            assert not _held_elsewhere(tmp_path / "s" / "locks" / ledger_writes_lock_name())  # given back
         finally:
             sp.close()
     assert failing in calls.calls  # the turn was asked for, and its failure cost nothing
+
+
+def _held_elsewhere(lock: Path) -> bool:
+    """Whether some open file description holds the flock (one of this process's counts too)."""
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

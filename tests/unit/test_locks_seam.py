@@ -26,6 +26,7 @@ SEAM_METHODS = (
     "open_lock",
     "open_lock_to_probe",
     "flock",
+    "unflock",
     "overwrite_held",
     "close",
     "set_mode",

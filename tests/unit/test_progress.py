@@ -12,14 +12,8 @@ import pytest
 
 import spool
 from spool import progress as progress_function
-from spool.disk.layout import (
-    State,
-    heartbeat_content,
-    heartbeat_lines,
-    heartbeat_name,
-    parse_heartbeat,
-    worker_lock_name,
-)
+from spool.disk.layout import State, heartbeat_name, worker_lock_name
+from spool.disk.heartbeat import heartbeat_content, heartbeat_lines, parse_heartbeat
 from spool.disk.locks import Lock, acquire
 from spool.progress import (
     MAX_MESSAGE_CHARS,
