@@ -1,6 +1,6 @@
 """Issue 19's spike, part 2: a prototype of "one sync per acknowledged submit" beside Huey.
 
-    python benchmarks/spike_log.py --dir DIR [--jobs N] [--shapes a,c] [--rounds R]
+    python benchmarks/spike_log.py --dir DIR [--jobs N] [--shapes a,b,c] [--rounds R] [--backlog N]
         [--submit log|file] [--ingest-sync fsync|syncfs] [--claim rewrite|rename]
         [--cpu-ms producer=0,ingest=0,worker=0] [--no-huey] [--strace-huey N] [--json]
 
@@ -36,6 +36,12 @@ It runs no spool code: plain ``os`` calls in the shape the design would have.
   results and done files staged in tmp/, one sync (``syncfs``; one fsync each when alone),
   results linked (create-exclusive), one fsync of results/, done files renamed into done/, one
   fsync of done/, then the leased/ copies removed: spool's ``complete_many``.
+
+Shape (b), a backlog (``--backlog`` jobs, 10,000 as ``benchmarks/bench.py``'s): one producer
+submits them all with no worker running (and the ingester, with ``--submit log``, turns them all
+into pending/ files), then the 2 workers start; the drain is timed from the first batch of
+results to the last, as ``benchmarks/peers.py``'s shape (b) times Huey's. It is the floor of a
+backlog's drain: every sync and creation of a claim and a completion, none of spool's Python.
 
 ``--strace-huey N`` counts Huey's own fsync-family calls over N jobs of shape (a) in each round
 (``strace``, ``benchmarks/peers.py``'s ``shape_strace``): the anchor's syscalls, in the same run.
@@ -311,6 +317,7 @@ class Worker:
         self.outbox: list[tuple[str, bytes]] = []
         self.due = float("inf")
         self.done = 0
+        self.first: tuple[float, int] | None = None  # when the first batch of results was durable, its size
         self.last = 0.0
         self.claims = 0
         self.ready: list[str] = []  # the last listing of pending/, in this worker's order
@@ -336,6 +343,7 @@ class Worker:
             "calls": self.disk.calls,
             "cpu": _cpu() - cpu0,
             "done": self.done,
+            "first": self.first,
             "last": self.last,
             "claims": self.claims,
         }
@@ -402,6 +410,7 @@ class Worker:
             os.link(name + ".result", name, src_dir_fd=d.fd["tmp"], dst_dir_fd=d.fd["results"])  # exclusive
         d.fsync(d.fd["results"])  # the batch's results: done, acknowledged
         self.last, self.done = time.time(), self.done + len(waiting)
+        self.first = self.first or (self.last, len(waiting))
         if len(waiting) == 1:
             d.fsync(fds[1])
         for fd in fds:
@@ -439,7 +448,8 @@ NO_INGESTER: dict[str, Any] = {  # ``--submit file``'s ingester report: there is
 }
 
 
-def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
+def drain(work: Path, jobs: int, producers: int, o: Any, backlog: bool = False) -> dict[str, Any]:
+    """One drain of the prototype; ``backlog``: shape (b), every job in pending/ before a worker starts."""
     root = work / f"spike-{producers}-{time.monotonic_ns()}"
     for name in FOLDERS:
         (root / name).mkdir(parents=True)
@@ -452,13 +462,17 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
         if o.submit == "log"
         else None
     )
-    workers = [
-        subprocess.Popen(
-            [*spawn, "_work", str(root), str(me), o.claim, str(cpu["worker"]), str(o.batch_most), str(o.hold_ms / 1e3)],
-            stdout=subprocess.PIPE,
-        )
-        for me in range(2)
-    ]
+
+    def start_workers() -> list[subprocess.Popen[bytes]]:
+        batches = (str(o.batch_most), str(o.hold_ms / 1e3))
+        return [
+            subprocess.Popen(
+                [*spawn, "_work", str(root), str(me), o.claim, str(cpu["worker"]), *batches], stdout=subprocess.PIPE
+            )
+            for me in range(2)
+        ]
+
+    workers = [] if backlog else start_workers()
     start_at = time.time() + 2.0 + 0.02 * jobs * REC / 1e6  # their logs pre-zeroed, the imports done
     share = [jobs // producers + (1 if i < jobs % producers else 0) for i in range(producers)]
     prods = [
@@ -468,12 +482,17 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
         )
         for me in range(producers)
     ]
-    helpers = [p for p in (ingest, *workers) if p is not None]
-    everyone = [*helpers, *prods]
     try:
         j0 = jbd2_commits(root)
         reports = [json.loads(p.communicate(timeout=o.timeout)[0]) for p in prods]
         deadline = time.monotonic() + o.timeout
+        if backlog:  # the ingester (if any) turns the logs into files; then the workers start
+            while len(os.listdir(root / "pending")) < jobs:
+                if time.monotonic() > deadline or (ingest is not None and ingest.poll() is not None):
+                    raise RuntimeError(f"spike: {len(os.listdir(root / 'pending'))} of {jobs} jobs loaded")
+                time.sleep(0.01)
+            j0, workers = jbd2_commits(root), start_workers()
+        helpers = [p for p in (ingest, *workers) if p is not None]
         while len(os.listdir(root / "results")) < jobs:
             if time.monotonic() > deadline or any(p.poll() is not None for p in helpers):
                 raise RuntimeError(f"spike: {len(os.listdir(root / 'results'))} of {jobs} results")
@@ -483,12 +502,16 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
         ing = json.loads(ingest.communicate(timeout=60)[0]) if ingest is not None else NO_INGESTER
         ws = [json.loads(w.communicate(timeout=60)[0]) for w in workers]
     finally:
-        for p in everyone:
+        for p in [*prods, *workers, *([ingest] if ingest is not None else [])]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     shutil.rmtree(root, ignore_errors=True)
     first, last = min(r["first"] for r in reports), max(w["last"] for w in ws)
+    counted = jobs
+    if backlog:  # timed from the first batch of results, as peers.shape_backlog times Huey's
+        first, first_batch = min(tuple(w["first"]) for w in ws if w["first"])
+        counted = jobs - first_batch
 
     def per_job(reports: list[dict[str, Any]]) -> dict[str, float]:
         keys = ("fsync", "fdatasync", "syncfs", "creations")
@@ -497,8 +520,8 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
     return {
         "jobs": jobs,
         "producers": producers,
-        "drain": jobs / (last - first),
-        "submits": jobs / (max(r["submitted"] for r in reports) - first),
+        "drain": counted / max(last - first, 1e-6),
+        "submits": jobs / (max(r["submitted"] for r in reports) - min(r["first"] for r in reports)),
         "submit_p50_ms": reports[0]["p50_ms"],
         "submit_p99_ms": reports[0]["p99_ms"],
         "calls_per_job": {"producers": per_job(reports), "ingester": per_job([ing]), "workers": per_job(ws)},
@@ -513,14 +536,14 @@ def drain(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
     }
 
 
-def huey(work: Path, jobs: int, producers: int, o: Any) -> dict[str, Any]:
-    """Huey's shape (a) or (c) as ``benchmarks/peers.py`` runs it (SqliteHuey defaults, 2 workers)."""
+def huey(work: Path, jobs: int, producers: int, o: Any, backlog: bool = False) -> dict[str, Any]:
+    """Huey's shape (a), (b) or (c) as ``benchmarks/peers.py`` runs it (SqliteHuey defaults, 2 workers)."""
     from benchmarks import peers
 
     s = peers.System("huey", work, None)
     s.fresh(f"spike-{producers}-{time.monotonic_ns()}")
     j0 = jbd2_commits(work)
-    r = peers.shape_live(s, jobs, producers, o.timeout)
+    r = peers.shape_backlog(s, jobs, o.timeout) if backlog else peers.shape_live(s, jobs, producers, o.timeout)
     j1 = jbd2_commits(work)
     s.close()
     r["journal_commits_per_job"] = (j1 - j0) / jobs if j0 is not None and j1 is not None else None
@@ -563,8 +586,8 @@ def show(shape: str, s: dict[str, Any], h: dict[str, Any] | None, load: tuple[fl
         jc = h["journal_commits_per_job"]
         print(
             f"   Huey   drain {h['drain']:7.0f}/s  submits {h['submits']:7.0f}/s"
-            f"  submit p50 {h['submit_p50_ms']:.3f} ms p99 {h['submit_p99_ms']:.3f}"
-            f"  CPU ms/job {sum(h['cpu_ms'].values()):.3f}"
+            + (f"  submit p50 {h['submit_p50_ms']:.3f} ms p99 {h['submit_p99_ms']:.3f}" if "submit_p50_ms" in h else "")
+            + f"  CPU ms/job {sum(h['cpu_ms'].values()):.3f}"
             + (f"  journal commits/job {jc:.2f}" if jc is not None else "")
         )
 
@@ -589,7 +612,8 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dir", type=Path, default=None, help="the folder (and so the disk) to measure on")
     parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--shapes", default="a,c", help="a (1 producer), c (--producers)")
+    parser.add_argument("--shapes", default="a,c", help="a (1 producer), b (--backlog), c (--producers)")
+    parser.add_argument("--backlog", type=int, default=10_000, help="shape (b)'s jobs, loaded before a worker starts")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="each round alternates which system goes first")
     parser.add_argument("--submit", choices=("log", "file"), default="log", help="file: SPEC.md's submit, no log")
@@ -612,6 +636,7 @@ def run(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="spool-spike-", dir=o.dir))
     print(
         f"spike_log, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: --dir {o.dir}, N = {o.jobs}, "
+        f"backlog {o.backlog}, "
         f"submit {o.submit}, ingest sync {o.ingest_sync}, claim {o.claim}, batches of {o.batch_most}, "
         f"results held {o.hold_ms:g} ms, CPU burnt {o.cpu}"
     )
@@ -619,10 +644,11 @@ def run(argv: list[str]) -> int:
     try:
         for i in range(o.rounds):
             for shape in o.shapes.split(","):
-                producers = 1 if shape == "a" else o.producers
+                producers = o.producers if shape == "c" else 1
+                jobs, backlog = (o.backlog, True) if shape == "b" else (o.jobs, False)
                 load0 = os.getloadavg()[0]
                 sides = ["spike"] if o.no_huey else (["spike", "huey"] if i % 2 == 0 else ["huey", "spike"])
-                got = {side: (drain if side == "spike" else huey)(work, o.jobs, producers, o) for side in sides}
+                got = {side: (drain if side == "spike" else huey)(work, jobs, producers, o, backlog) for side in sides}
                 load = (load0, os.getloadavg()[0])
                 show(shape, got["spike"], got.get("huey"), load)
                 results.append({"round": i, "shape": shape, "load": load, "order": sides, **got})

@@ -313,3 +313,16 @@ def test_spike_log_submit_file_is_specs_recipe_two_syncs_and_a_file_per_submit(t
         producers = spike["calls_per_job"]["producers"]
         assert (producers["fsync"], producers["fdatasync"], producers["creations"]) == (2.0, 0.0, 1.0)
         assert spike["calls_per_job"]["ingester"] == {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0}
+
+
+def test_spike_log_shape_b_loads_the_backlog_before_a_worker_starts(tmp_path: Path) -> None:
+    """Shape (b), the floor of a backlog's drain: every job is in pending/ before the workers start,
+    so their claims take many jobs each, and every job still ends with one result."""
+    args = ["--shapes", "b", "--backlog", "40", "--rounds", "1", "--no-huey", "--submit", "file", "--json"]
+    done = _run_benchmark(tmp_path, "spike_log.py", *args)
+    rounds = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(r["shape"], r["spike"]["jobs"], r["spike"]["producers"]) for r in rounds] == [("b", 40, 1)]
+    spike = rounds[0]["spike"]
+    assert spike["drain"] > 0 and spike["submits"] > 0
+    assert spike["claim_batch"] > 1, done.stdout
+    assert spike["calls_per_job"]["producers"]["fsync"] == 2.0
