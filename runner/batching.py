@@ -26,6 +26,7 @@ from collections.abc import Callable
 from spool.base.errors import DiskFull, LeaseLost
 from spool.base.records import Lease, LeaseStatus
 from spool.moves import Finished, Held, cancel_leased, complete_many, lease_status, release, start_queued
+from spool.moves import begin_spare_beats, drop_spare_beats
 from spool.runner.attempt.child import Outcome
 from spool.spool import Spool
 
@@ -54,6 +55,7 @@ class Batches:
         self._outbox_due = math.inf
         self._attempt_seconds: float | None = None  # running mean; None: nothing timed yet
         self._attempt_started = math.inf
+        begin_spare_beats(sp)  # a finished attempt's heartbeat file serves a next claim's
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -80,6 +82,15 @@ class Batches:
             else:
                 log.warning("%s: given back or taken while it waited in a batch; skipped", lease.job_id)
         return None
+
+    def end(self) -> None:
+        """At the worker's exit: the waiting members given back, the waiting results saved, the
+        spare heartbeat files removed. After a failed sync the first two may fail too (raised)."""
+        try:
+            self.give_back()
+            self.flush()
+        finally:
+            drop_spare_beats(self.sp)
 
     def give_back(self) -> None:
         """Release every waiting member: no try spent, ready at once for any worker."""

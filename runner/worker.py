@@ -153,8 +153,7 @@ class Worker:
         """At any exit: give back the batch's waiting jobs and save the results that wait. After
         a failed sync this may fail too: then the leases expire, as after a crash."""
         try:
-            self._batches.give_back()
-            self._batches.flush()
+            self._batches.end()
         except (SpoolError, OSError) as err:
             log.error("worker %s: could not save or give back what its batch held: %s", self.name, err)
 

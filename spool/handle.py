@@ -38,6 +38,8 @@ class Handle:
         # queues/ into a ledger made anew (``spool.ledger.reservations``), set by the facade, which
         # may import ``spool.queues``: this module imports nothing above it.
         self.sync_limits: Callable[[], object] | None = None
+        # A worker's spare heartbeat files in tmp/ (``spool.moves.spares``); None: keeps none.
+        self.spare_beats: list[str] | None = None
 
     @property
     def root(self) -> Path:

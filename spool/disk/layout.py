@@ -62,8 +62,9 @@ suffix or a prefix itself. Who writes each entry and who reads it:
     tls/cert.pem, tls/key.pem            ``spool serve --self-signed`` on   ``spool serve``
                                          first use (key 0600)
     tls/sessions.sqlite3                 every ``spool serve``: logins      every ``spool serve`` (a cache)
-    tmp/<pid>-<random>.tmp               every atomic write, staged         the tmp sweep (fsck): swept once
-                                                                            the writer pid is gone
+    tmp/<pid>-<random>.tmp               every atomic write, staged; a      the tmp sweep (fsck): swept once
+                                         worker's spare heartbeat files     the writer pid is gone; the worker's
+                                         (spool.moves.spares)               next claims take its spares
     tmp/<pid>-purge-<id>.tmp             purge: the job file it removes     the tmp sweep finishes that purge
 
 A job's state is the folder its file is in. If a crash ever leaves one job in two folders, the

@@ -25,6 +25,7 @@ from spool.disk.layout import State, cancel_name, heartbeat_name
 from spool.disk.heartbeat import heartbeat_content
 from spool.progress import Progress, encode
 from spool.base.records import Lease, LeaseStatus
+from spool.moves import spares
 from spool.moves.recovery import resync
 from spool.moves.store import copy_in, decode_job, only_in, read_job_bytes, write_dot_file
 
@@ -128,10 +129,29 @@ def first_beat(sp: Handle, job_id: str, attempt: int, worker: str, *, queued: bo
     clears the mark just before its handler starts, and an expiry that still finds it gives the
     try back (``store.queued_beat``).
     """
+    name, content = heartbeat_name(job_id, attempt), heartbeat_content(0, worker, queued=queued)
     try:
-        write_dot_file(sp, State.LEASED, heartbeat_name(job_id, attempt), heartbeat_content(0, worker, queued=queued))
+        if not _placed_spare(sp, name, content):
+            write_dot_file(sp, State.LEASED, name, content)
     except (OSError, DiskFull) as err:
         log.warning("claim of %s: its first heartbeat was not written (%s)", job_id, err)
+
+
+def _placed_spare(sp: Handle, name: str, content: bytes) -> bool:
+    """A spare heartbeat file (``spool.moves.spares``) rewritten with ``content`` in tmp/, then
+    renamed to ``name`` in leased/: the name appears with its content, as a created file's does.
+    False, the spare removed, when there is none or it can't be (swept, planted, a file under the
+    name already: a crashed claim's, which ``write_dot_file`` then overwrites as before)."""
+    spare = spares.take(sp)
+    if spare is None:
+        return False
+    try:
+        write_dot_file(sp, "tmp", spare, content)
+        fs.rename_noreplace(sp.layout.fd("tmp"), spare, sp.layout.fd(State.LEASED), name)
+    except (OSError, DiskFull):
+        spares.remove(sp, spare)
+        return False
+    return True
 
 
 def start_queued(sp: Handle, lease: Lease) -> None:

@@ -32,6 +32,7 @@ from spool.disk.layout import (
 from spool.disk.heartbeat import HEARTBEAT_MAX_BYTES, heartbeat_content, heartbeat_lines, parse_heartbeat
 from spool.base.lazylog import lazy_logger
 from spool.disk.locks import Lock, acquire, acquire_within
+from spool.moves import spares
 from spool.settings import MAX_JOB_BYTES
 
 if TYPE_CHECKING:
@@ -292,14 +293,15 @@ def drop_job_lock(sp: Handle, job_id: str, lock: Lock) -> None:
 
 
 def clear_lease_files(sp: Handle, job_id: str, attempt: int | None = None) -> None:
-    """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable). A planted
+    """Remove a job's heartbeat and cancel dot-files from leased/ (repeatable); a worker keeps
+    the heartbeat of its own ``attempt`` as a spare (``spool.moves.spares``). A planted
     directory under one of their names can't be unlinked: it is set aside, never fatal."""
     leased = sp.layout.fd(State.LEASED)
-    names = (
-        [n for n in fs.list_dir(leased) if is_lease_file_of(n, job_id)]
-        if attempt is None
-        else [heartbeat_name(job_id, attempt), cancel_name(job_id)]
-    )
+    if attempt is None:
+        names = [n for n in fs.list_dir(leased) if is_lease_file_of(n, job_id)]
+    else:
+        beat = heartbeat_name(job_id, attempt)
+        names = [cancel_name(job_id)] if spares.keep(sp, beat) else [beat, cancel_name(job_id)]
     for name in names:
         try:
             fs.unlink(leased, name, missing_ok=True)
@@ -319,8 +321,9 @@ def queued_beat(sp: Handle, job_id: str, attempt: int) -> bool:
     return beat is not None and heartbeat_lines(content)[0] == heartbeat_content(*beat, queued=True)
 
 
-def write_dot_file(sp: Handle, state: State, name: str, data: bytes) -> None:
-    """Write one of the runner's dot-files (a heartbeat counter, a cancel request) in ``state``/.
+def write_dot_file(sp: Handle, state: State | str, name: str, data: bytes) -> None:
+    """Write one of the runner's dot-files (a heartbeat counter, a cancel request) in ``state``/
+    (or a spare heartbeat in tmp/).
 
     Anything but a plain file under its name (a directory, a FIFO that would block the open, a
     symlink, a second hard link that would carry our write elsewhere) was planted: it is set
@@ -332,7 +335,7 @@ def write_dot_file(sp: Handle, state: State, name: str, data: bytes) -> None:
     fs.overwrite_small(dir_fd, name, data)
 
 
-def set_aside(sp: Handle, state: State, name: str) -> str:
+def set_aside(sp: Handle, state: State | str, name: str) -> str:
     """Rename a planted entry in the runner's dot-file namespace to a dot-name nothing reads
     (``<name>.planted-<random>``), with one WARNING. Returns the new name."""
     aside = set_aside_name(name, os.urandom(4).hex())
@@ -340,7 +343,8 @@ def set_aside(sp: Handle, state: State, name: str) -> str:
         fs.rename_noreplace(sp.layout.fd(state), name, sp.layout.fd(state), aside)
     except FileNotFoundError:
         return aside  # someone else moved it first
-    log.warning("%s/%s was not the runner's file; moved aside to %s/%s", state.value, name, state.value, aside)
+    folder = state.value if isinstance(state, State) else state
+    log.warning("%s/%s was not the runner's file; moved aside to %s/%s", folder, name, folder, aside)
     return aside
 
 

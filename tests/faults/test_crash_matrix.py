@@ -40,7 +40,7 @@ import pytest
 from spool import Spool, queues
 
 from spool.base import crash
-from spool.fsck import fsck
+from spool.fsck import fsck, writer_alive
 from spool.disk.layout import State, job_name, key_name, result_name, worker_lock_name
 from spool.disk.locks import acquire
 from spool.runner.coordinator import Coordinator
@@ -1053,8 +1053,13 @@ def test_cli_supervisor_restarts_a_worker_killed_mid_complete(
         "run", "--workers", "1", "--import", "examples.tasks", env=_crash_env("worker:complete-after-stage"), name="run"
     )
     wait_until(lambda: _finished(fast_spool, job_id), timeout=60, message=f"{job_id} to finish")
-    # The crashed worker's staged result stays in tmp/ until the coordinator's next sweep.
-    wait_until(lambda: not any((fast_spool / "tmp").iterdir()), timeout=30, message="the tmp/ sweep")
+    # The crashed worker's staged result stays in tmp/ until the coordinator's next sweep (the
+    # live worker's spare heartbeat file, spool.moves.spares, stays: its writer is alive).
+    wait_until(
+        lambda: all(writer_alive(entry.name) for entry in (fast_spool / "tmp").iterdir()),
+        timeout=30,
+        message="the tmp/ sweep",
+    )
     procs.stop()
     status = _status(fast_spool, job_id)
     assert status["attempt"] == 2 and [a["outcome"] for a in status["attempts"]] == ["expired", "done"]
