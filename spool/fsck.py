@@ -287,12 +287,18 @@ def sweep_tmp(sp: Handle) -> list[str]:
     """Remove tmp/ files whose writer is gone (never one still being written), finishing an
     interrupted purge first: its job file is here, its result and logs may still be in place."""
     tmp_fd = sp.layout.fd("tmp")
-    swept = [name for name in fs.list_dir(tmp_fd) if not writer_alive(name)]
-    for name in swept:
+    swept = []
+    for name in fs.list_dir(tmp_fd):
+        if writer_alive(name):
+            continue
         purged = parse_purge_marker(name)
         if purged is not None:
             finish_purge(sp, purged)
-        fs.unlink(tmp_fd, name, missing_ok=True)
+        try:
+            fs.unlink(tmp_fd, name, missing_ok=True)
+        except (IsADirectoryError, PermissionError):  # EISDIR on Linux; EPERM where POSIX says so
+            continue  # a planted directory is nobody's staging: left for a person (fsck lists it)
+        swept.append(name)
     return swept
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spool.base import crash
-from spool.fsck import fsck
+from spool.fsck import fsck, sweep_tmp
 from spool.disk.fsio import fs
 from spool.disk.ids import new_id
 from spool.moves.ingest import ingest
@@ -416,3 +416,18 @@ def test_a_result_is_whole_json_or_fsck_says_so(sp: Spool) -> None:
     assert fsck(sp).ok
     (sp.root / "results" / result_name(job_id)).write_text('{"a": ')
     assert any("not a whole JSON result" in v for v in fsck(sp).violations)
+
+
+def test_a_directory_planted_in_tmp_is_left_and_never_stops_the_sweep(sp: Spool) -> None:
+    """tmp/ is the runner's staging: a directory planted there (no writer's pid in its name) can't
+    be unlinked. The sweep removes what it can and leaves that for a person (fsck lists it); the
+    coordinator's pass that sweeps goes on (EISDIR stopped it, at every restart, before)."""
+    (sp.root / "tmp" / "planted").mkdir()
+    (sp.root / "tmp" / "planted-full").mkdir()
+    (sp.root / "tmp" / "planted-full" / "x").write_text("x")
+    (sp.root / "tmp" / "left.tmp").write_bytes(b"staged by a writer that is gone")
+    assert sweep_tmp(sp) == ["left.tmp"]
+    Coordinator(sp).run_pass()  # its first pass reconciles, and sweeps tmp/
+    assert sorted(os.listdir(sp.root / "tmp")) == ["planted", "planted-full"]
+    report = fsck(sp, repair=True)
+    assert report.ok and sorted(g.split(":")[0] for g in report.garbage) == ["tmp/planted", "tmp/planted-full"]
