@@ -4,7 +4,8 @@ it to the next job it claims, in place of removing one file and creating another
 A removed file frees its block and a new file's first write allocates one; on this project's
 root disk (ext4 mounted with ``discard``, no journal) the free also trims the block before the
 removal returns. A kept file is renamed twice instead and its block is rewritten in place: the
-backlog's drain on the root disk +6-8% (docs/performance.md, "The floor of a backlog's drain").
+backlog's drain on the root disk +4-8% in the medians of an A/B, level elsewhere
+(docs/performance.md, "The floor of a backlog's drain").
 
 A spare waits in tmp/ under a staging name (``tmp_name``: ``<pid>-<random>.tmp``): nothing
 watches tmp/, and the tmp sweep removes the spares of a worker that died (its pid is gone).
@@ -56,7 +57,7 @@ def remove(sp: Handle, spare: str) -> None:
     try:
         fs.unlink(sp.layout.fd("tmp"), spare, missing_ok=True)
     except OSError:
-        pass  # a planted directory under the name: the tmp sweep's
+        pass  # a planted directory under the name: left in tmp/ for a person (fsck lists it)
 
 
 def drop_all(sp: Handle) -> None:
