@@ -16,12 +16,11 @@ from spool.base import crash
 from spool.base.errors import DiskFull, InvalidJob, SpoolError
 from spool.base.records import Attempt, Lease
 from spool.base.timetext import format_time
-from spool.disk.fsio import fs
 from spool.disk.layout import State, cancel_name
 from spool.job import JobFile
 from spool.moves.fence import Held, drop_first_beat, first_beat
 from spool.moves.recovery import moved_back_by_hand, resync
-from spool.moves.store import copy_in, has_result, job_lock, move_job, read_job, rewrite_job
+from spool.moves.store import copy_in, has_result, job_lock, move_job, read_job, remove_if_there, rewrite_job
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -148,7 +147,7 @@ def claimable(sp: Handle, job_id: str) -> JobFile | None:
         return None
     # A cancel request is only ever written for a lease that holds: one still here is an earlier
     # lease's, left by a crash between a move out of leased/ and its cleanup. It must not kill this one.
-    fs.unlink(sp.layout.fd(State.LEASED), cancel_name(job_id), missing_ok=True)
+    remove_if_there(sp, State.LEASED, cancel_name(job_id))
     return job_file
 
 
