@@ -38,8 +38,10 @@ class Handle:
         # queues/ into a ledger made anew (``spool.ledger.reservations``), set by the facade, which
         # may import ``spool.queues``: this module imports nothing above it.
         self.sync_limits: Callable[[], object] | None = None
-        # A worker's spare heartbeat files in tmp/ (``spool.moves.spares``); None: keeps none.
+        # A worker's spare heartbeat and job files in tmp/ (``spool.moves.spares``); None: keeps none.
         self.spare_beats: list[str] | None = None
+        self.spare_files: list[str] | None = None
+        self.unsettled_files: list[str] | None = None
 
     @property
     def root(self) -> Path:

@@ -5,7 +5,9 @@ nowhere else:
 
 - a new file is created in ``tmp/`` (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), written whole, fsync'd,
   then moved into place with a rename that never replaces (renameat2 RENAME_NOREPLACE), or
-  published with link(2) when it must be create-exclusive with its full content (a result);
+  published with link(2) when it must be create-exclusive with its full content (a result); a
+  worker may write the content over a spare file of its own in ``tmp/`` instead of creating one
+  (``rewrite_spare``), and swap a rewritten job file in (``rename_exchange``): no file freed;
 - the directory that gained a name is fsync'd before anyone is told;
 - a failed fsync raises ``DurabilityError`` and is never retried: the kernel may already have
   dropped the pages, so a second fsync that succeeds would be a lie;
@@ -22,19 +24,20 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 import stat
 from typing import Any
 
 from spool.disk import linux
+from spool.disk.lockcalls import LockCalls
 from spool.base.errors import DiskFull, DurabilityError, InvalidJob
 
 _RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class RealFS:
+class RealFS(LockCalls):
     """The real filesystem. Each method is one step a power cut can separate from the next."""
 
     def __init__(self) -> None:
@@ -92,9 +95,7 @@ class RealFS:
         fallback where ``syncfs`` is missing. A failure is final (see module doc)."""
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            os.fsync(fd)
-        except OSError as err:
-            raise DurabilityError(f"fsync of {name} failed: {err.strerror}") from err
+            _fsync_or_fail(fd, name)
         finally:
             os.close(fd)
 
@@ -119,10 +120,7 @@ class RealFS:
                 written = os.write(fd, view)
                 view = view[written:]
             if sync:
-                try:
-                    os.fsync(fd)
-                except OSError as err:
-                    raise DurabilityError(f"fsync of {name} failed: {err.strerror}") from err
+                _fsync_or_fail(fd, name)
         except OSError as err:
             os.close(fd)
             self.unlink(dir_fd, name, missing_ok=True)
@@ -144,6 +142,36 @@ class RealFS:
             os.pwrite(fd, data, 0)
         finally:
             os.close(fd)
+
+    def rewrite_spare(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> bool:
+        """Write ``data`` over a spare file (``spool.moves.spares``) from its start and cut it to
+        that length, fsync'd if ``sync``: a staged file without a file created (or, later, freed).
+        False, having written nothing, when what is under the name is no longer the spare a worker
+        kept (gone, not a regular file, a second link, another owner or mode): the caller removes
+        it and stages a new file instead."""
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            return False
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
+                return False
+            if stat.S_IMODE(info.st_mode) != self.file_mode:
+                return False
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(fd, view, len(data) - len(view)) :]
+            if info.st_size > len(data):
+                os.ftruncate(fd, len(data))
+            if sync:
+                _fsync_or_fail(fd, name)
+        except OSError as err:
+            _raise_disk_full(err)
+            raise
+        finally:
+            os.close(fd)
+        return True
 
     def touch(self, dir_fd: int, name: str) -> None:
         """Open ``name`` for writing (made empty when missing) and close it, changing nothing: an
@@ -263,6 +291,21 @@ class RealFS:
             _raise_disk_full(err)
             raise
 
+    def rename_exchange(self, src_fd: int, src: str, dst_fd: int, dst: str) -> bool:
+        """Swap two names in one step (renameat2 RENAME_EXCHANGE): ``dst`` names ``src``'s file and
+        ``src`` the file ``dst`` named, and neither is freed. False, having done nothing, where the
+        kernel or the filesystem has no exchange: the caller replaces (``rename_replace``)."""
+        if self._renameat2 is None:
+            return False
+        if self._renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_EXCHANGE) == 0:
+            return True
+        code = ctypes.get_errno()
+        if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            return False
+        err = OSError(code, os.strerror(code), dst)
+        _raise_disk_full(err)
+        raise err
+
     def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         """Publish ``src`` under ``dst``; FileExistsError means someone else's name is there."""
         try:
@@ -278,61 +321,6 @@ class RealFS:
             if not missing_ok:
                 raise
 
-    # -- locks and descriptors ---------------------------------------------------------------
-
-    def open_lock(self, dir_fd: int, name: str) -> int:
-        """Open (create) a lock file to take its flock on, never following a symlink."""
-        return os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode, dir_fd=dir_fd)
-
-    def open_lock_to_probe(self, dir_fd: int, name: str) -> int:
-        """Open an existing lock file read-only, to ask whether it is held (flock needs no write
-        access, so this works on a read-only spool too). OSError when there is none, or what is
-        there is no file a lock could be taken on (a planted directory opens read-only too)."""
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-        try:
-            regular = stat.S_ISREG(os.fstat(fd).st_mode)
-        except BaseException:
-            os.close(fd)
-            raise
-        if not regular:
-            os.close(fd)
-            raise OSError(errno.EINVAL, "not a lock file", name)
-        return fd
-
-    def is_named(self, fd: int, dir_fd: int, name: str) -> bool:
-        """Whether ``name`` in ``dir_fd`` is, right now, the file open as ``fd`` (not gone, not
-        another file under that name)."""
-        held = os.fstat(fd)
-        try:
-            named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
-
-    def flock(self, fd: int, *, blocking: bool) -> bool:
-        """Take the exclusive flock on ``fd``; False when not ``blocking`` and another holds it."""
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            return False
-        return True
-
-    def unflock(self, fd: int) -> None:
-        """Drop the flock on ``fd`` and keep the descriptor, to take it again (the ledger's turns)."""
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def overwrite_held(self, fd: int, data: bytes) -> None:
-        """Replace the content of a file we hold open (a worker's lock: its advertisement)."""
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
-
-    def set_mode(self, fd: int, mode: int) -> None:
-        os.chmod(fd, mode)
-
-    def close(self, fd: int) -> None:
-        """Close a descriptor; for a lock's, this drops the flock."""
-        os.close(fd)
-
 
 def _regular_or_close(fd: int, name: str) -> int:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -340,6 +328,14 @@ def _regular_or_close(fd: int, name: str) -> int:
         raise OSError(errno.EINVAL, "not a regular file", name)
     os.set_blocking(fd, True)
     return fd
+
+
+def _fsync_or_fail(fd: int, name: str) -> None:
+    """fsync a file being written; a failure is final (see module doc)."""
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        raise DurabilityError(f"fsync of {name} failed: {err.strerror}") from err
 
 
 def _raise_disk_full(err: OSError) -> None:

@@ -18,6 +18,7 @@ from spool.base.records import Attempt, Lease
 from spool.base.timetext import format_time
 from spool.disk.layout import State, cancel_name
 from spool.job import JobFile
+from spool.moves import spares
 from spool.moves.fence import Held, drop_first_beat, first_beat
 from spool.moves.recovery import moved_back_by_hand, resync
 from spool.moves.store import copy_in, has_result, job_lock, move_job, read_job, remove_if_there, rewrite_job
@@ -190,4 +191,5 @@ def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float) -> He
         move_job(sp, job_id, State.LEASED, State.PENDING)
         drop_first_beat(sp, job_id, attempt)
         raise
+    spares.settle(sp)  # leased/ fsync'd: the copies completions moved out of it are gone for good
     return Held(data, claimed)

@@ -19,11 +19,13 @@ missing, as ``submit_many`` does: ``store.sync_staged``) and one fsync of each f
    staged files in tmp/, swept at start; nothing was claimed.
 3. Per member: its first heartbeat (the members after the first marked ``queued``: their
    handlers wait for the ones before), the rename pending/ -> leased/ (the member's commit
-   point), then its staged content renamed over it. Crash point ``claim-batch-after-member``
+   point), then its staged content renamed over it (a worker swaps it in instead, keeping the
+   old copy as a spare: ``_commit_claims``). Crash point ``claim-batch-after-member``
    after each member (killed after the first). A crash between a member's two renames leaves a
    file in leased/ with no lease recorded: ``settle`` counts the try, or, its heartbeat saying
    ``queued``, moves it back untouched (the try was never counted in the file).
-4. One fsync of leased/: every member's try is durable before any handler starts. Then crash
+4. One fsync of leased/ (and of pending/ after a swap): every member's try is durable before
+   any handler starts. Then crash
    point ``after-claim``, the ledger rows in one transaction, and the locks are released.
 
 A member's handler starts later than its claim. Its try is counted at pickup as for any claim,
@@ -47,7 +49,8 @@ before them runs long, so no member waits out a lease term.
 3. Each done file is renamed into done/ (crash point ``complete-batch-after-rename`` after each),
    then one fsync of done/, crash point ``complete-after-move``, and only then the copies in
    leased/ are removed (a later fsync of leased/ must never make a removal durable before the
-   done/ entry is). Then the ledger rows in one transaction, and the locks are released.
+   done/ entry is; a worker moves them to tmp/ as spares, ``spool.moves.spares``). Then the
+   ledger rows in one transaction, and the locks are released.
 
 Nobody has to finish an interrupted batch beyond what they finish for one job: every member's
 state is one a crashed single claim or completion leaves, at the same step.
@@ -70,6 +73,7 @@ from spool.disk.layout import State, job_name, result_name
 from spool.job import JobFile
 from spool.moves.fence import Held, check_fence, drop_first_beat, first_beat
 from spool.moves.outcomes import as_done
+from spool.moves import spares
 from spool.moves.recovery import resync
 from spool.moves.store import clear_lease_files, job_lock, move_job, stage, sync_staged, unstage, wake_slot
 from spool.moves.claiming import as_claimed, claim_held, claimable, still_reserved
@@ -166,9 +170,16 @@ def _lock_and_stage(sp: Handle, locks: ExitStack, reservation: Reservation, work
 
 def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Member]:
     """Steps 3-4: each member's two renames, then one fsync of leased/. A full disk undoes the
-    members renamed so far (as one claim undoes itself) and is raised."""
+    members renamed so far (as one claim undoes itself) and is raised.
+
+    A worker's handle (``spares.keeps_files``) swaps the staged content in (``rename_exchange``)
+    rather than replacing: leased/ then holds exactly what the replace would leave, and the staged
+    name the old copy, a spare once pending/ too is fsync'd (its name there gone for good); a crash
+    before leaves it in tmp/ for the sweep."""
     claimed: list[_Member] = []
+    swapped: list[str] = []  # staged names now holding the old copies
     tmp, leased = sp.layout.fd("tmp"), sp.layout.fd(State.LEASED)
+    exchange = spares.keeps_files(sp)
     try:
         for member in members:
             attempt = member.claimed.attempt
@@ -179,15 +190,27 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
                 drop_first_beat(sp, member.job_id, attempt)
                 resync(sp, member.job_id)
                 continue
-            fs.rename_replace(tmp, member.staged, leased, job_name(member.job_id))
+            if exchange and fs.rename_exchange(tmp, member.staged, leased, job_name(member.job_id)):
+                swapped.append(member.staged)
+            else:
+                fs.rename_replace(tmp, member.staged, leased, job_name(member.job_id))
             claimed.append(member)
             crash.point("claim-batch-after-member")
         fs.fsync_dir(leased)
-    except DiskFull:
-        for member in claimed:
-            move_job(sp, member.job_id, State.LEASED, State.PENDING)
-            drop_first_beat(sp, member.job_id, member.claimed.attempt)
+        if swapped:
+            fs.fsync_dir(sp.layout.fd(State.PENDING))
+    except BaseException as err:
+        for name in swapped:
+            unstage(sp, name)
+        if isinstance(err, DiskFull):
+            for member in claimed:
+                move_job(sp, member.job_id, State.LEASED, State.PENDING)
+                drop_first_beat(sp, member.job_id, member.claimed.attempt)
         raise
+    for name in swapped:
+        if not spares.keep_file(sp, name):
+            unstage(sp, name)
+    spares.settle(sp)
     return claimed
 
 
@@ -300,7 +323,8 @@ def _publish_done(sp: Handle, done: list[tuple[JobFile, str]], staged: list[str]
     fs.fsync_dir(done_fd)
     crash.point("complete-after-move")
     for done_file in moved:
-        fs.unlink(leased, job_name(done_file.id), missing_ok=True)
+        if not spares.keep_moved(sp, State.LEASED, job_name(done_file.id)):
+            fs.unlink(leased, job_name(done_file.id), missing_ok=True)
         clear_lease_files(sp, done_file.id, done_file.attempt)
 
 

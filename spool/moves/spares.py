@@ -1,18 +1,29 @@
-"""Spare heartbeat files: a worker keeps the heartbeat file of each attempt it finishes and gives
-it to the next job it claims, in place of removing one file and creating another.
+"""Spare files: a worker keeps the files it is done with in tmp/ and writes its next ones into
+them, in place of removing one file and creating another.
 
 A removed file frees its block and a new file's first write allocates one; on this project's
 root disk (ext4 mounted with ``discard``, no journal) the free also trims the block before the
-removal returns. A kept file is renamed twice instead and its block is rewritten in place: the
-backlog's drain on the root disk +4-8% in the medians of an A/B, level elsewhere
-(docs/performance.md, "The floor of a backlog's drain").
+removal returns, and a new file fsync'd costs three times the CPU of an old one rewritten
+(docs/performance.md, "Spare job files"). Two kinds, each in its own list on the handle:
 
-A spare waits in tmp/ under a staging name (``tmp_name``: ``<pid>-<random>.tmp``): nothing
-watches tmp/, and the tmp sweep removes the spares of a worker that died (its pid is gone).
-Only a handle whose ``spare_beats`` is a list keeps spares (a worker sets it); every other
-process removes a finished attempt's heartbeat as before. Heartbeats are hints, never fsync'd:
-a crash between any two steps leaves a spare in tmp/ (garbage for the sweep) or a heartbeat under
-its name (what ``first_beat`` writes anyway), so there is nothing to finish or undo.
+- **heartbeats** (``spare_beats``): a finished attempt's heartbeat file, given to the next job
+  the worker claims (``spool.moves.fence``). Hints, never fsync'd: a crash between any two steps
+  leaves a spare in tmp/ (garbage for the sweep) or a heartbeat under its name (what
+  ``first_beat`` writes anyway), so there is nothing to finish or undo.
+- **job files** (``spare_files``): a batch claim swaps its staged content with the copy it just
+  renamed into leased/ (``fs.rename_exchange``, one step, the same commit as a replace) and keeps
+  the old copy; a completion moves the leased/ copy to tmp/ in place of removing it. Whatever
+  ``store.stage`` writes next (a claimed content, a result, a done file) is written over a spare
+  (``fs.rewrite_spare``), synced and renamed or linked into place as a new file would be.
+
+A job file is rewritten only once no name but its tmp/ one can survive a power cut: its old names
+(pending/ and leased/ for a claim's, leased/ for a completion's) must be durably gone first, or
+a power cut could bring one back naming the new content (a job file under another job's name).
+So a kept file waits in ``unsettled`` until a claim has fsync'd those folders (``settle``);
+only then may ``take_file`` hand it out. A crash anywhere leaves a spare under a staging name in
+tmp/ (``tmp_name``: ``<pid>-<random>.tmp``): nothing reads tmp/, and the tmp sweep removes the
+spares of a worker that died (its pid is gone). Only a handle that ``begin`` set keeps spares
+(a worker); every other process removes and creates files as before.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ SPARES_MOST = 128  # two of a worker's largest batch claims (runner.batching): m
 def begin(sp: Handle) -> None:
     """From now on this handle keeps spares (a worker starting)."""
     sp.spare_beats = []
+    sp.spare_files = []
+    sp.unsettled_files = []
 
 
 def keep(sp: Handle, beat_name: str) -> bool:
@@ -60,8 +73,54 @@ def remove(sp: Handle, spare: str) -> None:
         pass  # a planted directory under the name: left in tmp/ for a person (fsck lists it)
 
 
+def keeps_files(sp: Handle) -> bool:
+    """Whether this handle keeps spare job files (a worker's): a claim then exchanges."""
+    return sp.unsettled_files is not None
+
+
+def keep_file(sp: Handle, spare: str) -> bool:
+    """Keep ``spare``, a job file under a name in tmp/ that no folder needs (a claim's old copy,
+    swapped out), until ``settle``; False when this handle keeps none or has enough: the caller
+    removes it."""
+    unsettled = sp.unsettled_files
+    if unsettled is None or len(unsettled) + len(sp.spare_files or ()) >= SPARES_MOST:
+        return False
+    unsettled.append(spare)
+    return True
+
+
+def keep_moved(sp: Handle, state: State, name: str) -> bool:
+    """Move ``state``/``name``, a job's copy no longer needed (its file is in done/ or dead/), to
+    tmp/ as a spare, kept until ``settle``; False when this handle keeps none or has enough, or
+    the move failed: the caller removes the copy."""
+    unsettled = sp.unsettled_files
+    if unsettled is None or len(unsettled) + len(sp.spare_files or ()) >= SPARES_MOST:
+        return False
+    spare = tmp_name()
+    try:
+        fs.rename_noreplace(sp.layout.fd(state), name, sp.layout.fd("tmp"), spare)
+    except OSError:
+        return False
+    unsettled.append(spare)
+    return True
+
+
+def settle(sp: Handle) -> None:
+    """pending/ and leased/ were fsync'd after every kept file's old names went: they may be
+    rewritten now."""
+    if sp.unsettled_files and sp.spare_files is not None:
+        sp.spare_files += sp.unsettled_files
+        sp.unsettled_files.clear()
+
+
+def take_file(sp: Handle) -> str | None:
+    """A settled spare job file's name in tmp/, now the caller's to rewrite or remove; None: none."""
+    return sp.spare_files.pop() if sp.spare_files else None
+
+
 def drop_all(sp: Handle) -> None:
     """Remove every spare this handle keeps (a worker stopping) and keep no more."""
-    spares, sp.spare_beats = sp.spare_beats or [], None
-    for spare in spares:
+    kept = (sp.spare_beats or []) + (sp.spare_files or []) + (sp.unsettled_files or [])
+    sp.spare_beats = sp.spare_files = sp.unsettled_files = None
+    for spare in kept:
         remove(sp, spare)

@@ -139,9 +139,20 @@ def decode_job(state: State, job_id: str, data: bytes) -> JobFile:
 
 
 def stage(sp: Handle, data: bytes, *, sync: bool) -> str:
-    """Write ``data`` to a fresh name in tmp/ and return the name."""
+    """Write ``data`` to a name in tmp/ and return the name: over a settled spare job file when the
+    handle keeps one (``spool.moves.spares``), else in a new file."""
+    tmp = sp.layout.fd("tmp")
+    spare = spares.take_file(sp)
+    if spare is not None:
+        try:
+            if fs.rewrite_spare(tmp, spare, data, sync=sync):
+                return spare
+        except BaseException:
+            spares.remove(sp, spare)  # half rewritten: nothing may read it
+            raise
+        spares.remove(sp, spare)  # swept, or not ours any more: a new file instead
     name = tmp_name()
-    fs.write_new(sp.layout.fd("tmp"), name, data, sync=sync)
+    fs.write_new(tmp, name, data, sync=sync)
     return name
 
 

@@ -8,11 +8,11 @@ DurabilityError for a failed fsync) is what the test exercises.
 
     kind     the call                                           a fault does
     write    os.write in write_new, or in append (an attempt    a short write of half the bytes,
-             log's output)                                      then the error on the next write
+             log's output); os.pwrite in rewrite_spare          then the error on the next write
     fsync    os.fsync of a file (write_new, fsync_file) or a     the error, no fsync
              folder (fsync_dir); syncfs(2) (syncfs)
     rename   renameat2 / os.rename (rename_noreplace,           the error, nothing moved
-             rename_replace)
+             rename_replace, rename_exchange)
     link     os.link (link; rename_noreplace's fallback)        the error, nothing linked
 
 Use:
@@ -139,6 +139,14 @@ class FaultFS(RealFS):
         with self._in("rename_replace", dst):
             super().rename_replace(src_fd, src, dst_fd, dst)
 
+    def rename_exchange(self, src_fd: int, src: str, dst_fd: int, dst: str) -> bool:
+        with self._in("rename_exchange", dst):
+            return super().rename_exchange(src_fd, src, dst_fd, dst)
+
+    def rewrite_spare(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> bool:
+        with self._in("rewrite_spare", name):
+            return super().rewrite_spare(dir_fd, name, data, sync=sync)
+
     def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         with self._in("link", dst):
             super().link(src_fd, src, dst_fd, dst)
@@ -201,7 +209,7 @@ class FaultFS(RealFS):
 
 
 class _FaultingOS:
-    """fsio's view of ``os`` while a FaultFS method runs: four calls watched, the rest passed on."""
+    """fsio's view of ``os`` while a FaultFS method runs: five calls watched, the rest passed on."""
 
     def __init__(self, real: Any, faults: FaultFS) -> None:
         self._real, self._faults = real, faults
@@ -221,6 +229,20 @@ class _FaultingOS:
                 return written
             raise faults._oserror()
         written = self._real.write(fd, data)
+        return written
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        faults = self._faults
+        if faults._torn_fd == fd:
+            faults._torn_fd = None
+            raise faults._oserror()
+        if faults._risky("write", fd):
+            if len(data) > 1:  # as write: part of the data lands, then the error
+                faults._torn_fd = fd
+                written: int = self._real.pwrite(fd, data[: len(data) // 2], offset)
+                return written
+            raise faults._oserror()
+        written = self._real.pwrite(fd, data, offset)
         return written
 
     def fsync(self, fd: int) -> None:

@@ -23,6 +23,11 @@ How it works, in four steps:
    source half was made durable first, or with ``strict_renames=True``: journalling
    filesystems commit a rename as one transaction, and a move into done/ or dead/ fsyncs its
    target folder before it removes the source (``store.publish_job``).
+   An exchange (``rename_exchange``) is two such halves, one per directory, lost together or
+   apart as a rename's are. A REWRITE of a spare file in place (``rewrite_spare``) changes its
+   inode's content under every name it has in the crash state; unsynced, it may come back as the
+   old content or half rewritten. So a spare rewritten while an old name of it could still come
+   back would show up as a job file with another job's content.
    A ``syncfs`` (a batch's one sync) makes everything issued before it durable once it returns:
    every file's data and every name in every directory; it says nothing about what follows it.
    Dot-files the runner writes without fsync by design (heartbeat counters, ``.wake``) are kept
@@ -74,7 +79,8 @@ MAX_DROPS = 3
 class Op:
     """One mutating filesystem call, with directories relative to the spool root ("" is the root)."""
 
-    kind: str  # create | overwrite | link | rename | unlink | fsync_dir | fsync_file | syncfs | mkdir
+    # create | overwrite | rewrite | link | rename | exchange | unlink | fsync_dir | fsync_file | syncfs | mkdir
+    kind: str
     dir: str
     name: str = ""
     dst_dir: str = ""
@@ -87,6 +93,10 @@ class Op:
         if self.kind in ("link", "rename"):
             verb = "rename_replace" if self.replace else ("rename" if self.kind == "rename" else "link")
             return f"{verb} {_show(self.dir, self.name)} -> {_show(self.dst_dir, self.dst)}"
+        if self.kind == "exchange":
+            return f"exchange {_show(self.dir, self.name)} <-> {_show(self.dst_dir, self.dst)}"
+        if self.kind == "rewrite":
+            return f"rewrite {_show(self.dir, self.name)} ({len(self.data)} bytes{', fsync' if self.synced else ''})"
         if self.kind == "create":
             return f"create {_show(self.dir, self.name)} ({len(self.data)} bytes{', fsync' if self.synced else ''})"
         if self.kind == "fsync_dir":
@@ -118,6 +128,10 @@ class RecordingFS(RealFS):
 
     def ack(self, kind: str, **info: Any) -> None:
         self.acks.append(Ack(len(self.ops), kind, info))
+
+    def rewrites(self) -> int:
+        """How many spare files were rewritten so far (a scenario's check that it wrote over any)."""
+        return sum(op.kind == "rewrite" for op in self.ops)
 
     def rel(self, dir_fd: int | None) -> str | None:
         """The directory's path relative to the spool root, or None if it is outside."""
@@ -164,6 +178,13 @@ class RecordingFS(RealFS):
         where = self.rel(dir_fd)
         self._log(None if where is None else Op("overwrite", where, name, data=bytes(data)))
 
+    def rewrite_spare(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> bool:
+        rewritten = super().rewrite_spare(dir_fd, name, data, sync=sync)
+        where = self.rel(dir_fd)
+        if rewritten and where is not None:
+            self._log(Op("rewrite", where, name, data=bytes(data), synced=sync))
+        return rewritten
+
     def touch(self, dir_fd: int, name: str) -> None:
         super().touch(dir_fd, name)  # a wake-up hint: an empty file, as an overwrite with nothing
         where = self.rel(dir_fd)
@@ -176,6 +197,12 @@ class RecordingFS(RealFS):
     def rename_replace(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         super().rename_replace(src_fd, src, dst_fd, dst)
         self._log_pair("rename", src_fd, src, dst_fd, dst, replace=True)
+
+    def rename_exchange(self, src_fd: int, src: str, dst_fd: int, dst: str) -> bool:
+        exchanged = super().rename_exchange(src_fd, src, dst_fd, dst)
+        if exchanged:
+            self._log_pair("exchange", src_fd, src, dst_fd, dst, replace=False)
+        return exchanged
 
     def link(self, src_fd: int, src: str, dst_fd: int, dst: str) -> None:
         super().link(src_fd, src, dst_fd, dst)
@@ -283,6 +310,7 @@ class History:
         self.effects: list[NameEffect] = []
         self.effects_of: list[list[int]] = []  # op index -> indices into effects
         self.data: dict[int, tuple[int, bytes, bool]] = {}  # inode -> (op, content, synced)
+        self.rewrites: dict[int, list[tuple[int, bytes, bool]]] = {}  # inode -> in-place rewrites, in order
         self.data_synced: dict[int, list[int]] = {}  # inode -> the ops that fsync'd its data later
         self._simulate()
 
@@ -316,6 +344,17 @@ class History:
                 if op.kind == "rename":
                     add(op.dir, op.name, None)
                 add(op.dst_dir, op.dst, inode)
+            elif op.kind == "exchange":
+                mine_inode, other = folder.get(op.name), names.setdefault(op.dst_dir, {}).get(op.dst)
+                if mine_inode is None or other is None:
+                    raise AssertionError(f"op {index}: {op.describe()}: the model lost track of a name")
+                add(op.dir, op.name, other)
+                add(op.dst_dir, op.dst, mine_inode)
+            elif op.kind == "rewrite":
+                inode = folder.get(op.name)
+                if inode is None:
+                    raise AssertionError(f"op {index}: {op.describe()}: the model lost track of the file")
+                self.rewrites.setdefault(inode, []).append((index, op.data, op.synced))
             elif op.kind == "unlink":
                 if op.name in folder:
                     add(op.dir, op.name, None)
@@ -334,11 +373,12 @@ class History:
             for op in self.ops[effect.op + 1 : cut]
         )
 
-    def data_durable(self, inode: int, cut: int) -> bool:
-        """The file's content was fsync'd after its creation (by name, or by a syncfs) before ``cut``."""
-        created = self.data[inode][0]
-        return any(created < at < cut for at in self.data_synced.get(inode, ())) or any(
-            op.kind == "syncfs" for op in self.ops[created + 1 : cut]
+    def data_durable(self, inode: int, cut: int, written: int | None = None) -> bool:
+        """The file's content written by op ``written`` (default: its creation) was fsync'd after
+        it (by name, or by a syncfs) before ``cut``."""
+        written = self.data[inode][0] if written is None else written
+        return any(written < at < cut for at in self.data_synced.get(inode, ())) or any(
+            op.kind == "syncfs" for op in self.ops[written + 1 : cut]
         )
 
     def units(self, cut: int) -> list[Unit]:
@@ -349,7 +389,7 @@ class History:
                 continue  # the runner's own unsynced dot-files (see the module doc)
             ids = self.effects_of[index]
             what = op.describe()
-            if op.kind == "rename" and op.dir != op.dst_dir:
+            if op.kind in ("rename", "exchange") and op.dir != op.dst_dir:
                 source, target = ids
                 source_durable = self.durable(self.effects[source], cut)
                 target_durable = self.durable(self.effects[target], cut)
@@ -369,7 +409,29 @@ class History:
                 units.append(Unit(f"data of [{what}] (now empty)", lost_data=(inode, "empty")))
                 if len(op.data) > 1:
                     units.append(Unit(f"data of [{what}] (torn to its first half)", lost_data=(inode, "torn")))
+            if op.kind == "rewrite" and not op.synced:
+                inode = self._rewritten(index)
+                if not self.data_durable(inode, cut, written=index):
+                    units.append(Unit(f"data of [{what}] (its old content)", lost_data=(inode, f"old@{index}")))
+                    units.append(Unit(f"data of [{what}] (half rewritten)", lost_data=(inode, f"torn@{index}")))
         return units
+
+    def _rewritten(self, index: int) -> int:
+        """The inode op ``index`` (a rewrite) wrote over."""
+        return next(inode for inode, writes in self.rewrites.items() if any(at == index for at, _d, _s in writes))
+
+    def content(self, inode: int, cut: int, how: str | None) -> bytes:
+        """The inode's content after a power cut after ``cut`` ops, ``how`` its data lost (if so)."""
+        if inode in self.data:
+            content = self.data[inode][1]
+            content = b"" if how == "empty" else content[: len(content) // 2] if how == "torn" else content
+        else:
+            content = self.snapshot.contents[inode]
+        for at, data, _synced in self.rewrites.get(inode, ()):
+            if at >= cut or how == f"old@{at}":
+                continue
+            content = data[: len(data) // 2] + content[len(data) // 2 :] if how == f"torn@{at}" else data
+        return content
 
     def states(self, max_drops: int = MAX_DROPS) -> Iterator[CrashState]:
         """Every prefix cut, and every cut with at most ``max_drops`` units lost."""
@@ -398,13 +460,7 @@ class History:
         files = {}
         for directory, entries in names.items():
             for name, inode in entries.items():
-                if inode in self.data:
-                    content = self.data[inode][1]
-                    how = lost_data.get(inode)
-                    content = b"" if how == "empty" else content[: len(content) // 2] if how == "torn" else content
-                else:
-                    content = self.snapshot.contents[inode]
-                files[(directory, name)] = (inode, content)
+                files[(directory, name)] = (inode, self.content(inode, state.cut, lost_data.get(inode)))
         return files
 
 

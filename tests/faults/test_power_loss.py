@@ -18,7 +18,7 @@ import pytest
 
 from powerloss import History, Op, RecordingFS, Scenario, Snapshot, run_model
 from spool import Spool
-from spool.moves import store
+from spool.moves import spares, store
 from spool import job as jobs
 from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_name
@@ -132,6 +132,37 @@ def batch_claim_and_complete(sp: Any, rec: RecordingFS) -> None:
 
 _SUBMITTED_BEFORE: dict[str, str] = {}
 
+SPARE_KEYS = ("s1", "s2", "s3", "s4")
+
+
+def submit_four(root: Path) -> None:
+    """Four jobs accepted (durably) before the recorded run."""
+    with Spool(root, environ={}) as sp:
+        for key in SPARE_KEYS:
+            _SUBMITTED_BEFORE[key] = sp.submit("echo", {"text": key}, key=key)
+
+
+def batches_over_spare_files(sp: Any, rec: RecordingFS) -> None:
+    """A worker's handle (it keeps spare files, ``spool.moves.spares``) claims two jobs in a batch
+    and completes them, then two more: the first batch swaps its claimed contents in and keeps the
+    old copies, its completion moves the leased/ copies to tmp/; the second batch's claimed
+    contents, results and done files are written over those spares. A spare rewritten while an
+    old name of it could come back would show here as a job holding another job's content."""
+    spares.begin(sp)
+    for key in SPARE_KEYS:
+        rec.ack("submit", id=_SUBMITTED_BEFORE[key], key=key, task="echo")
+    for _round in range(2):
+        members = claim_many(sp, "w1", {"echo"}, 2)
+        assert len(members) == 2
+        first = members[0].job_file
+        rec.ack("claim", id=first.id, attempt=first.attempt, tries=first.tries)
+        leases = [Lease(held.job_file.id, "w1", held.job_file.attempt) for held in members]
+        start_queued(sp, leases[1])
+        assert complete_many(sp, [Finished(lease, held, RESULT) for lease, held in zip(leases, members)]) == [None] * 2
+        for lease in leases:
+            rec.ack("complete", id=lease.job_id, result=RESULT)
+    assert rec.rewrites() >= 4, "the second round wrote no spare: the scenario checks nothing new"
+
 
 def submit_two(root: Path) -> None:
     """Two jobs accepted (durably) before the recorded run."""
@@ -212,6 +243,8 @@ SCENARIOS = [
     Scenario("complete, then claim another", complete_then_claim_another, prepare=submit_two, jobs_bound=(2, 2)),
     # A cut anywhere in a worker's batch claim or batch completion, between two members too.
     Scenario("batch claim and complete of 3", batch_claim_and_complete, prepare=submit_three, jobs_bound=(3, 3)),
+    # The same by a worker that writes its files over spares (a claim's old copy, a leased/ copy).
+    Scenario("batches over spare files", batches_over_spare_files, prepare=submit_four, jobs_bound=(4, 4)),
     # Recovery's coordinator pass fires the same slot again: its key finds the job, or makes the one.
     Scenario("schedule firing", schedule_fires, prepare=write_hourly_schedule, jobs_bound=(0, 1)),
     Scenario("queue set", queue_set, jobs_bound=(0, 0)),
@@ -330,6 +363,40 @@ def test_model_finds_a_later_member_lost_when_pending_is_fsynced_between_members
     lost = [p for p in run.violations[0].problems if "acknowledged submit" in p and "lost" in p]
     first = run.acks[0].info["id"]
     assert lost and not any(first in p for p in lost), run.violations[0]
+
+
+class NeverSyncsSpares(RecordingFS):
+    """A worker whose spare files are renamed and linked into place unsynced: no syncfs (so each
+    staged file is fsync'd by name), and the fsync of a rewritten spare skipped."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        super().__init__(root)
+        self.spares: set[str] = set()
+
+    def syncfs(self, dir_fd: int) -> bool:
+        return False
+
+    def rewrite_spare(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> bool:
+        self.spares.add(name)
+        return super().rewrite_spare(dir_fd, name, data, sync=sync)
+
+    def fsync_file(self, dir_fd: int, name: str) -> None:
+        if name not in self.spares:
+            super().fsync_file(dir_fd, name)
+
+
+def test_model_finds_a_spare_renamed_into_place_before_its_new_content_is_durable(tmp_path: Path) -> None:
+    """A rewritten spare's unsynced data may come back as the file's old content: a done file or a
+    result under its new name would then hold another job's old copy."""
+    run = run_model(
+        Scenario("batches over spare files, spares unsynced", batches_over_spare_files, prepare=submit_four),
+        tmp_path,
+        fs_class=NeverSyncsSpares,
+        stop_after=1,
+    )
+    print(run.summary())
+    assert run.violations, "the model passed spare files published with their new content unsynced"
+    assert "its old content" in run.violations[0].state or "half rewritten" in run.violations[0].state
 
 
 class NoSyncfs(RecordingFS):

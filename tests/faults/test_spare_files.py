@@ -1,0 +1,166 @@
+"""A worker writes its claimed contents, results and done files over spare job files
+(``spool.moves.spares``): the old copy a batch claim swaps out of leased/, the leased/ copy a
+completion moves to tmp/. Per job: one file created and none freed, where a worker created three
+and freed two; every file it publishes is whole and its own; a spare that is gone or no longer
+the worker's file is never written. The power-loss model covers the same batches
+(test_power_loss.py, "batches over spare files"); the I/O-error matrix fails each of their calls
+(test_io_errors.py, "..._over_spares")."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections import Counter
+from pathlib import Path
+
+from powerloss import RecordingFS, installed
+from spool.disk.fsio import fs
+from spool.disk.layout import State, job_name, result_name, tmp_writer_pid
+from spool.moves import spares
+from spool.moves.fence import start_queued
+from spool.moves.group import Finished, claim_many, complete_many
+from spool.moves.store import read_job
+from spool.moves.transitions import Lease
+from spool.spool import Spool
+
+
+def _batch(sp: Spool, size: int) -> list[str]:
+    """Claim ``size`` jobs in one batch and complete them in one; their ids."""
+    members = claim_many(sp, "w1", {"echo"}, size)
+    assert len(members) == size
+    finished = []
+    for held in members:
+        lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
+        if finished:
+            start_queued(sp, lease)
+        finished.append(Finished(lease, held, json.dumps({"id": held.job_file.id}).encode()))
+    assert complete_many(sp, finished) == [None] * size
+    return [held.job_file.id for held in members]
+
+
+def _kinds(recorder: RecordingFS) -> Counter[str]:
+    """What the recorded calls did to job files (dot-files, the heartbeats, aside)."""
+    kinds: Counter[str] = Counter()
+    for op in recorder.ops:
+        if op.name.startswith(".") or op.dst.startswith("."):
+            continue
+        where = op.dst_dir if op.kind in ("rename", "exchange", "link") else op.dir
+        kinds[f"{op.kind}{' replace' if op.replace else ''} {where}"] += 1
+    return kinds
+
+
+def _check_published(spool_dir: Path, job_ids: list[str]) -> None:
+    """Each job is done alone, with its own result, in files of one name each."""
+    sp = Spool(spool_dir, environ={})
+    with sp:
+        for job_id in job_ids:
+            assert read_job(sp, State.DONE, job_id).id == job_id
+            result = spool_dir / "results" / result_name(job_id)
+            assert json.loads(result.read_bytes()) == {"id": job_id}
+            assert result.stat().st_nlink == 1 and (spool_dir / "done" / job_name(job_id)).stat().st_nlink == 1
+            for state in (State.PENDING, State.LEASED):
+                assert not (spool_dir / state.value / job_name(job_id)).exists()
+
+
+def test_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, spool_dir: Path) -> None:
+    for n in range(10):
+        sp.submit("echo", {"n": n})
+    spares.begin(sp)
+    first = _batch(sp, 2)  # no spares yet: this batch creates its files, then keeps the old ones
+    recorder = RecordingFS(spool_dir)
+    with installed(recorder):
+        later = [job_id for _ in range(4) for job_id in _batch(sp, 2)]
+    kinds = _kinds(recorder)
+    assert kinds["create tmp"] == len(later), kinds  # the claims' contents (a completion's use up the spares)
+    assert kinds["rewrite tmp"] == 2 * len(later), kinds  # each result and done file, over a spare
+    assert kinds["exchange leased"] == len(later), kinds  # the claimed content swapped in ...
+    assert kinds["rename tmp"] == len(later), kinds  # ... and the leased/ copy moved out at done
+    assert not kinds["rename replace leased"] and not kinds["unlink leased"], kinds  # nothing freed
+    _check_published(spool_dir, first + later)
+    kept = os.listdir(spool_dir / "tmp")
+    assert kept and all(tmp_writer_pid(name) == os.getpid() for name in kept)
+    spares.drop_all(sp)
+    assert os.listdir(spool_dir / "tmp") == []
+
+
+def test_a_handle_that_keeps_no_spares_creates_and_removes_as_before(sp: Spool, spool_dir: Path) -> None:
+    for n in range(4):
+        sp.submit("echo", {"n": n})
+    recorder = RecordingFS(spool_dir)
+    with installed(recorder):
+        done = _batch(sp, 2) + _batch(sp, 2)
+    kinds = _kinds(recorder)
+    assert kinds["create tmp"] == 3 * len(done) and kinds["rename replace leased"] == len(done), kinds
+    assert kinds["unlink leased"] == len(done) and not kinds["exchange leased"] and not kinds["rewrite tmp"], kinds
+    _check_published(spool_dir, done)
+    assert os.listdir(spool_dir / "tmp") == []
+
+
+def test_a_spare_gone_or_no_longer_the_workers_file_is_never_written(
+    sp: Spool, spool_dir: Path, tmp_path: Path
+) -> None:
+    for n in range(6):
+        sp.submit("echo", {"n": n})
+    spares.begin(sp)
+    done = _batch(sp, 2)
+    claimed = claim_many(sp, "w1", {"echo"}, 2)  # settles the first batch's spares: 4 to write over
+    assert sp.spare_files is not None and len(sp.spare_files) == 4
+    swept, linked, other_mode, _ = sp.spare_files
+    os.unlink(spool_dir / "tmp" / swept)  # the tmp sweep's, say
+    outside = tmp_path / "outside.txt"
+    os.link(spool_dir / "tmp" / linked, outside)  # a second link: writing it would write outside too
+    before = outside.read_bytes()
+    os.chmod(spool_dir / "tmp" / other_mode, 0o644)
+    leases = [Lease(h.job_file.id, "w1", h.job_file.attempt) for h in claimed]
+    start_queued(sp, leases[1])
+    results = [Finished(lease, h, json.dumps({"id": lease.job_id}).encode()) for lease, h in zip(leases, claimed)]
+    assert complete_many(sp, results) == [None, None]
+    assert outside.read_bytes() == before and outside.stat().st_nlink == 1  # not written, its tmp/ name removed
+    assert not (spool_dir / "tmp" / other_mode).exists()
+    _check_published(spool_dir, done + [lease.job_id for lease in leases])
+
+
+def test_rewrite_spare_writes_from_the_start_and_cuts_to_the_new_length(tmp_path: Path) -> None:
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fs.write_new(folder, "spare", b"x" * 5000, sync=True)
+        inode = (tmp_path / "spare").stat().st_ino
+        assert fs.rewrite_spare(folder, "spare", b"short", sync=True)
+        assert (tmp_path / "spare").read_bytes() == b"short" and (tmp_path / "spare").stat().st_ino == inode
+        assert fs.rewrite_spare(folder, "spare", b"y" * 9000, sync=False)
+        assert (tmp_path / "spare").read_bytes() == b"y" * 9000
+    finally:
+        os.close(folder)
+
+
+def test_rewrite_spare_refuses_what_is_not_a_spare_and_writes_nothing(tmp_path: Path) -> None:
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fs.write_new(folder, "target", b"someone's file", sync=False)
+        os.symlink(tmp_path / "target", tmp_path / "symlink")
+        os.link(tmp_path / "target", tmp_path / "second-link")
+        os.mkfifo(tmp_path / "fifo")  # an open for writing would block without O_NONBLOCK
+        fs.write_new(folder, "other-mode", b"mode", sync=False)
+        os.chmod(tmp_path / "other-mode", 0o644 if fs.file_mode != 0o644 else 0o600)
+        for name in ("symlink", "second-link", "fifo", "other-mode", "missing"):
+            assert not fs.rewrite_spare(folder, name, b"new", sync=True), name
+        assert (tmp_path / "target").read_bytes() == b"someone's file"
+        assert (tmp_path / "other-mode").read_bytes() == b"mode"
+        assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+    finally:
+        os.close(folder)
+
+
+def test_rename_exchange_swaps_two_names_in_two_folders(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "one").write_bytes(b"1")
+    (tmp_path / "b" / "two").write_bytes(b"2")
+    a, b = (os.open(tmp_path / name, os.O_RDONLY | os.O_DIRECTORY) for name in "ab")
+    try:
+        assert fs.rename_exchange(a, "one", b, "two")
+    finally:
+        os.close(a)
+        os.close(b)
+    assert (tmp_path / "a" / "one").read_bytes() == b"2" and (tmp_path / "b" / "two").read_bytes() == b"1"
