@@ -54,14 +54,15 @@ def nap(seconds):
 
 
 @task("trace")
-def trace(path, seconds=0.0, slow_attempts=1000):
-    """Note ``pid attempt time`` in ``path``; nap ``seconds`` in the first ``slow_attempts`` attempts."""
+def trace(path, seconds=0.0, slow_attempts=1000, pad=0):
+    """Note ``pid attempt time`` in ``path``; nap ``seconds`` in the first ``slow_attempts`` attempts;
+    a result ``pad`` bytes longer."""
     attempt = current().attempt
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(f"{os.getpid()} {attempt} {time.time():.6f}\\n")
     if attempt <= slow_attempts:
         nap(seconds)
-    return {"attempt": attempt, "pid": os.getpid()}
+    return {"attempt": attempt, "pid": os.getpid(), **({"pad": "x" * pad} if pad else {})}
 '''
 
 

@@ -172,14 +172,11 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
     """Steps 3-4: each member's two renames, then one fsync of leased/. A full disk undoes the
     members renamed so far (as one claim undoes itself) and is raised.
 
-    A worker's handle (``spares.keeps_files``) swaps the staged content in (``rename_exchange``)
-    rather than replacing: leased/ then holds exactly what the replace would leave, and the staged
-    name the old copy, a spare once pending/ too is fsync'd (its name there gone for good); a crash
-    before leaves it in tmp/ for the sweep."""
+    A worker's handle swaps the staged content in rather than renaming it over the copy
+    (``spares.swap_in``), then fsyncs pending/ too and keeps the old copies as spares; a crash
+    before leaves them in tmp/ for the sweep."""
     claimed: list[_Member] = []
     swapped: list[str] = []  # staged names now holding the old copies
-    tmp, leased = sp.layout.fd("tmp"), sp.layout.fd(State.LEASED)
-    exchange = spares.keeps_files(sp)
     try:
         for member in members:
             attempt = member.claimed.attempt
@@ -190,13 +187,11 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
                 drop_first_beat(sp, member.job_id, attempt)
                 resync(sp, member.job_id)
                 continue
-            if exchange and fs.rename_exchange(tmp, member.staged, leased, job_name(member.job_id)):
+            if spares.swap_in(sp, member.staged, member.job_id):
                 swapped.append(member.staged)
-            else:
-                fs.rename_replace(tmp, member.staged, leased, job_name(member.job_id))
             claimed.append(member)
             crash.point("claim-batch-after-member")
-        fs.fsync_dir(leased)
+        fs.fsync_dir(sp.layout.fd(State.LEASED))
         if swapped:
             fs.fsync_dir(sp.layout.fd(State.PENDING))
     except BaseException as err:
@@ -207,10 +202,7 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
                 move_job(sp, member.job_id, State.LEASED, State.PENDING)
                 drop_first_beat(sp, member.job_id, member.claimed.attempt)
         raise
-    for name in swapped:
-        if not spares.keep_file(sp, name):
-            unstage(sp, name)
-    spares.settle(sp)
+    spares.keep_swapped(sp, swapped)
     return claimed
 
 

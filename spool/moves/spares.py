@@ -10,9 +10,10 @@ removal returns, and a new file fsync'd costs three times the CPU of an old one 
   the worker claims (``spool.moves.fence``). Hints, never fsync'd: a crash between any two steps
   leaves a spare in tmp/ (garbage for the sweep) or a heartbeat under its name (what
   ``first_beat`` writes anyway), so there is nothing to finish or undo.
-- **job files** (``spare_files``): a batch claim swaps its staged content with the copy it just
-  renamed into leased/ (``fs.rename_exchange``, one step, the same commit as a replace) and keeps
-  the old copy; a completion moves the leased/ copy to tmp/ in place of removing it. Whatever
+- **job files** (``spare_files``): a claim (of one job or a batch) swaps its staged content with
+  the copy it just renamed into leased/ (``swap_in``: ``fs.rename_exchange``, one step, the same
+  commit as a replace) and keeps the old copy; a completion moves the leased/ copy to tmp/ in
+  place of removing it. Whatever
   ``store.stage`` writes next (a claimed content, a result, a done file) is written over a spare
   (``fs.rewrite_spare``), synced and renamed or linked into place as a new file would be.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spool.disk.fsio import fs
-from spool.disk.layout import State, tmp_name
+from spool.disk.layout import State, job_name, tmp_name
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -103,6 +104,28 @@ def keep_moved(sp: Handle, state: State, name: str) -> bool:
         return False
     unsettled.append(spare)
     return True
+
+
+def swap_in(sp: Handle, staged: str, job_id: str) -> bool:
+    """Put a claim's staged content (``staged`` in tmp/) at leased/<id>.yaml, over the copy just
+    renamed there. A worker swaps the two (``rename_exchange``): leased/ then holds exactly what a
+    replace would leave, and ``staged`` the old copy, True; the caller keeps it (``keep_swapped``)
+    once pending/ and leased/ are fsync'd, or removes it. Else (a handle that keeps no spares, a
+    filesystem without the exchange) renamed over it, the old copy freed, False."""
+    tmp, leased = sp.layout.fd("tmp"), sp.layout.fd(State.LEASED)
+    if keeps_files(sp) and fs.rename_exchange(tmp, staged, leased, job_name(job_id)):
+        return True
+    fs.rename_replace(tmp, staged, leased, job_name(job_id))
+    return False
+
+
+def keep_swapped(sp: Handle, swapped: list[str]) -> None:
+    """Keep the old copies claims swapped out (``swap_in``), now that pending/ and leased/ were
+    fsync'd after their moves, and settle every kept file (more than the cap are removed)."""
+    for name in swapped:
+        if not keep_file(sp, name):
+            remove(sp, name)
+    settle(sp)
 
 
 def settle(sp: Handle) -> None:

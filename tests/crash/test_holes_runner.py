@@ -281,7 +281,10 @@ def test_a_finished_attempt_keeps_its_lease_until_the_full_disk_has_room(disk_ki
     trace = tmp_path / "trace"  # outside the small disk: the handler's own writes must land
     kit.coordinator()
     worker = kit.worker("w1")
-    job_id = kit.sp.submit("trace", {"path": str(trace), "seconds": 1.0})
+    # A result larger than the spare file the worker keeps (the job file its claim swapped out,
+    # one page): a worker writes results over its spares (spool.moves.spares), so a small one
+    # would need no new room and be saved on the full disk, as it may be.
+    job_id = kit.sp.submit("trace", {"path": str(trace), "seconds": 1.0, "pad": 16384})
     wait_until(lambda: kit.run_of(trace, 1), timeout=30, message="attempt 1 to start")
     fill_disk(kit.disk / "filler")
     kit.wait_logged(worker, "disk is full")

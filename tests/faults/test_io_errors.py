@@ -206,6 +206,13 @@ TRANSITIONS = [
         frozenset({"done"}),
     ),
     Transition(
+        "claim_over_spares",
+        _warm_worker(claimed_now=False),
+        _over_spares(lambda sp, ctx: claim(sp, WORKER, ["echo"])),
+        _no_retry,
+        frozenset({"done"}),
+    ),
+    Transition(
         "complete_batch_over_spares",
         _warm_worker(claimed_now=True),
         _over_spares(lambda sp, ctx: _batch_done(sp, ctx["members"])),

@@ -24,6 +24,7 @@ from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_name
 from spool.runner.coordinator import Coordinator
 from spool.schedule.format import slot_of_key
+from spool.moves.claiming import claim_held
 from spool.moves.fence import start_queued
 from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.transitions import Lease, claim, complete, fail
@@ -164,6 +165,23 @@ def batches_over_spare_files(sp: Any, rec: RecordingFS) -> None:
     assert rec.rewrites() >= 4, "the second round wrote no spare: the scenario checks nothing new"
 
 
+def claims_one_by_one_over_spare_files(sp: Any, rec: RecordingFS) -> None:
+    """The same with one job at a time, as a worker claims from a shallow queue: each claim swaps
+    its content in and fsyncs pending/ after leased/, each completion (a batch of one) moves its
+    leased/ copy to tmp/, and the next files are written over those."""
+    spares.begin(sp)
+    for key in SPARE_KEYS:
+        rec.ack("submit", id=_SUBMITTED_BEFORE[key], key=key, task="echo")
+    for key in SPARE_KEYS[:3]:
+        held = claim_held(sp, "w1", {"echo"})
+        assert held is not None and held.job_file.id == _SUBMITTED_BEFORE[key]
+        rec.ack("claim", id=held.job_file.id, attempt=held.job_file.attempt, tries=held.job_file.tries)
+        lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
+        assert complete_many(sp, [Finished(lease, held, RESULT)]) == [None]
+        rec.ack("complete", id=lease.job_id, result=RESULT)
+    assert rec.rewrites() >= 3, "no spare was written over: the scenario checks nothing new"
+
+
 def submit_two(root: Path) -> None:
     """Two jobs accepted (durably) before the recorded run."""
     with Spool(root, environ={}) as sp:
@@ -245,6 +263,9 @@ SCENARIOS = [
     Scenario("batch claim and complete of 3", batch_claim_and_complete, prepare=submit_three, jobs_bound=(3, 3)),
     # The same by a worker that writes its files over spares (a claim's old copy, a leased/ copy).
     Scenario("batches over spare files", batches_over_spare_files, prepare=submit_four, jobs_bound=(4, 4)),
+    Scenario(
+        "claims one by one over spare files", claims_one_by_one_over_spare_files, prepare=submit_four, jobs_bound=(4, 4)
+    ),
     # Recovery's coordinator pass fires the same slot again: its key finds the job, or makes the one.
     Scenario("schedule firing", schedule_fires, prepare=write_hourly_schedule, jobs_bound=(0, 1)),
     Scenario("queue set", queue_set, jobs_bound=(0, 0)),

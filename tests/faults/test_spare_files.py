@@ -1,9 +1,9 @@
 """A worker writes its claimed contents, results and done files over spare job files
-(``spool.moves.spares``): the old copy a batch claim swaps out of leased/, the leased/ copy a
-completion moves to tmp/. Per job: one file created and none freed, where a worker created three
-and freed two; every file it publishes is whole and its own; a spare that is gone or no longer
-the worker's file is never written. The power-loss model covers the same batches
-(test_power_loss.py, "batches over spare files"); the I/O-error matrix fails each of their calls
+(``spool.moves.spares``): the old copy a claim swaps out of leased/, the leased/ copy a completion
+moves to tmp/. Per job, in batches or one by one: one file created and none freed, where a worker
+created three and freed two; every file it publishes is whole and its own; a spare that is gone or
+no longer the worker's file is never written. The power-loss model covers the same moves
+(test_power_loss.py, "... over spare files"); the I/O-error matrix fails each of their calls
 (test_io_errors.py, "..._over_spares")."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from powerloss import RecordingFS, installed
 from spool.disk.fsio import fs
 from spool.disk.layout import State, job_name, result_name, tmp_writer_pid
 from spool.moves import spares
+from spool.moves.claiming import claim_held
 from spool.moves.fence import start_queued
 from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.store import read_job
@@ -82,6 +83,31 @@ def test_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, spool_dir: 
     assert kept and all(tmp_writer_pid(name) == os.getpid() for name in kept)
     spares.drop_all(sp)
     assert os.listdir(spool_dir / "tmp") == []
+
+
+def test_one_by_one_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, spool_dir: Path) -> None:
+    """A worker on a shallow queue claims one job at a time (``claim_held``) and completes a batch
+    of one: the same swap, the same spares."""
+    for n in range(6):
+        sp.submit("echo", {"n": n})
+    spares.begin(sp)
+
+    def one() -> str:
+        held = claim_held(sp, "w1", {"echo"})
+        assert held is not None
+        lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
+        assert complete_many(sp, [Finished(lease, held, json.dumps({"id": lease.job_id}).encode())]) == [None]
+        return lease.job_id
+
+    first = [one(), one()]
+    recorder = RecordingFS(spool_dir)
+    with installed(recorder):
+        later = [one() for _ in range(4)]
+    kinds = _kinds(recorder)
+    assert kinds["create tmp"] == len(later) and kinds["rewrite tmp"] == 2 * len(later), kinds
+    assert kinds["exchange leased"] == len(later) and kinds["rename tmp"] == len(later), kinds
+    assert not kinds["rename replace leased"] and not kinds["unlink leased"], kinds
+    _check_published(spool_dir, first + later)
 
 
 def test_a_handle_that_keeps_no_spares_creates_and_removes_as_before(sp: Spool, spool_dir: Path) -> None:

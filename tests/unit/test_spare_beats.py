@@ -23,8 +23,10 @@ def _take(sp: Spool, worker: str = "w1") -> Lease:
     return Lease(claimed.id, worker, claimed.attempt)
 
 
-def _tmp(spool_dir: Path) -> list[str]:
-    return sorted(os.listdir(spool_dir / "tmp"))
+def _tmp(spool_dir: Path, sp: Spool | None = None) -> list[str]:
+    """tmp/'s names, but for ``sp``'s spare job files (tests/faults/test_spare_files.py's)."""
+    job_spares = set((sp.spare_files or []) + (sp.unsettled_files or [])) if sp is not None else set()
+    return sorted(name for name in os.listdir(spool_dir / "tmp") if name not in job_spares)
 
 
 def _dot_files(spool_dir: Path) -> list[str]:
@@ -39,26 +41,26 @@ def test_the_next_claim_gets_the_finished_attempts_heartbeat_file(sp: Spool, spo
     inode = beat.stat().st_ino
     complete(sp, lease, b"1")
     assert _dot_files(spool_dir) == []  # gone from leased/ ...
-    (spare,) = _tmp(spool_dir)  # ... kept in tmp/, under a staging name of this process
+    (spare,) = _tmp(spool_dir, sp)  # ... kept in tmp/, under a staging name of this process
     assert tmp_writer_pid(spare) == os.getpid() and (spool_dir / "tmp" / spare).stat().st_ino == inode
     lease = _take(sp)
     assert lease.job_id == second != first
     beat = spool_dir / "leased" / heartbeat_name(lease.job_id, lease.attempt)
     assert beat.stat().st_ino == inode and beat.read_bytes() == heartbeat_content(0, "w1")
-    assert _tmp(spool_dir) == []
+    assert _tmp(spool_dir, sp) == []
 
 
 def test_a_failed_attempts_heartbeat_is_kept_too_and_spares_are_capped(sp: Spool, spool_dir: Path) -> None:
     spares.begin(sp)
     job_id = sp.submit("echo", {"n": 1})
     fail(sp, _take(sp), "boom")
-    assert len(_tmp(spool_dir)) == 1 and _dot_files(spool_dir) == []
+    assert len(_tmp(spool_dir, sp)) == 1 and _dot_files(spool_dir) == []
     resubmitted = sp.submit("echo", {"n": 2})
     lease = _take(sp)  # the failed job waits for its backoff: this is the other one
-    assert lease.job_id == resubmitted != job_id and _tmp(spool_dir) == []
+    assert lease.job_id == resubmitted != job_id and _tmp(spool_dir, sp) == []
     sp.spare_beats = [f"{os.getpid()}-{n:012x}.tmp" for n in range(spares.SPARES_MOST)]  # full (names only)
     complete(sp, lease, b"2")
-    assert _tmp(spool_dir) == [] and _dot_files(spool_dir) == []  # at the cap: removed, not kept
+    assert _tmp(spool_dir, sp) == [] and _dot_files(spool_dir) == []  # at the cap: removed, not kept
 
 
 def test_a_spare_that_is_gone_or_planted_still_leaves_a_heartbeat(sp: Spool, spool_dir: Path) -> None:
@@ -66,14 +68,14 @@ def test_a_spare_that_is_gone_or_planted_still_leaves_a_heartbeat(sp: Spool, spo
     for n in range(3):
         sp.submit("echo", {"n": n})
     complete(sp, _take(sp), b"0")
-    (spare,) = _tmp(spool_dir)
+    (spare,) = _tmp(spool_dir, sp)
     os.unlink(spool_dir / "tmp" / spare)  # swept (fsck) while the worker held it
     lease = _take(sp)
     assert (spool_dir / "leased" / heartbeat_name(lease.job_id, lease.attempt)).read_bytes() == heartbeat_content(
         0, "w1"
     )
     complete(sp, lease, b"1")
-    (spare,) = _tmp(spool_dir)
+    (spare,) = _tmp(spool_dir, sp)
     os.unlink(spool_dir / "tmp" / spare)
     os.mkfifo(spool_dir / "tmp" / spare)  # planted: writing into it would block the worker
     lease = _take(sp)
@@ -84,13 +86,13 @@ def test_a_spare_that_is_gone_or_planted_still_leaves_a_heartbeat(sp: Spool, spo
 def test_a_handle_that_keeps_none_removes_the_heartbeat(sp: Spool, spool_dir: Path) -> None:
     sp.submit("echo")
     complete(sp, _take(sp), b"1")
-    assert _tmp(spool_dir) == [] and _dot_files(spool_dir) == []
+    assert _tmp(spool_dir, sp) == [] and _dot_files(spool_dir) == []
     spares.begin(sp)
     sp.submit("echo")
     complete(sp, _take(sp), b"1")
-    assert len(_tmp(spool_dir)) == 1
+    assert len(_tmp(spool_dir, sp)) == 1
     spares.drop_all(sp)  # a worker stopping
-    assert _tmp(spool_dir) == [] and sp.spare_beats is None
+    assert _tmp(spool_dir, sp) == [] and sp.spare_beats is None
 
 
 def test_a_killed_workers_spares_are_swept_and_a_stopped_workers_removed(spool_dir: Path) -> None:
