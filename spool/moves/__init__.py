@@ -8,8 +8,8 @@ the same claim and complete for several jobs at once (a worker's group commit);
 crash interrupted; ``chains`` (promote, skip) and ``ready`` (a delay ran out) are the
 coordinator's own moves; ``remote_leases`` the API's view of a lease;
 ``store`` (a job's files and its lock) and ``fence`` (a live attempt's check that its file is
-still its own) are what they all build on, with ``spares`` (a worker's heartbeat files kept
-for its next claims). A person's moves (cancel, requeue, purge) are
+still its own) are what they all build on, with ``spares`` (the heartbeat and job files a
+worker keeps to write its next ones over). A person's moves (cancel, requeue, purge) are
 ``spool.admin``, above ``spool.schedule`` (a purge records a schedule's firing first).
 """
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
         leases_of as leases_of,
     )
     from spool.moves.spares import begin as begin_spare_beats, drop_all as drop_spare_beats  # noqa: F401 (surface names)
+    from spool.moves.spares import release as release_spares  # noqa: F401 (surface names)
     from spool.moves.store import read_job as read_job, state_of as state_of
     from spool.moves.submission import job_of_spec as job_of_spec
     from spool.moves.claiming import claim_held as claim_held

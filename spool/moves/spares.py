@@ -141,9 +141,20 @@ def take_file(sp: Handle) -> str | None:
     return sp.spare_files.pop() if sp.spare_files else None
 
 
-def drop_all(sp: Handle) -> None:
-    """Remove every spare this handle keeps (a worker stopping) and keep no more."""
-    kept = (sp.spare_beats or []) + (sp.spare_files or []) + (sp.unsettled_files or [])
-    sp.spare_beats = sp.spare_files = sp.unsettled_files = None
+def release(sp: Handle) -> None:
+    """Remove every spare this handle keeps and go on keeping new ones: a worker with nothing to
+    do for a whole poll, so that tmp/ is empty while the spool is at rest (``ls tmp/`` shows only
+    what is being written, and ``spool fsck`` lists no worker's spares as in progress)."""
+    kept: list[str] = []
+    for spares in (sp.spare_beats, sp.spare_files, sp.unsettled_files):
+        if spares:
+            kept += spares
+            spares.clear()
     for spare in kept:
         remove(sp, spare)
+
+
+def drop_all(sp: Handle) -> None:
+    """Remove every spare this handle keeps (a worker stopping) and keep no more."""
+    release(sp)
+    sp.spare_beats = sp.spare_files = sp.unsettled_files = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.store import read_job
 from spool.moves.transitions import Lease
 from spool.spool import Spool
+from support import wait_until
 
 
 def _batch(sp: Spool, size: int) -> list[str]:
@@ -145,6 +148,31 @@ def test_a_spare_gone_or_no_longer_the_workers_file_is_never_written(
     assert outside.read_bytes() == before and outside.stat().st_nlink == 1  # not written, its tmp/ name removed
     assert not (spool_dir / "tmp" / other_mode).exists()
     _check_published(spool_dir, done + [lease.job_id for lease in leases])
+
+
+def test_a_worker_at_rest_keeps_no_spares_in_tmp(spool_dir: Path) -> None:
+    """A worker with nothing to do for a whole poll removes its spares, so ``ls tmp/`` is empty
+    while the spool is at rest (and ``spool fsck`` lists nothing in progress), and it still runs
+    what lands next."""
+    (spool_dir / "config.yaml").write_text("poll_seconds: 0.2\n")
+    with Spool(spool_dir, environ={}) as sp:
+        for n in range(6):
+            sp.submit("echo", {"n": n})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "spool.cli", "--spool", str(spool_dir), "worker", "--import", "examples.tasks"]
+    worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(os.listdir(spool_dir / "done")) == 6, timeout=60, message="the six jobs done")
+        wait_until(lambda: os.listdir(spool_dir / "tmp") == [], timeout=10, message="tmp/ empty at rest")
+        with Spool(spool_dir, environ={}) as sp:
+            sp.submit("echo", {"n": 6})
+        wait_until(lambda: len(os.listdir(spool_dir / "done")) == 7, timeout=60, message="a job after the rest")
+        assert worker.poll() is None
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert os.listdir(spool_dir / "tmp") == []
 
 
 def test_rewrite_spare_writes_from_the_start_and_cuts_to_the_new_length(tmp_path: Path) -> None:
