@@ -294,13 +294,14 @@ class RealFS(LockCalls):
     def rename_exchange(self, src_fd: int, src: str, dst_fd: int, dst: str) -> bool:
         """Swap two names in one step (renameat2 RENAME_EXCHANGE): ``dst`` names ``src``'s file and
         ``src`` the file ``dst`` named, and neither is freed. False, having done nothing, where the
-        kernel or the filesystem has no exchange: the caller replaces (``rename_replace``)."""
+        kernel or the filesystem has no exchange, or a name is missing: the caller replaces
+        (``rename_replace``, which then does what it always did)."""
         if self._renameat2 is None:
             return False
         if self._renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_EXCHANGE) == 0:
             return True
         code = ctypes.get_errno()
-        if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOENT):
             return False
         err = OSError(code, os.strerror(code), dst)
         _raise_disk_full(err)

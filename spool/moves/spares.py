@@ -146,10 +146,10 @@ def release(sp: Handle) -> None:
     do for a whole poll, so that tmp/ is empty while the spool is at rest (``ls tmp/`` shows only
     what is being written, and ``spool fsck`` lists no worker's spares as in progress)."""
     kept: list[str] = []
-    for spares in (sp.spare_beats, sp.spare_files, sp.unsettled_files):
-        if spares:
-            kept += spares
-            spares.clear()
+    for names in (sp.spare_beats, sp.spare_files, sp.unsettled_files):
+        if names:
+            kept += names
+            names.clear()
     for spare in kept:
         remove(sp, spare)
 

@@ -214,6 +214,8 @@ def test_rename_exchange_swaps_two_names_in_two_folders(tmp_path: Path) -> None:
     a, b = (os.open(tmp_path / name, os.O_RDONLY | os.O_DIRECTORY) for name in "ab")
     try:
         assert fs.rename_exchange(a, "one", b, "two")
+        assert not fs.rename_exchange(a, "one", b, "missing")  # nothing to swap with: the caller renames
+        assert not fs.rename_exchange(a, "missing", b, "two")
     finally:
         os.close(a)
         os.close(b)
