@@ -53,13 +53,7 @@ def keep(sp: Handle, beat_name: str) -> bool:
     spares = sp.spare_beats
     if spares is None or len(spares) >= SPARES_MOST:
         return False
-    spare = tmp_name()
-    try:
-        fs.rename_noreplace(sp.layout.fd(State.LEASED), beat_name, sp.layout.fd("tmp"), spare)
-    except OSError:
-        return False
-    spares.append(spare)
-    return True
+    return _moved_to_tmp(sp, State.LEASED, beat_name, spares)
 
 
 def take(sp: Handle) -> str | None:
@@ -83,10 +77,10 @@ def keep_file(sp: Handle, spare: str) -> bool:
     """Keep ``spare``, a job file under a name in tmp/ that no folder needs (a claim's old copy,
     swapped out), until ``settle``; False when this handle keeps none or has enough: the caller
     removes it."""
-    unsettled = sp.unsettled_files
-    if unsettled is None or len(unsettled) + len(sp.spare_files or ()) >= SPARES_MOST:
+    if not _room_for_files(sp):
         return False
-    unsettled.append(spare)
+    assert sp.unsettled_files is not None  # (_room_for_files)
+    sp.unsettled_files.append(spare)
     return True
 
 
@@ -94,15 +88,27 @@ def keep_moved(sp: Handle, state: State, name: str) -> bool:
     """Move ``state``/``name``, a job's copy no longer needed (its file is in done/ or dead/), to
     tmp/ as a spare, kept until ``settle``; False when this handle keeps none or has enough, or
     the move failed: the caller removes the copy."""
-    unsettled = sp.unsettled_files
-    if unsettled is None or len(unsettled) + len(sp.spare_files or ()) >= SPARES_MOST:
+    if not _room_for_files(sp):
         return False
+    assert sp.unsettled_files is not None  # (_room_for_files)
+    return _moved_to_tmp(sp, state, name, sp.unsettled_files)
+
+
+def _room_for_files(sp: Handle) -> bool:
+    """This handle keeps job files and has fewer than ``SPARES_MOST``, settled or not."""
+    unsettled = sp.unsettled_files
+    return unsettled is not None and len(unsettled) + len(sp.spare_files or ()) < SPARES_MOST
+
+
+def _moved_to_tmp(sp: Handle, state: State, name: str, kept: list[str]) -> bool:
+    """Rename ``state``/``name`` to a staging name in tmp/ and add it to ``kept``; False when
+    the move failed (the caller removes the file)."""
     spare = tmp_name()
     try:
         fs.rename_noreplace(sp.layout.fd(state), name, sp.layout.fd("tmp"), spare)
     except OSError:
         return False
-    unsettled.append(spare)
+    kept.append(spare)
     return True
 
 
