@@ -52,6 +52,7 @@ class Batches:
         self.sp, self.worker, self._save_one = sp, worker, save_one
         self.queued: deque[Held] = deque()
         self._outbox: list[tuple[Finished, Outcome]] = []
+        self._saving: list[Finished] = []  # results that wait behind the one a full disk holds up
         self._outbox_due = math.inf
         self._attempt_seconds: float | None = None  # running mean; None: nothing timed yet
         self._attempt_started = math.inf
@@ -137,12 +138,20 @@ class Batches:
         try:
             dropped = complete_many(self.sp, [finished for finished, _outcome in waiting])
         except DiskFull:
-            for finished, outcome in waiting:  # the patient way: each waits for room
-                self._save_one(finished.lease, finished.held, outcome)
+            try:
+                for at, (finished, outcome) in enumerate(waiting):  # the patient way: each waits for room
+                    self._saving = [behind for behind, _outcome in waiting[at + 1 :]]
+                    self._save_one(finished.lease, finished.held, outcome)
+            finally:
+                self._saving = []
             return
         for (finished, _outcome), lost in zip(waiting, dropped):
             if lost is not None:
                 log.warning("attempt %d of %s dropped: %s", finished.lease.attempt, finished.lease.job_id, lost)
+
+    def waiting_leases(self) -> list[Lease]:
+        """The leases of the ended attempts whose results wait to be saved (``runner.keepalive``)."""
+        return [finished.lease for finished, _outcome in self._outbox] + [finished.lease for finished in self._saving]
 
     # -- the attempt loop's chores (``runner.attempt.loop.Chores``) ---------------------------
 

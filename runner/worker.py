@@ -33,6 +33,7 @@ from spool.runner.attempt.loop import Beat, watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
 from spool.runner.attempt.parents import ParentResultsError, parent_results, scratch_dir_of
 from spool.runner.diskfull import DiskFullPause
+from spool.runner.keepalive import KeepAlive
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.runner.batching import Batches
@@ -44,7 +45,6 @@ log = logging.getLogger("spool.worker")
 
 DUPLICATE_WAIT_SECONDS = 0.5
 TERM_MAX_AGE_SECONDS = 1.0  # a published term is read again after this (or a tenth of it), not per attempt
-KEEP_ALIVE_BEATS = 1_000_000_000  # heartbeat counters while an ended attempt waits for disk space
 
 
 def worker_name() -> str:
@@ -91,6 +91,7 @@ class Worker:
         self._disk_full = DiskFullPause(log, f"worker {self.name}")  # while claims or completions meet ENOSPC
         self._ledger_waiting = False  # said once that the ledger failed
         self._batches = Batches(sp, self.name, self.save_outcome)  # group commit (runner.batching)
+        self._keep_alive = KeepAlive(sp)  # every lease we hold, while an outcome waits for room
 
     # -- life --------------------------------------------------------------------------------
 
@@ -254,16 +255,8 @@ class Worker:
                 self.sp.layout.fd("logs"), self.sp.layout.fd("tmp"), name, self.sp.settings.max_log_bytes
             )
         except OSError as err:
-            self.report_outcome(
-                lease,
-                held,
-                Outcome(
-                    ok=False,
-                    value=None,
-                    error=f"cannot open attempt log logs/{name}: {err.strerror or err}",
-                    reject=False,
-                ),
-            )
+            error = f"cannot open attempt log logs/{name}: {err.strerror or err}"
+            self.report_outcome(lease, held, Outcome(ok=False, value=None, error=error, reject=False))
             return
         try:
             self._watch_attempt(held, lease, attempt_log)
@@ -297,9 +290,11 @@ class Worker:
             scratch_dir=scratch_dir_of(self.sp) if job.task == "shell" else None,
         )
         self._batches.attempt_starts()
+        self._keep_alive.running = lease
         try:
             watch(self.child, request, FilesLease(self, lease, held, attempt_log), self._must_stop_now, self._batches)
         finally:
+            self._keep_alive.running = None
             self._batches.attempt_ended()
 
     def _must_stop_now(self) -> bool:
@@ -317,8 +312,8 @@ class Worker:
 
     def save_outcome(self, lease: Lease, held: Held | None, outcome: Outcome) -> None:
         """Complete or fail the attempt now. A full disk doesn't throw a finished attempt away: we
-        keep the lease alive and retry until the move goes through or the lease is lost."""
-        keep_alive = KEEP_ALIVE_BEATS  # counters of their own, never equal to the attempt's beats
+        keep its lease alive, and every other we hold (``runner.keepalive``), and retry until the
+        move goes through or the lease is lost."""
         while True:
             try:
                 if outcome.ok:
@@ -342,8 +337,7 @@ class Worker:
                 f"attempt {lease.attempt} of {lease.job_id} ended; saving its outcome waits for room",
                 at_most=self.heartbeat_interval(),
             )
-            keep_alive += 1
-            heartbeat(self.sp, lease, keep_alive)
+            self._keep_alive.beat(lease, self._batches.waiting_leases())
             status = lease_status(self.sp, lease, held)
             if status is not LeaseStatus.HELD:
                 log.warning(

@@ -9,6 +9,7 @@ finished attempt was stopped with it: the job expired and its handler ran a seco
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,67 @@ def test_a_burst_that_fills_the_disk_mid_run_ends_every_job_done_at_its_first_tr
         procs.kill_all()
     assert "give up" not in procs.output(), procs.output()[-4000:]
     _check_once_each(root, job_ids, trace)
+
+
+def test_while_an_outcome_waits_for_room_every_other_lease_the_worker_holds_is_kept_alive(
+    tmpfs: Any, tmp_path: Path
+) -> None:
+    """In-process, on a real full tmpfs: the worker saves one ended attempt's outcome (waiting
+    for room), while an attempt it started meanwhile runs and another result waits behind. Before
+    the fix only the first was beaten: the coordinator expired the other two after one term and
+    their handlers ran again (the burst test above caught it 1-4 times in 8 parallel runs)."""
+    from spool.moves import claim_many, start_queued
+    from spool.runner.attempt.child import Outcome
+    from spool.runner.keepalive import KEEP_ALIVE_BEATS
+    from spool.runner.wake import Waker
+    from spool.runner.worker import Worker
+
+    disk = tmpfs("4m")
+    root = disk / "spool"
+    Spool.init(root, environ={}).close()
+    with Spool(root, environ={"SPOOL_LEASE_SECONDS": "1"}) as sp:
+        for n in range(3):
+            sp.submit("wordcount", {"path": f"never-read-{n}"})
+        worker = Worker(sp, name="w1")
+        batch = claim_many(sp, worker.name, worker.tasks, 3)
+        saving, _running, behind = batch
+        leases = {role: _lease_of(held, worker.name) for role, held in zip(("saving", "running", "behind"), batch)}
+        for role in ("running", "behind"):  # batch members; the one saving started with the claim
+            start_queued(sp, leases[role])
+        worker._keep_alive.running = leases["running"]
+        worker._batches.hold(leases["behind"], behind, Outcome(ok=True, value="b" * 20_000, error=None, reject=False))
+        worker._waker = Waker([sp.layout.path("pending")])
+        big = Outcome(ok=True, value="s" * 20_000, error=None, reject=False)  # more than any spare file
+        fill_disk(disk / "filler")
+        saver = threading.Thread(target=worker.save_outcome, args=(leases["saving"], saving, big))
+        saver.start()
+        try:
+
+            def counter(lease: Any) -> int:
+                beat = root / "leased" / f".{lease.job_id}.{lease.attempt}.hb"
+                try:
+                    return int(beat.read_text().split()[0])
+                except (OSError, ValueError, IndexError):
+                    return -1
+
+            wait_until(
+                lambda: all(counter(lease) >= KEEP_ALIVE_BEATS + 3 for lease in leases.values()),
+                timeout=30,
+                message="keep-alive beats for the lease being saved, the running one and the one behind",
+            )
+            assert saver.is_alive(), "the outcome was saved on a full disk: the test proves nothing"
+        finally:
+            (disk / "filler").unlink()
+            saver.join(timeout=30)
+            worker._waker.stop()
+        assert not saver.is_alive()
+        assert sp.status(leases["saving"].job_id)["state"] == "done"
+        assert sp.status(leases["running"].job_id)["state"] == "leased"
+        worker._batches.flush()
+        assert sp.status(leases["behind"].job_id)["state"] == "done"
+
+
+def _lease_of(held: Any, worker: str) -> Any:
+    from spool.base.records import Lease
+
+    return Lease(held.job_file.id, worker, held.job_file.attempt)

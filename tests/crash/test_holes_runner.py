@@ -26,7 +26,7 @@ from support import ROOT, SPOOL_CMD, fill_disk, run_spool, wait_until
 
 from spool import Spool
 
-KEEP_ALIVE_BEATS = 1_000_000_000  # spool.runner.worker.KEEP_ALIVE_BEATS, hard-coded: the base lacks it
+KEEP_ALIVE_BEATS = 1_000_000_000  # spool.runner.keepalive.KEEP_ALIVE_BEATS, hard-coded: the base lacks it
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], *words: str) -> str:
