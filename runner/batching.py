@@ -26,7 +26,7 @@ from collections.abc import Callable
 from spool.base.errors import DiskFull, LeaseLost
 from spool.base.records import Lease, LeaseStatus
 from spool.moves import Finished, Held, cancel_leased, complete_many, lease_status, release, start_queued
-from spool.moves import begin_spare_beats, drop_spare_beats
+from spool.moves import begin_spare_beats, drop_spare_beats, release_spares
 from spool.runner.attempt.child import Outcome
 from spool.spool import Spool
 
@@ -92,6 +92,10 @@ class Batches:
             self.flush()
         finally:
             drop_spare_beats(self.sp)
+
+    def rest(self) -> None:
+        """A whole poll went by with nothing to run: the spare files go (``spool.moves.spares``)."""
+        release_spares(self.sp)
 
     def give_back(self) -> None:
         """Release every waiting member: no try spent, ready at once for any worker."""

@@ -128,7 +128,8 @@ class Worker:
                     self._batches.flush()  # nothing to run: save what waits before waiting
                     if self.burst:
                         break
-                    self._waker.wait(self._idle_wait())
+                    if not self._waker.wait(self._idle_wait()):
+                        self._batches.rest()  # a quiet poll: tmp/ clean at rest
                 if time.monotonic() - last_seen > 5:
                     last_seen = time.monotonic()
                     self._seen(started, time.time())

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
         leases_of as leases_of,
     )
     from spool.moves.spares import begin as begin_spare_beats, drop_all as drop_spare_beats  # noqa: F401 (surface names)
+    from spool.moves.spares import release as release_spares  # noqa: F401 (surface names)
     from spool.moves.store import read_job as read_job, state_of as state_of
     from spool.moves.submission import job_of_spec as job_of_spec
     from spool.moves.claiming import claim_held as claim_held

@@ -16,12 +16,24 @@ from spool.base import crash
 from spool.base.errors import DiskFull, InvalidJob, SpoolError
 from spool.base.records import Attempt, Lease
 from spool.base.timetext import format_time
+from spool import job as jobs
+from spool.disk.fsio import fs
 from spool.disk.layout import State, cancel_name
 from spool.job import JobFile
 from spool.moves import spares
 from spool.moves.fence import Held, drop_first_beat, first_beat
 from spool.moves.recovery import moved_back_by_hand, resync
-from spool.moves.store import copy_in, has_result, job_lock, move_job, read_job, remove_if_there, rewrite_job
+from spool.moves.store import (
+    copy_in,
+    has_result,
+    job_lock,
+    move_job,
+    read_job,
+    remove_if_there,
+    rewrite_job,
+    stage,
+    unstage,
+)
 
 if TYPE_CHECKING:
     from spool.handle import Handle
@@ -62,6 +74,7 @@ def claim_held(
     rewrite: a file in leased/ with no lease for its attempt; ``settle`` (coordinator, under
     the lock) counts it as a spent try and expires it. The lease's first heartbeat file is
     written before the rename (``fence.first_beat``), so the coordinator never parses a new lease.
+    A worker swaps the rewritten file in and keeps the old copy (``_write_claimed``).
     """
     busy: list[tuple[str, Reservation]] = []  # each given back after this claim (the finally)
     try:
@@ -183,7 +196,7 @@ def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float) -> He
     crash.point("claim-after-rename")
     claimed = as_claimed(sp, job_file, worker, at)
     try:
-        data = rewrite_job(sp, State.LEASED, claimed, sync=True)
+        data = _write_claimed(sp, claimed)
     except DiskFull:
         # No room for the counted try: undo the claim under our lock, so a full disk costs the
         # job nothing (left in leased/ it would be settled as a spent try). A crash before this
@@ -191,5 +204,29 @@ def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float) -> He
         move_job(sp, job_id, State.LEASED, State.PENDING)
         drop_first_beat(sp, job_id, attempt)
         raise
-    spares.settle(sp)  # leased/ fsync'd: the copies completions moved out of it are gone for good
     return Held(data, claimed)
+
+
+def _write_claimed(sp: Handle, claimed: JobFile) -> bytes:
+    """The claimed content over the copy just renamed into leased/, fsync'd with leased/ before the
+    handler may start (``rewrite_job``). A worker's handle swaps it in and keeps the old copy, once
+    pending/ too is fsync'd (``spares.swap_in``, as a batch claim does). Returns the bytes."""
+    if not spares.keeps_files(sp):
+        return rewrite_job(sp, State.LEASED, claimed, sync=True)
+    data = jobs.encode(claimed)
+    staged = stage(sp, data, sync=True)
+    try:
+        swapped = spares.swap_in(sp, staged, claimed.id)
+    except BaseException:
+        unstage(sp, staged)
+        raise
+    try:
+        fs.fsync_dir(sp.layout.fd(State.LEASED))
+        if swapped:
+            fs.fsync_dir(sp.layout.fd(State.PENDING))
+    except BaseException:
+        if swapped:
+            unstage(sp, staged)
+        raise
+    spares.keep_swapped(sp, [staged] if swapped else [])
+    return data

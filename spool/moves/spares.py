@@ -10,10 +10,10 @@ removal returns, and a new file fsync'd costs three times the CPU of an old one 
   the worker claims (``spool.moves.fence``). Hints, never fsync'd: a crash between any two steps
   leaves a spare in tmp/ (garbage for the sweep) or a heartbeat under its name (what
   ``first_beat`` writes anyway), so there is nothing to finish or undo.
-- **job files** (``spare_files``): a batch claim swaps its staged content with the copy it just
-  renamed into leased/ (``swap_in``: ``fs.rename_exchange``, one step, the same commit as a
-  replace) and keeps the old copy; a completion moves the leased/ copy to tmp/ in place of
-  removing it. Whatever
+- **job files** (``spare_files``): a claim (of one job or a batch) swaps its staged content with
+  the copy it just renamed into leased/ (``swap_in``: ``fs.rename_exchange``, one step, the same
+  commit as a replace) and keeps the old copy; a completion moves the leased/ copy to tmp/ in
+  place of removing it. Whatever
   ``store.stage`` writes next (a claimed content, a result, a done file) is written over a spare
   (``fs.rewrite_spare``), synced and renamed or linked into place as a new file would be.
 
@@ -147,9 +147,20 @@ def take_file(sp: Handle) -> str | None:
     return sp.spare_files.pop() if sp.spare_files else None
 
 
-def drop_all(sp: Handle) -> None:
-    """Remove every spare this handle keeps (a worker stopping) and keep no more."""
-    kept = (sp.spare_beats or []) + (sp.spare_files or []) + (sp.unsettled_files or [])
-    sp.spare_beats = sp.spare_files = sp.unsettled_files = None
+def release(sp: Handle) -> None:
+    """Remove every spare this handle keeps and go on keeping new ones: a worker with nothing to
+    do for a whole poll, so that tmp/ is empty while the spool is at rest (``ls tmp/`` shows only
+    what is being written, and ``spool fsck`` lists no worker's spares as in progress)."""
+    kept: list[str] = []
+    for names in (sp.spare_beats, sp.spare_files, sp.unsettled_files):
+        if names:
+            kept += names
+            names.clear()
     for spare in kept:
         remove(sp, spare)
+
+
+def drop_all(sp: Handle) -> None:
+    """Remove every spare this handle keeps (a worker stopping) and keep no more."""
+    release(sp)
+    sp.spare_beats = sp.spare_files = sp.unsettled_files = None

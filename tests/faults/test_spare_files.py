@@ -1,7 +1,7 @@
 """A worker writes its claimed contents, results and done files over spare job files
-(``spool.moves.spares``): the old copy a batch claim swaps out of leased/, the leased/ copy a completion
-moves to tmp/. Per job in batches: one file created and none freed, where a worker created three
-and freed two; every file it publishes is whole and its own; a spare that is gone or
+(``spool.moves.spares``): the old copy a claim swaps out of leased/, the leased/ copy a completion
+moves to tmp/. Per job, in batches or one by one: one file created and none freed, where a worker
+created three and freed two; every file it publishes is whole and its own; a spare that is gone or
 no longer the worker's file is never written. The power-loss model covers the same moves
 (test_power_loss.py, "... over spare files"); the I/O-error matrix fails each of their calls
 (test_io_errors.py, "..._over_spares")."""
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,11 +20,13 @@ from powerloss import RecordingFS, installed
 from spool.disk.fsio import fs
 from spool.disk.layout import State, job_name, result_name, tmp_writer_pid
 from spool.moves import spares
+from spool.moves.claiming import claim_held
 from spool.moves.fence import start_queued
 from spool.moves.group import Finished, claim_many, complete_many
 from spool.moves.store import read_job
 from spool.moves.transitions import Lease
 from spool.spool import Spool
+from support import wait_until
 
 
 def _batch(sp: Spool, size: int) -> list[str]:
@@ -84,6 +88,31 @@ def test_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, spool_dir: 
     assert os.listdir(spool_dir / "tmp") == []
 
 
+def test_one_by_one_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, spool_dir: Path) -> None:
+    """A worker on a shallow queue claims one job at a time (``claim_held``) and completes a batch
+    of one: the same swap, the same spares."""
+    for n in range(6):
+        sp.submit("echo", {"n": n})
+    spares.begin(sp)
+
+    def one() -> str:
+        held = claim_held(sp, "w1", {"echo"})
+        assert held is not None
+        lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
+        assert complete_many(sp, [Finished(lease, held, json.dumps({"id": lease.job_id}).encode())]) == [None]
+        return lease.job_id
+
+    first = [one(), one()]
+    recorder = RecordingFS(spool_dir)
+    with installed(recorder):
+        later = [one() for _ in range(4)]
+    kinds = _kinds(recorder)
+    assert kinds["create tmp"] == len(later) and kinds["rewrite tmp"] == 2 * len(later), kinds
+    assert kinds["exchange leased"] == len(later) and kinds["rename tmp"] == len(later), kinds
+    assert not kinds["rename replace leased"] and not kinds["unlink leased"], kinds
+    _check_published(spool_dir, first + later)
+
+
 def test_a_handle_that_keeps_no_spares_creates_and_removes_as_before(sp: Spool, spool_dir: Path) -> None:
     for n in range(4):
         sp.submit("echo", {"n": n})
@@ -119,6 +148,31 @@ def test_a_spare_gone_or_no_longer_the_workers_file_is_never_written(
     assert outside.read_bytes() == before and outside.stat().st_nlink == 1  # not written, its tmp/ name removed
     assert not (spool_dir / "tmp" / other_mode).exists()
     _check_published(spool_dir, done + [lease.job_id for lease in leases])
+
+
+def test_a_worker_at_rest_keeps_no_spares_in_tmp(spool_dir: Path) -> None:
+    """A worker with nothing to do for a whole poll removes its spares, so ``ls tmp/`` is empty
+    while the spool is at rest (and ``spool fsck`` lists nothing in progress), and it still runs
+    what lands next."""
+    (spool_dir / "config.yaml").write_text("poll_seconds: 0.2\n")
+    with Spool(spool_dir, environ={}) as sp:
+        for n in range(6):
+            sp.submit("echo", {"n": n})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "spool.cli", "--spool", str(spool_dir), "worker", "--import", "examples.tasks"]
+    worker = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(os.listdir(spool_dir / "done")) == 6, timeout=60, message="the six jobs done")
+        wait_until(lambda: os.listdir(spool_dir / "tmp") == [], timeout=10, message="tmp/ empty at rest")
+        with Spool(spool_dir, environ={}) as sp:
+            sp.submit("echo", {"n": 6})
+        wait_until(lambda: len(os.listdir(spool_dir / "done")) == 7, timeout=60, message="a job after the rest")
+        assert worker.poll() is None
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert os.listdir(spool_dir / "tmp") == []
 
 
 def test_rewrite_spare_writes_from_the_start_and_cuts_to_the_new_length(tmp_path: Path) -> None:
