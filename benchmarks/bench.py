@@ -112,6 +112,7 @@ def disk_info(path: Path) -> dict[str, str]:
         "options": options,
         "stat_f": out("stat", "-f", "-c", "%T", str(path)) or "?",
         "journal": "unknown",
+        "inodes_free": str(os.statvfs(path).f_favail),
     }
     if fstype == "ext4":
         features = out("dumpe2fs", "-h", source) if shutil.which("dumpe2fs") else ""
@@ -127,6 +128,15 @@ def disk_info(path: Path) -> dict[str, str]:
                 "yes" if has else "no"
             ) + f" (dumpe2fs refused; /proc/fs/jbd2 {'has' if has else 'has no'} {dev}-*)"
     return info
+
+
+def _warn_if_few_inodes(work: Path, o: argparse.Namespace, depth: int, say: Callable[[str], None]) -> None:
+    """Say so before a run that may fill the disk's inode table (a small loop image: 2 GB has
+    131,072, and old runs' folders keep theirs): the run would end in a bare ENOSPC traceback."""
+    free = os.statvfs(work).f_favail
+    makes = 3 * (o.many_jobs + 6 * o.jobs) + (0 if o.peers_only else 2 * depth)  # a job leaves ~3 files
+    if free < makes:
+        say(f"warning: {free:,} free inodes on this disk (df -i); a run makes up to ~{makes:,} files: clear old runs")
 
 
 # -- child processes -------------------------------------------------------------------------------
@@ -741,6 +751,7 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         report["huey_missing"] = True
     try:
         say(f"in {work} ({report['disk']['source']} {report['disk']['fstype']}, journal {report['disk']['journal']})")
+        _warn_if_few_inodes(work, o, big, say)
         if o.peers_only:
             report["peers"] = measure_peers(work, o, huey, say)
             report["load_after"] = os.getloadavg()
@@ -824,6 +835,7 @@ def measure_peers(work: Path, o: argparse.Namespace, huey: bool, say: Callable[[
 def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     runs = r.get("huey_runs") or {}
     d = r["disk"]
+    inodes = f"{int(d['inodes_free']):,}" if "inodes_free" in d else "?"  # (runs before 2026-12-06 lack it)
     print(
         f"\nspool bench, {r['date']}: {r['cores']} cores, load {r['load_before'][0]:.1f} before / "
         f"{r.get('load_after', [float('nan')])[0]:.1f} after, Python {r['python']}, N = {r['jobs']}",
@@ -831,7 +843,8 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     )
     print(
         f"disk: --dir {Path(d['dir']).parent} is on {d['source']} mounted at {d['mount']}, {d['fstype']} "
-        f"(stat -f: {d['stat_f']}), journal: {d['journal']}; options {d['options']}",
+        f"(stat -f: {d['stat_f']}), journal: {d['journal']}; options {d['options']}; "
+        f"free inodes {inodes} at the start",
         file=out,
     )
     if "submit" not in r:  # --peers-only

@@ -326,3 +326,17 @@ def test_spike_log_shape_b_loads_the_backlog_before_a_worker_starts(tmp_path: Pa
     assert spike["drain"] > 0 and spike["submits"] > 0
     assert spike["claim_batch"] > 1, done.stdout
     assert spike["calls_per_job"]["producers"]["fsync"] == 2.0
+
+
+def test_bench_warns_before_a_run_that_may_use_up_the_disks_inodes(tmp_path: Path) -> None:
+    import argparse
+
+    from benchmarks.bench import _warn_if_few_inodes
+
+    said: list[str] = []
+    free = os.statvfs(tmp_path).f_favail
+    many = argparse.Namespace(many_jobs=free, jobs=1, peers_only=True)  # ~3 files a job: more than there is
+    _warn_if_few_inodes(tmp_path, many, 0, said.append)
+    assert len(said) == 1 and "free inodes on this disk (df -i)" in said[0], said
+    _warn_if_few_inodes(tmp_path, argparse.Namespace(many_jobs=1, jobs=1, peers_only=True), 0, said.append)
+    assert len(said) == 1, "a small run is not warned about"
