@@ -130,10 +130,10 @@ def disk_info(path: Path) -> dict[str, str]:
     return info
 
 
-def _warn_if_few_inodes(work: Path, o: argparse.Namespace, depth: int, say: Callable[[str], None]) -> None:
-    """Say so before a run that may fill the disk's inode table (a small loop image: 2 GB has
-    131,072, and old runs' folders keep theirs): the run would end in a bare ENOSPC traceback."""
-    free = os.statvfs(work).f_favail
+def _warn_if_few_inodes(free: int, o: argparse.Namespace, depth: int, say: Callable[[str], None]) -> None:
+    """Say so before a run that may fill the disk's inode table (``free``: ``disk_info``'s count;
+    a small loop image: 2 GB has 131,072, and old runs' folders keep theirs): the run would end in
+    a bare ENOSPC traceback."""
     makes = 3 * (o.many_jobs + 6 * o.jobs) + (0 if o.peers_only else 2 * depth)  # a job leaves ~3 files
     if free < makes:
         say(f"warning: {free:,} free inodes on this disk (df -i); a run makes up to ~{makes:,} files: clear old runs")
@@ -751,7 +751,7 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         report["huey_missing"] = True
     try:
         say(f"in {work} ({report['disk']['source']} {report['disk']['fstype']}, journal {report['disk']['journal']})")
-        _warn_if_few_inodes(work, o, big, say)
+        _warn_if_few_inodes(int(report["disk"]["inodes_free"]), o, big, say)
         if o.peers_only:
             report["peers"] = measure_peers(work, o, huey, say)
             report["load_after"] = os.getloadavg()
