@@ -314,7 +314,8 @@ class Worker:
     def save_outcome(self, lease: Lease, held: Held | None, outcome: Outcome) -> None:
         """Complete or fail the attempt now. A full disk doesn't throw a finished attempt away: we
         keep its lease alive, and every other we hold (``runner.keepalive``), and retry until the
-        move goes through or the lease is lost."""
+        move goes through or the lease is lost. An attempt running meanwhile (this was a batch's
+        turn in its loop) is still ended at its timeout; its outcome waits for the loop."""
         while True:
             try:
                 if outcome.ok:
@@ -336,8 +337,9 @@ class Worker:
                 return
             self._disk_full_pause(
                 f"attempt {lease.attempt} of {lease.job_id} ended; saving its outcome waits for room",
-                at_most=self.heartbeat_interval(),
+                at_most=min(self.heartbeat_interval(), max(0.0, self.child.seconds_left())),
             )
+            self.child.end_if_overdue()  # the running attempt's timeout is served meanwhile
             self._keep_alive.beat(lease, self._batches.waiting_leases())
             status = lease_status(self.sp, lease, held)
             if status is not LeaseStatus.HELD:

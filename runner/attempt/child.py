@@ -33,7 +33,6 @@ import json
 import math
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from typing import Any
 from spool.progress import Progress
 from spool.runner.attempt import pipes
 from spool.runner.attempt.inside import ERROR_BYTES, describe_exit
+from spool.runner.attempt.reaping import has_exited, killpg, retire
 from spool.runner.attempt.pipes import (
     HELLO,
     Garbled,
@@ -99,34 +99,6 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
-def _has_exited(pid: int) -> bool:
-    """Whether our child ``pid`` has exited, without reaping it."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _killpg(pid: int) -> None:
-    # RACE: pid reuse. Callers kill before they reap: until then the child is at worst a
-    # zombie, so no other process can have been given its pid (our process group id).
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _retire(proc: subprocess.Popen[bytes], pidfd: int) -> None:
-    """Give an idle child whose request pipe is closed 1 s to exit; then kill its group, reap."""
-    deadline = time.monotonic() + 1.0
-    while not _has_exited(proc.pid) and (left := deadline - time.monotonic()) > 0:
-        select.select([pidfd] if pidfd >= 0 else [], [], [], left if pidfd >= 0 else 0.01)
-    _killpg(proc.pid)  # also ends what handlers left running in the group
-    proc.wait()
-    if pidfd >= 0:
-        os.close(pidfd)
-
-
 class Child:
     """The worker's handle on one attempt child; the process is spawned on demand and reused."""
 
@@ -162,6 +134,7 @@ class Child:
         self._encoded = ""
         self._deadline: float | None = None  # None until the request is sent
         self._progress: Progress | None = None  # the running attempt's newest, not yet taken
+        self._overdue: Outcome | None = None  # a timeout ``end_if_overdue`` met, for the next poll
 
     @property
     def pid(self) -> int | None:
@@ -219,7 +192,7 @@ class Child:
 
     def begin(self, request: AttemptRequest) -> None:
         """Send one attempt, starting the child if needed; returns at once."""
-        if self._request is not None:
+        if self._request is not None or self._overdue is not None:
             raise RuntimeError("an attempt is already running in this child")
         fields = {"job_id": request.job_id, "attempt": request.attempt, "task": request.task}
         fields.update(tries_left=request.tries_left, args=request.args, scratch_dir=request.scratch_dir)
@@ -244,6 +217,9 @@ class Child:
         Past the attempt's timeout (or the child's start timeout) the child's process group is
         killed and the timeout is the outcome.
         """
+        if (overdue := self._overdue) is not None:
+            self._overdue = None
+            return overdue
         request = self._request
         if request is None or self._proc is None:
             raise RuntimeError("no attempt is running in this child")
@@ -256,7 +232,7 @@ class Child:
                     return outcome
                 elif until_progress and self._progress is not None:
                     return None
-                if self._exited or (self._pidfd < 0 and _has_exited(self._proc.pid)):
+                if self._exited or (self._pidfd < 0 and has_exited(self._proc.pid)):
                     self._replies_available()  # a reply written just before the exit still counts
                     outcome = self._take_reply() if self._hello else None
                     return outcome or _failed(f"child {describe_exit(self._kill_and_reap())}")
@@ -288,6 +264,21 @@ class Child:
                 else:
                     self._replies_available()
 
+    def seconds_left(self) -> float:
+        """Until the running attempt's timeout; ``math.inf`` with no attempt sent."""
+        if self._request is None or self._deadline is None:
+            return math.inf
+        return self._deadline - time.monotonic()
+
+    def end_if_overdue(self) -> None:
+        """Kill the running attempt once past its timeout, its outcome (the timeout) kept for the
+        next ``poll``: a worker that can't poll for a while (its save waits for room on a full
+        disk) still ends a handler at its timeout, not whenever the disk has room again."""
+        request = self._request
+        if request is not None and self.seconds_left() <= 0:
+            self.kill()
+            self._overdue = _failed(f"timed out after {_seconds(request.timeout_seconds)}s")
+
     def kill(self) -> None:
         """SIGKILL the child's whole process group and reap it; a running attempt is dropped."""
         if self._proc is not None:
@@ -299,7 +290,7 @@ class Child:
         if self._request is not None:
             self.kill()
         elif self._proc is not None:
-            _retire(*self._detach())
+            retire(*self._detach())
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -369,7 +360,7 @@ class Child:
         self._request = None
         if self._served >= self._max_attempts_per_child:
             # Recycled so a handler's slow leak never grows without bound.
-            threading.Thread(target=_retire, args=self._detach(), daemon=True).start()
+            threading.Thread(target=retire, args=self._detach(), daemon=True).start()
             self.start()
         del message["seq"]
         return Outcome(**message)
@@ -392,7 +383,7 @@ class Child:
 
     def _kill_and_reap(self) -> int:
         assert self._proc is not None
-        _killpg(self._proc.pid)  # what the child started (a shell job, say) goes with it
+        killpg(self._proc.pid)  # what the child started (a shell job, say) goes with it
         proc, pidfd = self._detach()
         self._request = None
         if pidfd >= 0:

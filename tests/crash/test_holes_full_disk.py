@@ -8,6 +8,7 @@ finished attempt was stopped with it: the job expired and its handler ran a seco
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from spool import Spool
 # The old supervisor gave up after five quick coordinator exits in a row: ~2 s after a start on a
 # full disk, ~5.5 s after a running coordinator met one (its first exit was not quick).
 AT_START_SECONDS, MID_RUN_SECONDS = 4.0, 8.0
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -200,3 +202,63 @@ def _lease_of(held: Any, worker: str) -> Any:
     from spool.base.records import Lease
 
     return Lease(held.job_file.id, worker, held.job_file.attempt)
+
+
+def test_while_an_outcome_waits_for_room_a_running_attempt_still_ends_at_its_timeout(
+    tmpfs: Any, tmp_path: Path
+) -> None:
+    """In-process, on a real full tmpfs: while the worker waits to save one ended attempt's
+    outcome, the attempt it started meanwhile (a 60 s sleep with a 1 s timeout) is killed at its
+    timeout, and the timeout is that attempt's outcome. Before, nothing polled the child while the
+    save waited: the handler ran on until the disk had room again (SPEC.md: a handler that "hangs
+    past its timeout ... costs only that child")."""
+    from spool.attemptlog import AttemptLog
+    from spool.moves import claim_many, start_queued
+    from spool.runner.attempt.child import AttemptRequest, Outcome
+    from spool.runner.wake import Waker
+    from spool.runner.worker import Worker
+
+    disk = tmpfs("4m")
+    root = disk / "spool"
+    Spool.init(root, environ={}).close()
+    with Spool(root, environ={"SPOOL_LEASE_SECONDS": "2"}) as sp:
+        sp.submit("wordcount", {"path": "never-read"})
+        sp.submit("sleep", {"seconds": 60}, timeout=1)
+        worker = Worker(sp, name="w1", import_modules=["examples.tasks"], sys_path=[str(REPO)])
+        saving, running = claim_many(sp, worker.name, worker.tasks, 2)
+        lease = _lease_of(running, worker.name)
+        start_queued(sp, lease)
+        log = AttemptLog(sp.layout.fd("logs"), sp.layout.fd("tmp"), "running.log", 1 << 20)
+        job = running.job_file.job
+        try:
+            worker.child.begin(AttemptRequest(job.id, lease.attempt, job.task, dict(job.args), job.timeout, 2, log))
+            wait_until(lambda: worker.child.poll(0.05) is None and worker.child.seconds_left() < 2, timeout=30)
+            handler = worker.child.pid
+            assert handler is not None
+            worker._keep_alive.running = lease
+            worker._waker = Waker([sp.layout.path("pending")])
+            big = Outcome(ok=True, value="s" * 20_000, error=None, reject=False)  # more than any spare file
+            fill_disk(disk / "filler")
+            saver = threading.Thread(target=worker.save_outcome, args=(_lease_of(saving, worker.name), saving, big))
+            saver.start()
+            try:
+                wait_until(lambda: not _alive(handler), timeout=15, message="the overdue handler's child killed")
+                assert saver.is_alive(), "the outcome was saved on a full disk: the test proves nothing"
+            finally:
+                (disk / "filler").unlink()
+                saver.join(timeout=30)
+                worker._waker.stop()
+                log.close()
+            assert not saver.is_alive()
+            outcome = worker.child.poll(0)
+            assert outcome is not None and not outcome.ok and "timed out after 1s" in (outcome.error or ""), outcome
+        finally:
+            worker.child.kill()  # a no-op once it was killed at its timeout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

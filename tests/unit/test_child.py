@@ -5,6 +5,7 @@ Every wait is on a condition with a deadline; every child is killed by the fixtu
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -204,6 +205,28 @@ def test_timeout_kills_the_child_and_the_next_attempt_runs_on_a_fresh_one(run: R
     assert old is not None and gone(old) and run.child.pid is None
     after = run.run("t.echo")
     assert after.ok and pid_of(after) != old
+
+
+def test_end_if_overdue_kills_at_the_timeout_without_a_poll_and_the_next_poll_says_so(
+    run: Runner, tmp_path: Path
+) -> None:
+    """A worker that can't poll (its save waits for room on a full disk) still ends an attempt at
+    its timeout: nothing happens before it, the kill at it, the timeout is the next poll's outcome."""
+    pidfile = tmp_path / "pid"
+    run.child.begin(run.request("t.sleep", timeout=0.5, seconds=60, pidfile=str(pidfile)))
+    wait_until(lambda: read_pid(pidfile) is not None)
+    handler = read_pid(pidfile)
+    assert handler is not None and 0 < run.child.seconds_left() <= 0.5
+    run.child.end_if_overdue()  # not yet due: nothing happens
+    assert not gone(handler)
+    wait_until(lambda: run.child.seconds_left() <= 0)
+    run.child.end_if_overdue()
+    assert gone(handler) and run.child.seconds_left() == math.inf
+    assert run.current_log is not None
+    with pytest.raises(RuntimeError):  # the timeout is not taken yet
+        run.child.begin(AttemptRequest("job-2", 9, "t.echo", {}, 30.0, 2, run.current_log))
+    assert run.wait() == Outcome(ok=False, value=None, error="timed out after 0.5s", reject=False)
+    assert run.run("t.echo").ok
 
 
 def test_a_slow_import_costs_the_start_not_the_attempt(make_child: Callable[..., Child], tmp_path: Path) -> None:
