@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spool import queues
 from spool.moves import store
 from spool.base.clock import SYSTEM, Clock
 from spool.base.errors import InvalidJob, LedgerError, NotFound, SpoolError
@@ -392,4 +391,6 @@ def _check_id(job_id: str) -> None:
 def _sync_limits(spool: weakref.ref[Spool]) -> None:
     """queues/ into the spool's ledger: a new one takes no claim before (``spool.ledger.reservations``)."""
     if (sp := spool()) is not None:
+        from spool import queues  # start-up: a submit never reads queues/ (only a claim does)
+
         queues.sync(sp)

@@ -339,3 +339,29 @@ def test_no_comment_points_at_a_file_outside_the_repository() -> None:
         if OUTSIDE_POINTER.search(line)
     ]
     assert not outside, "pointers to files that are not here:\n" + "\n".join(outside)
+
+
+# Loaded by claims and the coordinator, never needed to submit: each costs `spool submit` start-up
+# (issue 9's target, which issue 19 keeps), spool.queues alone 3-6 ms of ~90 (2026-12-07).
+NOT_FOR_A_SUBMIT = ("spool.queues", "spool.runner", "spool.views")
+
+
+def test_spool_submit_loads_nothing_only_claims_or_views_need(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from spool import Spool
+
+    Spool.init(tmp_path / "sp", environ={}).close()
+    probe = (
+        "import sys\n"
+        "from spool.cli.main import main\n"
+        f"sys.argv = ['spool', '--spool', {str(tmp_path / 'sp')!r}, 'submit', 'echo', '-a', 'x=1']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('spool'))), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stderr.split()
+    assert "spool.moves.submission" in loaded  # the probe did submit
+    assert not [name for name in loaded if name.startswith(NOT_FOR_A_SUBMIT)], loaded
