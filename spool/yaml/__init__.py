@@ -1,5 +1,6 @@
 """YAML for spool's files: the safe loader (YAML 1.2 core schema, libyaml's events where they are
-provably the same), the emitter, and the schema both share (``safe``, ``dump``, ``schema``)."""
+provably the same), the emitter, and the schema both share (``safe``, ``dump``, ``schema``); the
+plain documents spool writes need no PyYAML (``plain``), the rest import it (``parse``, ``emit``)."""
 
 from __future__ import annotations
 

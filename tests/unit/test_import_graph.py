@@ -358,10 +358,11 @@ def test_spool_submit_loads_nothing_only_claims_or_views_need(tmp_path: Path) ->
         "from spool.cli.main import main\n"
         f"sys.argv = ['spool', '--spool', {str(tmp_path / 'sp')!r}, 'submit', 'echo', '-a', 'x=1']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith('spool'))), file=sys.stderr)\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('spool', 'yaml')))), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     loaded = done.stderr.split()
     assert "spool.moves.submission" in loaded  # the probe did submit
     assert not [name for name in loaded if name.startswith(NOT_FOR_A_SUBMIT)], loaded
+    assert "yaml" not in loaded  # PyYAML (~9 ms): the plain writer made the job file

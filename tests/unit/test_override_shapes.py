@@ -105,7 +105,7 @@ def test_turning_the_hold_off_reaches_a_new_grouper(monkeypatch: pytest.MonkeyPa
     assert grouper()._queue.delay == 0.0
 
 
-# What yamlsafe._Loader.need_more_tokens reimplements: PyYAML's own, whose answer it must keep.
+# What spool.yaml.parse._Loader.need_more_tokens reimplements: PyYAML's own, whose answer it must keep.
 _UPSTREAM_NEED_MORE_TOKENS = """
 def need_more_tokens(self):
     if self.done:

@@ -21,8 +21,8 @@ from unittest import mock
 import pytest
 import yaml
 
-from spool.yaml import dump as yamldump
-from spool.yaml import safe as yamlsafe
+from spool.yaml import emit as yamlemit
+from spool.yaml import parse as yamlparse
 from spool.base.errors import InvalidJob
 from spool.job import Job, JobFile, decode, encode, encode_measured
 from spool.base.records import Attempt, Lease
@@ -51,15 +51,15 @@ def outcome(data: bytes) -> tuple[str, object]:
 
 
 def pure_outcome(data: bytes) -> tuple[str, object]:
-    with mock.patch.object(yamlsafe, "_CLoader", None):
+    with mock.patch.object(yamlparse, "_CLoader", None):
         return outcome(data)
 
 
 def libyaml_value(data: bytes) -> tuple[bool, object]:
     """(whether libyaml's path gave a value, the value) for bytes ``load_yaml`` would give it."""
-    assert yamlsafe._CLoader is not None
+    assert yamlparse._CLoader is not None
     try:
-        return True, yamlsafe._load_single(yamlsafe._CLoader(data))
+        return True, yamlparse._load_single(yamlparse._CLoader(data))
     except Exception:  # noqa: BLE001 - every libyaml error falls back to the reference
         return False, None
 
@@ -76,7 +76,7 @@ def check_load(data: bytes) -> bool:
         data.decode("utf-8")
     except UnicodeDecodeError:
         return False
-    if not yamlsafe._libyaml_may_parse(data):
+    if not yamlparse._libyaml_may_parse(data):
         return False
     parsed, value = libyaml_value(data)
     if parsed:  # libyaml never accepts what the reference refuses, nor reads it otherwise
@@ -86,7 +86,7 @@ def check_load(data: bytes) -> bool:
 
 def check_dump(value: object) -> bytes:
     """``dump_yaml`` writes the reference emitter's bytes, and they read back to ``value``."""
-    reference = yamldump._dump_with(yamldump._Dumper, value)
+    reference = yamlemit._dump_with(yamlemit._Dumper, value)
     out = dump_yaml(value)
     assert out == reference, value
     assert same(load_yaml(out, max_bytes=LIMIT, source="s"), value)
@@ -95,8 +95,8 @@ def check_dump(value: object) -> bytes:
 
 def on_libyaml_emitter(value: object) -> bool:
     try:
-        out = yamldump._dump_with(yamldump._FastDumper, value)
-    except yamldump._NotForLibyaml:
+        out = yamlemit._dump_with(yamlemit._FastDumper, value)
+    except yamlemit._NotForLibyaml:
         return False
     return not out.endswith(b"\n...\n")
 
@@ -276,7 +276,7 @@ def test_the_runners_own_files_load_on_libyaml_and_match() -> None:
     ],
 )
 def test_where_libyaml_is_laxer_the_pure_parser_decides(data: bytes, words: str) -> None:
-    assert not yamlsafe._libyaml_may_parse(data)
+    assert not yamlparse._libyaml_may_parse(data)
     kind, message = outcome(data)
     assert (kind, message) == pure_outcome(data)
     assert kind == "refused" and words in str(message)
@@ -294,10 +294,10 @@ def test_deep_nesting_never_crashes_libyaml_path(size: int) -> None:
     # the openers directly here (load_yaml itself sends so many openers to the pure parser).
     script = (
         "import sys\n"
-        "from spool.yaml import safe as yamlsafe\n"
+        "from spool.yaml import parse as yamlparse\nfrom spool.yaml import safe as yamlsafe\n"
         f"data = b'[' * {size}\n"
         "try:\n"
-        "    yamlsafe._load_single(yamlsafe._CLoader(data))\n"
+        "    yamlparse._load_single(yamlparse._CLoader(data))\n"
         "except Exception as err:\n"
         "    print(type(err).__name__)\n"
         "try:\n"
@@ -314,15 +314,15 @@ def test_deep_nesting_never_crashes_libyaml_path(size: int) -> None:
 
 
 def test_a_document_just_under_the_bound_still_stops_at_the_depth_cap() -> None:
-    data = b"[" * yamlsafe.MAX_C_NESTING_BYTES
-    assert yamlsafe._libyaml_may_parse(data) and not yamlsafe._libyaml_may_parse(data + b"[")
+    data = b"[" * yamlparse.MAX_C_NESTING_BYTES
+    assert yamlparse._libyaml_may_parse(data) and not yamlparse._libyaml_may_parse(data + b"[")
     assert outcome(data) == pure_outcome(data)
     assert "nesting is deeper than 32 levels" in str(outcome(data)[1])
 
 
 def test_without_libyaml_the_pure_paths_are_used() -> None:
     data = encode(next(job_files()))
-    with mock.patch.object(yamlsafe, "_CLoader", None), mock.patch.object(yamldump, "_FastDumper", yamldump._Dumper):
+    with mock.patch.object(yamlparse, "_CLoader", None), mock.patch.object(yamlemit, "_FastDumper", yamlemit._Dumper):
         assert dump_yaml(load_yaml(data, max_bytes=LIMIT, source="s")) == data
 
 
@@ -372,4 +372,4 @@ def test_keys_libyaml_writes_otherwise_take_the_pure_emitter(key: str) -> None:
 
 
 def test_a_bare_scalar_takes_the_pure_emitter() -> None:
-    assert dump_yaml(-7) == b"-7\n...\n" == yamldump._dump_with(yamldump._Dumper, -7)
+    assert dump_yaml(-7) == b"-7\n...\n" == yamlemit._dump_with(yamlemit._Dumper, -7)

@@ -8,6 +8,7 @@ holds to the same reference.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import string
@@ -20,9 +21,11 @@ from hypothesis import strategies as st
 from spool.base.records import Attempt, Lease
 from spool.job import Job, JobFile, encode
 from spool.yaml import dump as yamldump
+from spool.yaml import emit as yamlemit
 from spool.base.errors import InvalidJob
-from spool.yaml import safe as yamlsafe
+from spool.yaml import parse as yamlparse
 from spool.yaml.plain import NotPlain, Plain
+from spool.yaml.schema import RESOLVERS_BY_FIRST
 from spool.yaml.safe import dump_yaml, load_yaml
 
 ID = "01JDZ8Q3V7K2M4N5P6R7S8T9VW"
@@ -43,7 +46,7 @@ SCALARS: list[object] = [None, True, False, 0, -7, 10**20, 1.5, -0.0, 3600.0, 0.
 
 
 def reference(value: object) -> bytes:
-    return yamldump._dump_with(yamldump._Dumper, value)
+    return yamlemit._dump_with(yamlemit._Dumper, value)
 
 
 def check(value: object) -> bool:
@@ -55,7 +58,7 @@ def check(value: object) -> bool:
         assert dump_yaml(value) == reference(value)
         return False
     assert out == reference(value), value
-    assert out == yamldump._dump_with(yamldump._FastDumper, value)
+    assert out == yamlemit._dump_with(yamlemit._FastDumper, value)
     assert repr(yamldump.PLAIN.load(out)) == repr(_as_loaded(value)) == pure_load(out)
     return True
 
@@ -63,7 +66,7 @@ def check(value: object) -> bool:
 def pure_load(data: bytes) -> str:
     """The reference parser's answer (its value's repr, or "refused")."""
     try:
-        return repr(yamlsafe._load_single(yamlsafe._Loader(data.decode("utf-8"))))
+        return repr(yamlparse._load_single(yamlparse._Loader(data.decode("utf-8"))))
     except (yaml.YAMLError, UnicodeDecodeError, InvalidJob):
         return "refused"
 
@@ -234,7 +237,7 @@ def test_the_joined_traps_match_where_any_resolver_does_and_the_verdicts_kept_ar
     ]
     fresh = Plain(yamldump.PLAIN.traps)
     for text in texts:
-        entries = yamldump._RESOLVERS_BY_FIRST.get(text[:1], [])
+        entries = RESOLVERS_BY_FIRST.get(text[:1], [])
         joined = yamldump.PLAIN.traps.get(text[:1])
         assert bool(joined and joined.match(text)) == any(p.match(text) for _tag, p in entries), text
         try:
@@ -242,6 +245,31 @@ def test_the_joined_traps_match_where_any_resolver_does_and_the_verdicts_kept_ar
         except NotPlain:
             continue
         assert fresh.word(text) == verdict == Plain(yamldump.PLAIN.traps).word(text)  # kept, and as found anew
+
+
+def test_every_string_pyyaml_reads_as_something_else_is_quoted() -> None:
+    """spool's YAML 1.1 table (``schema.YAML11_READINGS``, written from the 1.1 type definitions
+    so that a plain document needs no PyYAML) catches every string PyYAML's own resolvers read as
+    another type: each short string over the characters that matter, dates and times, and random
+    numeric ones. Quoting a few more than PyYAML would is allowed; fewer is a misread file."""
+    resolver = yaml.resolver.Resolver()
+    rng = random.Random(11)
+    alphabet = "0123456789_.:+-eExXbBoOtTyYnNa~<= "
+    texts = [""] + ["".join(chars) for size in (1, 2, 3) for chars in itertools.product(alphabet, repeat=size)]
+    texts += ["".join(rng.choice("0123456789_.:+-eE") for _ in range(rng.randint(4, 14))) for _ in range(50_000)]
+    times = ["", "T1:2:3", " 10:20:30.5Z", "t10:20:30-5"]  # dates, then dates with times
+    dates = [f"{rng.randint(0, 9999):04d}-{rng.randint(0, 99)}-{rng.randint(0, 99)}" for _ in range(5000)]
+    texts += [date + rng.choice(times) for date in dates]
+    texts += WORDS + [word.upper() for word in WORDS] + [word.title() for word in WORDS]
+    missed = [
+        text
+        for text in texts
+        if resolver.resolve(yaml.ScalarNode, text, (True, False)) != "tag:yaml.org,2002:str"
+        and not any(pattern.match(text) for _tag, pattern in RESOLVERS_BY_FIRST.get(text[:1], ()))
+    ]
+    assert not missed, missed[:20]
+    for text in ("on", "1:20", "2026-12-07", "0b101", "1_000", ".5", "<<", "="):
+        assert yaml.safe_load(dump_yaml({"k": text})) == {"k": text}, text
 
 
 def test_spaced_strings_are_written_as_the_emitters_write_them_up_to_the_fold() -> None:
