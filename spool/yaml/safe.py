@@ -5,9 +5,10 @@ from parser events and refuses anchors, aliases, explicit tags and duplicate key
 levels of nesting, and resolves plain scalars by YAML 1.2's core schema (no yes/no booleans, no
 octal ``0123``, no implicit dates). It returns only dict, list, str, int, float, bool and None;
 every failure is one ``InvalidJob`` line that starts with the source and says what and where.
-The events come from libyaml where the document allows it and from PyYAML's pure-Python parser,
-the reference, otherwise and on any error (see ``_libyaml_may_parse``); never from a composer
-(``CSafeLoader``'s recurses on the C stack: it segfaulted on 60 KB of nested ``[``).
+A document as spool writes it (plain scalars: every job file) is read by ``spool.yaml.plain``
+without PyYAML; any other by ``spool.yaml.parse``: events from libyaml where the document allows
+it and from PyYAML's pure-Python parser, the reference, otherwise and on any error; never from a
+composer (``CSafeLoader``'s recurses on the C stack: it segfaulted on 60 KB of nested ``[``).
 
 ``dump_yaml`` (``spool.yaml.dump``) writes block style with the same resolvers, so a string that
 would read back as anything else is quoted, and also quotes what a YAML 1.1 reader would misread.
