@@ -13,21 +13,21 @@ import re
 from collections.abc import Iterator, Mapping
 
 from spool.yaml.plain import NotPlain, Plain
-from spool.yaml.schema import RESOLVERS_BY_FIRST
+from spool.yaml.schema import RESOLVERS_BY_FIRST, ResolverList
 
 __all__ = ["PLAIN", "dump_yaml"]
 
 
 def _joined(patterns: list[re.Pattern[str]]) -> re.Pattern[str]:
-    """One pattern that matches (at the start) where any of ``patterns`` does, each with its flags."""
-    return re.compile("|".join(f"(?{'x' if p.flags & re.VERBOSE else ''}:{p.pattern})" for p in patterns))
+    """One pattern that matches (at the start) where any of ``patterns`` does (none has flags)."""
+    return re.compile("|".join(f"(?:{p.pattern})" for p in patterns))
 
 
 class _JoinedOnFirstUse(Mapping[str, re.Pattern[str]]):
     """``RESOLVERS_BY_FIRST`` joined per first character, each compiled when first asked for:
     compiling all of them cost ~2 ms of every process's start-up (a ``spool submit`` asks 2-4)."""
 
-    def __init__(self, entries: Mapping[str, list[tuple[str, re.Pattern[str]]]]) -> None:
+    def __init__(self, entries: Mapping[str, ResolverList]) -> None:
         self._entries = entries
         self._joined: dict[str, re.Pattern[str]] = {}
 

@@ -26,7 +26,7 @@ from yaml.events import (
 )
 
 from spool.base.errors import InvalidJob
-from spool.yaml.schema import CONVERT, CORE_SCHEMA, MAX_DEPTH
+from spool.yaml.schema import CONVERT, CORE_BY_FIRST, MAX_DEPTH
 
 __all__ = ["load"]
 
@@ -96,17 +96,9 @@ class _Builder:
         return mapping
 
 
-# A plain scalar's resolvers by its first character ("" for the empty scalar), in schema order:
-# what Resolver.resolve looks up for a plain scalar, without its per-call list building.
-_PLAIN_RESOLVERS: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
-for _tag, _pattern, _first in CORE_SCHEMA:
-    for _char in _first:
-        _PLAIN_RESOLVERS.setdefault(_char, []).append((_tag, _pattern))
-
-
 def _plain_value(text: str, mark: yaml.Mark | None) -> object:
     """A plain scalar's value by the core schema: null, bool, int, float, or else the text."""
-    for tag, pattern in _PLAIN_RESOLVERS.get(text[:1], ()):
+    for tag, pattern in CORE_BY_FIRST.get(text[:1], ()):
         if pattern.match(text):
             try:
                 return CONVERT[tag](text)

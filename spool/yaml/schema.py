@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 MAX_DEPTH = 32
+
+ResolverList = list[tuple[str, re.Pattern[str]]]  # (tag, pattern), in the order they are tried
 
 NULL = "tag:yaml.org,2002:null"
 BOOL = "tag:yaml.org,2002:bool"
@@ -60,9 +62,10 @@ CONVERT: dict[str, Callable[[str], object]] = {
 
 
 # What a YAML 1.1 reader (PyYAML's ``safe_load``, say) reads as something other than a string,
-# after YAML 1.1's type definitions (yaml.org/type: bool, int, float, null, timestamp, merge,
-# value), each written a little wider than its definition: the writer quotes any string one of
-# these matches, and quoting one string more than needed changes nothing a reader gets back.
+# after YAML 1.1's type definitions (yaml.org/type: bool, int, float, timestamp, merge, value;
+# its null is the core schema's), each written a little wider than its definition: the writer
+# quotes any string one of these matches, and quoting one string more than needed changes nothing
+# a reader gets back.
 # Matched at the start (``re.match``); tests/unit/test_yaml_plain.py holds them to PyYAML's own
 # resolvers (every string those read otherwise is caught here). Tagged ``YAML11``: quote it.
 YAML11_READINGS: list[tuple[re.Pattern[str], str]] = [
@@ -75,23 +78,23 @@ YAML11_READINGS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"[-+]?0[bx][0-9a-fA-F_]+\Z"), "-+0"),  # binary and hexadecimal
     (re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?\Z"), "-+0123456789"),  # base 60
     (re.compile(r"(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"), "-+."),
-    (re.compile(r"(?:~|null|Null|NULL|)\Z"), "~nN"),
     (re.compile(r"[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?(?:\Z|[Tt \t])"), "0123456789"),  # a date, a time
     (re.compile(r"(?:<<|=)\Z"), "<="),  # a merge key, a value key
 ]
 
 
-def _by_first() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
-    table: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
-    for tag, pattern, firsts in CORE_SCHEMA:
+def _by_first(entries: Iterable[tuple[str, re.Pattern[str], Iterable[str]]]) -> dict[str, ResolverList]:
+    """(tag, pattern, first characters) entries by first character, in the order given."""
+    table: dict[str, ResolverList] = {}
+    for tag, pattern, firsts in entries:
         for first in firsts:
             table.setdefault(first, []).append((tag, pattern))
-    for pattern, chars in YAML11_READINGS:
-        for first in [*chars, *([""] if pattern.match("") else [])]:
-            table.setdefault(first, []).append((YAML11, pattern))
     return table
 
 
-# The writer's table: by a plain scalar's first character ("" for the empty one), the core
-# schema's resolvers first (a real int or bool matches its own tag), then the YAML 1.1 readings.
-RESOLVERS_BY_FIRST = _by_first()
+# The reader's table: a plain scalar's core schema resolvers by its first character ("" for the
+# empty scalar), what Resolver.resolve looks up without its per-call list building.
+CORE_BY_FIRST = _by_first(CORE_SCHEMA)
+# The writer's table: the core schema's resolvers first (a real int or bool matches its own tag),
+# then the YAML 1.1 readings.
+RESOLVERS_BY_FIRST = _by_first([*CORE_SCHEMA, *((YAML11, pattern, chars) for pattern, chars in YAML11_READINGS)])

@@ -12,12 +12,15 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from support import ROOT
 
+from spool import Spool
 from spool.base.surface import surface_of
 
 # The repository folder of each installed package (pyproject.toml's package-dir).
@@ -347,11 +350,6 @@ NOT_FOR_A_SUBMIT = ("spool.queues", "spool.runner", "spool.views")
 
 
 def test_spool_submit_loads_nothing_only_claims_or_views_need(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from spool import Spool
-
     Spool.init(tmp_path / "sp", environ={}).close()
     probe = (
         "import sys\n"
