@@ -88,3 +88,29 @@ def procs(spool_dir: Path, tmp_path: Path) -> Iterator[Procs]:
     started = Procs(spool_dir, logs)
     yield started
     started.kill_all()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``tmpfs("4m")``: a tmpfs of that size mounted for the test, always unmounted."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        point = tmp_path / f"disk-{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            reason = f"cannot mount a size-capped tmpfs (needs root): {done.stderr.strip() or done.returncode}"
+            print(reason)
+            pytest.skip(reason)
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(point)], capture_output=True)

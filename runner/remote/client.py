@@ -233,10 +233,11 @@ class Patience:
             raise self._refused(f"the server refused this {self._who}'s token (HTTP {reply.status}): {reply.error()}")
         return reply
 
-    def back_off(self) -> None:
-        """Wait the next step of the backoff, returning early once ``hurry()`` says so."""
+    def back_off(self, most: float | None = None) -> None:
+        """Wait the next step of the backoff, returning early once ``hurry()`` says so; at most
+        ``most`` seconds this time (a caller that must beat a lease between two tries)."""
         self._backoff = min(max(self._backoff * 2, self._first), self._most)
-        until = time.monotonic() + self._backoff
+        until = time.monotonic() + (self._backoff if most is None else min(self._backoff, most))
         while time.monotonic() < until and not self._hurry():
             time.sleep(min(HURRY_CHECK_SECONDS, max(until - time.monotonic(), 0.0)))
 

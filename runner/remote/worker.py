@@ -199,6 +199,7 @@ class RemoteWorker:
         # An outcome's move fsyncs (a slow disk may take seconds): give it long before a retry,
         # which would find the first one done and say "dropped". A beat is short; the next comes.
         timeout = max(lease.heartbeat_seconds, OUTCOME_TIMEOUT_SECONDS if patient else 5.0)
+        next_beat = time.monotonic() + lease.heartbeat_seconds
         while True:
             reply = self.patience.call(path, {"fence": lease.fence, **body}, timeout_seconds=timeout)
             if reply is not None and (reply.status < 500 or not patient):
@@ -209,7 +210,22 @@ class RemoteWorker:
                 return None
             if reply is not None:
                 log.warning("%s of %s: %s; retrying", step, lease.job_id, reply.error())
-                self.patience.back_off()
+                # A server whose disk is full (503) may stay so for long: the lease is beaten
+                # between tries, as a local worker's keep-alive does (``runner.keepalive``), or the
+                # coordinator would expire an attempt whose outcome only waits to be saved.
+                self.patience.back_off(most=lease.heartbeat_seconds)
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + lease.heartbeat_seconds
+                    self._keep_alive(lease)
+
+    def _keep_alive(self, lease: RemoteLease) -> None:
+        """One beat for a lease whose outcome waits to be saved: no counter, so the server writes
+        a new one (its clock's milliseconds), which is all the coordinator watches. Its answer
+        changes nothing: a lease lost meanwhile is the outcome call's 409."""
+        path = f"/v1/leases/{lease.job_id}/heartbeat"
+        reply = self.patience.call(path, {"fence": lease.fence}, timeout_seconds=5.0)
+        if reply is not None and reply.status != 200:
+            log.warning("keep-alive beat of %s: %s", lease.job_id, reply.error())
 
     # -- one attempt -------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,32 +24,6 @@ from spool import Spool
 # full disk, ~5.5 s after a running coordinator met one (its first exit was not quick).
 AT_START_SECONDS, MID_RUN_SECONDS = 4.0, 8.0
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """``tmpfs("4m")``: a tmpfs of that size mounted for the test, always unmounted."""
-    mounted: list[Path] = []
-
-    def mount(size: str) -> Path:
-        point = tmp_path / f"disk-{len(mounted)}"
-        point.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            reason = f"cannot mount a size-capped tmpfs (needs root): {done.stderr.strip() or done.returncode}"
-            print(reason)
-            pytest.skip(reason)
-        mounted.append(point)
-        return point
-
-    yield mount
-    for point in mounted:
-        if subprocess.run(["umount", str(point)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(point)], capture_output=True)
 
 
 def _run(root: Path, logs: Path) -> tuple[Procs, subprocess.Popen[bytes]]:
