@@ -84,6 +84,10 @@ class Waker:
             landed += self._impl.gather(rest)
         return landed
 
+    def gather(self, seconds: float) -> list[tuple[str, str]]:
+        """Wait ``seconds`` whatever lands (a poke ends it sooner); return what landed meanwhile."""
+        return self._impl.gather(seconds)
+
     def poke(self) -> None:
         """Wake the waiter now (a signal handler asking it to stop); safe in a signal handler."""
         self._impl.poke()

@@ -185,13 +185,17 @@ class Worker:
     def _claim(self) -> Held | None:
         """``claim``, except that a full disk pauses claiming with a backoff instead of ending us:
         each exit would cost the job we were claiming a try, and the next worker meets the same
-        disk. A claim that met the full disk took nothing (``claim`` puts the job back)."""
+        disk. A claim that met the full disk took nothing (``claim`` puts the job back). While
+        jobs land one by one, it first lingers (``Batches.linger``) so that they share it."""
+        if (linger := self._batches.linger()) and self._waker is not None:
+            self._waker.gather(linger)  # a stop's poke ends it sooner
         try:
-            claimed = claim_many(self.sp, self.name, self.tasks, self._batches.claim_size(), self.queues)
+            claimed = claim_many(self.sp, self.name, self.tasks, asked := self._batches.claim_size(), self.queues)
         except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
         self._disk_full.cleared("claiming resumes")
+        self._batches.claimed(len(claimed), asked)
         if not claimed:
             return None
         self._batches.queued.extend(claimed[1:])
