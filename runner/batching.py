@@ -50,9 +50,10 @@ QUEUED_WAIT_SECONDS = 0.25  # a batch's waiting members are given back when the 
 # LINGER_AFTER_SECONDS of one that found fewer ready jobs than it asked for first waits
 # LINGER_SECONDS, so the jobs landing meanwhile share it (Kafka's linger.ms, PostgreSQL's
 # commit_delay). After a quiet spell nobody waits (an idle pickup is at once), nor while a backlog
-# fills every claim, nor for long attempts (their claims ask for one). Shape (a), alternated runs
-# on the root disk (2026-12-07, benchmarks/peers.py's harness): drain 619-642 -> 791-829 jobs/s,
-# CPU 2.06-2.17 -> 1.37-1.47 ms/job; 2 ms: 735-737 and 1.61-1.63 (docs/performance.md).
+# fills every claim, nor for long attempts (their claims ask for one). Shape (a), alternated with
+# the code before (2026-12-07, benchmarks/peers.py's shapes): drain 623-643 -> 766-806 jobs/s on
+# the root disk, 367-370 -> 437-440 journaled, CPU 2.1 -> 1.4-1.6 ms/job; a 2 ms linger gave
+# 735-737 on the root disk (docs/performance.md).
 LINGER_SECONDS = 0.005
 LINGER_AFTER_SECONDS = 0.010
 _TIMING_WEIGHT = 0.2  # of the newest attempt in the running mean of attempt durations

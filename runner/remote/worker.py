@@ -222,8 +222,7 @@ class RemoteWorker:
         """One beat for a lease whose outcome waits to be saved: no counter, so the server writes
         a new one (its clock's milliseconds), which is all the coordinator watches. Its answer
         changes nothing: a lease lost meanwhile is the outcome call's 409."""
-        path = f"/v1/leases/{lease.job_id}/heartbeat"
-        reply = self.patience.call(path, {"fence": lease.fence}, timeout_seconds=5.0)
+        reply = self.lease_call(lease, "heartbeat", {}, patient=False)
         if reply is not None and reply.status != 200:
             log.warning("keep-alive beat of %s: %s", lease.job_id, reply.error())
 
