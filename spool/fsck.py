@@ -26,7 +26,7 @@ from spool.job import JobFile, is_ready
 from spool.disk.layout import WAKE_NAME, State, cancel_name, coordinator_lock_name, heartbeat_name, is_dot_name
 from spool.disk.layout import job_lock_name, job_name, parse_drop_note_name, parse_purge_marker, result_id_of
 from spool.disk.layout import result_name, tmp_writer_pid, worker_of_lock_name
-from spool.fsck_keys import check_keys, copies_now, repair_keys
+from spool.fsck_keys import check_keys, job_lock_held, repair_keys
 from spool.disk.locks import is_held
 from spool.moves.recovery import copies_of, list_folders, moved_back_by_hand, reconcile, resync
 from spool.views.stats import ledger_trouble
@@ -106,7 +106,34 @@ def _check_drop(sp: Handle, name: str, report: Report) -> None:
 
 
 def _check_job(
-    sp: Handle, job_id: str, folders: list[State], report: Report, files: dict[str, tuple[State, JobFile]]
+    sp: Handle, job_id: str, folders: list[State] | None, report: Report, files: dict[str, tuple[State, JobFile]]
+) -> None:
+    """Look at one job without its lock; if that look finds a broken promise, look again under the
+    lock, and judge by that look alone.
+
+    RACE: a move that runs between two reads of one look (publish_job links done/ before it
+    unlinks leased/; a claim renames into leased/ before it writes the lease) shows a job broken
+    that is not. No move of the job can be under way while fsck holds its lock, so what the second
+    look finds is real; while a move holds it, what the first look found is a move in flight. (Asking
+    whether the lock is held after the first look would not do: the move may have ended between.)
+    """
+    seen = Report()
+    _look_at_job(sp, job_id, folders, seen, files)
+    if seen.violations:
+        with job_lock_held(sp, job_id) as held:
+            if held:
+                seen = Report()
+                files.pop(job_id, None)
+                _look_at_job(sp, job_id, None, seen, files)
+            else:
+                seen.in_progress += [f"{line} (its lock is held: in progress)" for line in seen.violations]
+                seen.violations = []
+    report.violations += seen.violations
+    report.in_progress += seen.in_progress
+
+
+def _look_at_job(
+    sp: Handle, job_id: str, folders: list[State] | None, report: Report, files: dict[str, tuple[State, JobFile]]
 ) -> None:
     copies = copies_of(sp, job_id, folders)
     if not (copies.keep or copies.drops or copies.planted):
@@ -117,10 +144,7 @@ def _check_job(
         where = f"{state.value}/{job_name(job_id)}"
         damaged = _damaged_job_file(sp, state, job_id)
         if damaged is not None:  # a runner's file would be whole: its text is kept, its id is not
-            _flag(
-                sp,
-                report,
-                job_id,
+            report.violations.append(
                 f"{where}: not a whole job file ({damaged}); the coordinator takes it as a "
                 "drop: to dead/ under a new id, its text kept",
             )
@@ -136,20 +160,15 @@ def _check_job(
             )
     if not copies.keep:
         return
-    if copies.stale:  # RACE: maybe mid-move when looked at: look again under the job's lock
-        looked_again = copies_now(sp, job_id)  # None: the lock was busy, keep what was seen
-        copies = copies if looked_again is None else looked_again
-    if not copies.keep:
-        return  # purged meanwhile
     if copies.stale:
         listed = copies.keep + copies.stale
-        _flag(sp, report, job_id, f"{job_id}: in {len(listed)} folders ({', '.join(s.value for s in listed)})")
+        report.violations.append(f"{job_id}: in {len(listed)} folders ({', '.join(s.value for s in listed)})")
     state = copies.keep[0]
     where = f"{state.value}/{job_name(job_id)}"
     try:
         job_file = read_job(sp, state, job_id)
     except InvalidJob as err:
-        _flag(sp, report, job_id, f"{where}: not a whole job file ({err})")
+        report.violations.append(f"{where}: not a whole job file ({err})")
         return
     except FileNotFoundError:
         located = locate(sp, job_id)
@@ -164,11 +183,11 @@ def _check_job(
         report.violations.append(f"{where}: done without results/{result_name(job_id)}")
     if has_result and state is not State.DONE and not result_is_earned(state, job_file):
         why = "the next claim of the job, or fsck --repair, sets it aside to dead/ as invalid"
-        _flag(sp, report, job_id, f"{planted_result_error(job_file)}: {why}")
+        report.violations.append(f"{planted_result_error(job_file)}: {why}")
     elif state is State.LEASED and has_result:
         report.in_progress.append(f"{where}: has a result; the move to done is in progress")
     elif state in (State.PENDING, State.WAITING, State.DEAD) and has_result:
-        _flag(sp, report, job_id, f"{where}: has a result but is {state.value}")
+        report.violations.append(f"{where}: has a result but is {state.value}")
     if state in (State.PENDING, State.WAITING) and moved_back_by_hand(job_file) and not has_result:
         report.in_progress.append(
             f"{where}: moved back by hand (or a requeue was interrupted); the runner "
@@ -179,9 +198,9 @@ def _check_job(
     if job_file.tries > job_file.attempt:
         report.violations.append(f"{where}: tries {job_file.tries} over attempt {job_file.attempt}")
     if state is State.LEASED and (job_file.lease is None or job_file.lease.attempt != job_file.attempt):
-        _flag(sp, report, job_id, f"{where}: leased without a lease for attempt {job_file.attempt}")
+        report.violations.append(f"{where}: leased without a lease for attempt {job_file.attempt}")
     if state is State.DEAD and job_file.reason is None:
-        _flag(sp, report, job_id, f"{where}: dead without a reason")
+        report.violations.append(f"{where}: dead without a reason")
 
 
 def _damaged_job_file(sp: Handle, state: State, job_id: str) -> str | None:
@@ -200,14 +219,6 @@ def _damaged_job_file(sp: Handle, state: State, job_id: str) -> str | None:
     except (OSError, InvalidJob):
         return why
     return None if isinstance(text, dict) and "id" not in text else why
-
-
-def _flag(sp: Handle, report: Report, job_id: str, message: str) -> None:
-    """A violation, unless the job's lock is held right now: then it is a move in flight."""
-    if _busy(sp, job_id):
-        report.in_progress.append(message + " (its lock is held: in progress)")
-    else:
-        report.violations.append(message)
 
 
 def _check_results(sp: Handle, jobs: dict[str, list[State]], report: Report) -> None:

@@ -29,7 +29,6 @@ from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id
 from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
 from spool.disk.locks import Lock, acquire, acquire_existing
-from spool.moves.recovery import Copies, copies_of
 from spool.moves.submission import job_kept_now, reservation, reserve_key
 
 if TYPE_CHECKING:
@@ -62,12 +61,12 @@ def _held(sp: Handle, name: str, *, create: bool) -> Iterator[bool]:
         yield True
 
 
-def copies_now(sp: Handle, job_id: str) -> Copies | None:
-    """The job's copies looked up by id under its lock (no move of it can be under way then),
-    None while a move holds the lock: a job seen in two folders may only have been mid-move
-    (``publish_job`` links done/ before it unlinks leased/, under the job's lock)."""
+@contextmanager
+def job_lock_held(sp: Handle, job_id: str) -> Iterator[bool]:
+    """Hold the job's lock for the block, without creating it (True: no move of it can be under
+    way, or none ever was: no lock file); False while another process holds it (a move in flight)."""
     with _held(sp, job_lock_name(job_id), create=False) as held:
-        return copies_of(sp, job_id) if held else None
+        yield held
 
 
 def job_kept(sp: Handle, job_id: str) -> Verdict:

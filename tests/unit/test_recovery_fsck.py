@@ -399,6 +399,40 @@ def test_fsck_calls_a_move_under_a_held_lock_in_progress(sp: Spool) -> None:
     assert any("dead without a reason" in line for line in fsck(sp).violations)
 
 
+def test_a_job_seen_mid_move_is_judged_again_under_its_lock_not_by_whether_the_lock_is_held_later(
+    sp: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsck sees a job in done/ and leased/ while publish_job holds its lock between the link and
+    the unlink; the move ends before fsck asks about the lock (the stress tier's drain caught this
+    window): the job is looked at again under the lock, and is whole."""
+    import spool.fsck as checker  # start-up: the module whose lock seam this test wraps
+
+    job_id = sp.submit("echo")
+    crash_at(sp, "worker:complete-after-move", as_worker("w1", lambda c, lease: complete(c, lease, b'"r"')))
+    assert where(sp, job_id) == [State.DONE, State.LEASED]  # as publish_job leaves it mid-move
+    mover = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+    with mover:  # held all along: what was seen is a move in flight
+        report = fsck(sp)
+    assert not [line for line in report.violations if "folders" in line], report.violations
+    assert any(f"{job_id}: in 2 folders (done, leased) (its lock is held" in line for line in report.in_progress)
+
+    mover = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+    real_job_lock_held = checker.job_lock_held
+
+    def the_move_ends_first(handle: Spool, looked_id: str) -> object:
+        os.unlink(sp.root / "leased" / job_name(job_id))
+        mover.release()
+        return real_job_lock_held(handle, looked_id)
+
+    monkeypatch.setattr(checker, "job_lock_held", the_move_ends_first)
+    report = fsck(sp)
+    assert not [line for line in report.violations if job_id in line and "ledger" not in line], report.violations
+    assert not [line for line in report.in_progress if "folders" in line], report.in_progress
+    monkeypatch.undo()
+    fsck(sp, repair=True)  # the ledger the killed complete never wrote, its staged result
+    assert_clean(sp)
+
+
 def test_fsck_repair_puts_a_ledger_behind_the_files_right(sp: Spool) -> None:
     job_id = sp.submit("echo")
     sp.ledger.record(read_job(sp, State.PENDING, job_id), State.DONE, ready=False, event="test")
