@@ -518,19 +518,19 @@ proctype Fsck() {
   for (k : 0 .. NK - 1) {
     if
     :: !listed[k] ->
-       /* @step spool.fsck_keys.judge_reservation : under the key's lock */
+       /* @step spool.fsck.keys.judge_reservation : under the key's lock */
        TRYLOCK(klock[k], got);
        if
        :: got ->
           r = keyres[k];
           if
           :: r != NONE ->
-             /* @step spool.fsck_keys.job_kept : looks the job up by id in every folder */
+             /* @step spool.fsck.keys.job_kept : looks the job up by id in every folder */
              look(r, seen);
 #ifndef BUG_FSCK_UNLINK
              if
              :: seen == 0 ->
-                /* @step spool.fsck_keys.job_kept : not found: again under the job's lock */
+                /* @step spool.fsck.keys.job_kept : not found: again under the job's lock */
                 TRYLOCK(jlock[r], got);
                 if :: got -> look(r, seen); UNLOCK(jlock[r]) :: else -> seen = 1 fi
              :: else
@@ -538,7 +538,7 @@ proctype Fsck() {
 #endif
              if
              :: seen == 0 ->
-                /* @step spool.fsck_keys.judge_reservation : an orphaned reservation: unlinked */
+                /* @step spool.fsck.keys.judge_reservation : an orphaned reservation: unlinked */
                 keyres[k] = NONE
              :: else
              fi

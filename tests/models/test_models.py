@@ -174,7 +174,7 @@ def test_a_slot_fires_at_most_once_with_the_recheck(tmp_path: Path) -> None:
 def test_bug_fsck_repair_unlinking_a_moving_jobs_key_makes_a_second_job(tmp_path: Path) -> None:
     verdict = check(tmp_path, SPOOL, "SCENE_FSCK", "WORKERS=1", "BUG_FSCK_UNLINK", bitstate=True, timeout=1500)
     assert_found(verdict, "one job per key")
-    assert any("fsck_keys.judge_reservation: an orphaned reservation" in line for line in verdict.story)
+    assert any("fsck.keys.judge_reservation: an orphaned reservation" in line for line in verdict.story)
 
 
 @needs_spin

@@ -260,7 +260,7 @@ def test_every_surface_name_loads_what_its_init_says() -> None:
             expected = where if module == package else getattr(where, attribute)
             assert getattr(loaded, name) is expected, f"{package}.{name}"
     assert _allowed("spool.moves", "claim_held") and not _allowed("spool.moves.transitions", "claim_held")
-    assert not _allowed("spool.moves", "rewrite_job") and not _allowed("spool", "fsck_keys")
+    assert not _allowed("spool.moves", "rewrite_job") and not _allowed("spool.fsck.keys", "judge_reservation")
 
 
 def test_arrows_point_down_cli_then_runner_then_spool() -> None:

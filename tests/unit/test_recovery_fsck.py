@@ -360,6 +360,22 @@ def test_fsck_names_each_broken_promise_and_repair_fixes_what_it_can(sp: Spool) 
     assert os.listdir(sp.root / "tmp") == [] and len(os.listdir(sp.root / "results")) == 2
 
 
+def test_a_result_whose_job_a_live_purge_just_took_away_is_in_progress(sp: Spool) -> None:
+    """A purge renames the job file away before it unlinks the result, under the job's lock:
+    fsck beside it sees a result without a job, which is a purge in flight, not a violation."""
+    job_id = sp.submit("echo")
+    claim(sp, "w1", None)
+    complete(sp, Lease(job_id, "w1", 1), b"1")
+    purger = acquire(sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
+    with purger:  # the purge's first step, its lock still held
+        os.rename(sp.root / "done" / job_name(job_id), sp.root / "tmp" / f"{os.getpid()}-purged.tmp")
+        report = fsck(sp)
+        assert not report.violations, report.violations
+        assert any(f"results/{result_name(job_id)}: its job's lock is held" in line for line in report.in_progress)
+    report = fsck(sp)  # the purger gone and its work unfinished: now it is one
+    assert any("a result without a job file" in v for v in report.violations), report.violations
+
+
 def test_an_interrupted_purge_is_finished_by_the_tmp_sweep(sp: Spool) -> None:
     from spool.disk.layout import purge_marker_name
 
@@ -405,7 +421,7 @@ def test_a_job_seen_mid_move_is_judged_again_under_its_lock_not_by_whether_the_l
     """fsck sees a job in done/ and leased/ while publish_job holds its lock between the link and
     the unlink; the move ends before fsck asks about the lock (the stress tier's drain caught this
     window): the job is looked at again under the lock, and is whole."""
-    import spool.fsck as checker  # start-up: the module whose lock seam this test wraps
+    import spool.fsck.jobs as checker  # start-up: the module whose lock seam this test wraps
 
     job_id = sp.submit("echo")
     crash_at(sp, "worker:complete-after-move", as_worker("w1", lambda c, lease: complete(c, lease, b'"r"')))
@@ -420,8 +436,9 @@ def test_a_job_seen_mid_move_is_judged_again_under_its_lock_not_by_whether_the_l
     real_job_lock_held = checker.job_lock_held
 
     def the_move_ends_first(handle: Spool, looked_id: str) -> object:
-        os.unlink(sp.root / "leased" / job_name(job_id))
-        mover.release()
+        if (sp.root / "leased" / job_name(job_id)).exists():  # once: the first look again
+            os.unlink(sp.root / "leased" / job_name(job_id))
+            mover.release()
         return real_job_lock_held(handle, looked_id)
 
     monkeypatch.setattr(checker, "job_lock_held", the_move_ends_first)
