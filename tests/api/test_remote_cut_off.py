@@ -52,6 +52,8 @@ def test_a_remote_worker_cut_off_from_its_server_kills_its_attempt_after_a_full_
     assert first.is_alive()
     served.kill()  # from now on no beat is answered: connection refused
     wait_until(lambda: not first.is_alive(), 30, message="the attempt killed once a full term passed unconfirmed")
+    # The runner kills the attempt, then logs why: the line may land just after the handler is gone.
+    wait_until(lambda: "no beat confirmed" in processes.log("remote-a"), 10, message="the cut-off logged")
     log = processes.log("remote-a")
     said = re.search(r"no beat confirmed by the server for ([0-9.]+)s, past a full lease term \(([0-9.]+)s\)", log)
     assert said, log
@@ -87,7 +89,8 @@ def test_a_server_stopped_past_the_lease_makes_the_runner_kill_its_attempt_and_o
         wait_until(lambda: not first.is_alive(), 30, message="the attempt killed while the server is stopped")
     finally:
         os.killpg(served.proc.pid, signal.SIGCONT)
-    assert "no beat confirmed by the server" in processes.log("remote-a")
+    # The runner kills the attempt, then logs why: the line may land just after the handler is gone.
+    wait_until(lambda: "no beat confirmed by the server" in processes.log("remote-a"), 10, message="the cut-off logged")
     wait_until(lambda: (served.root / "done" / f"{job_id}.yaml").exists(), 90, message="the job done after SIGCONT")
     with _spool(served) as sp:
         attempts = sp.status(job_id)["attempts"]
