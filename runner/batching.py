@@ -29,7 +29,7 @@ from collections.abc import Callable
 from spool.base.errors import DiskFull, LeaseLost
 from spool.base.records import Lease, LeaseStatus
 from spool.moves import Finished, Held, cancel_leased, complete_many, lease_status, release, start_queued
-from spool.moves import begin_spare_beats, drop_spare_beats, release_spares
+from spool.moves import begin_spare_beats, claims_to_settle, drop_spare_beats, release_spares, settle_claims
 from spool.runner.attempt.child import Outcome
 from spool.spool import Spool
 
@@ -186,10 +186,13 @@ class Batches:
     # -- the attempt loop's chores (``runner.attempt.loop.Chores``) ---------------------------
 
     def due(self) -> float:
+        if claims_to_settle(self.sp):
+            return -math.inf  # pending/'s fsync for the claims' old copies: the first turn, while the handler runs
         give_back_at = self._attempt_started + QUEUED_WAIT_SECONDS if self.queued else math.inf
         return min(self._outbox_due, give_back_at)
 
     def run(self) -> None:
+        settle_claims(self.sp)
         now = time.monotonic()
         if now >= self._outbox_due:
             self.flush()

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the surface runner/ and cli/ import (spool.base.surface)
     )
     from spool.moves.spares import begin as begin_spare_beats, drop_all as drop_spare_beats  # noqa: F401 (surface names)
     from spool.moves.spares import release as release_spares  # noqa: F401 (surface names)
+    from spool.moves.spares import claims_to_settle as claims_to_settle, settle_claims as settle_claims
     from spool.moves.store import read_job as read_job, state_of as state_of
     from spool.moves.submission import job_of_spec as job_of_spec
     from spool.moves.claiming import claim_held as claim_held

@@ -209,8 +209,9 @@ def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float) -> He
 
 def _write_claimed(sp: Handle, claimed: JobFile) -> bytes:
     """The claimed content over the copy just renamed into leased/, fsync'd with leased/ before the
-    handler may start (``rewrite_job``). A worker's handle swaps it in and keeps the old copy, once
-    pending/ too is fsync'd (``spares.swap_in``, as a batch claim does). Returns the bytes."""
+    handler may start (``rewrite_job``). A worker's handle swaps it in and keeps the old copy
+    (``spares.swap_in``, as a batch claim does), rewritten only after pending/ is fsync'd too,
+    which is not this claim's to wait for (``spares.settle_claims``). Returns the bytes."""
     if not spares.keeps_files(sp):
         return rewrite_job(sp, State.LEASED, claimed, sync=True)
     data = jobs.encode(claimed)
@@ -222,8 +223,6 @@ def _write_claimed(sp: Handle, claimed: JobFile) -> bytes:
         raise
     try:
         fs.fsync_dir(sp.layout.fd(State.LEASED))
-        if swapped:
-            fs.fsync_dir(sp.layout.fd(State.PENDING))
     except BaseException:
         if swapped:
             unstage(sp, staged)

@@ -173,8 +173,9 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
     members renamed so far (as one claim undoes itself) and is raised.
 
     A worker's handle swaps the staged content in rather than renaming it over the copy
-    (``spares.swap_in``), then fsyncs pending/ too and keeps the old copies as spares; a crash
-    before leaves them in tmp/ for the sweep."""
+    (``spares.swap_in``) and keeps the old copies as spares, rewritten only after pending/ is
+    fsync'd too (``spares.settle_claims``: not on the way to the first member's start); a crash
+    leaves them in tmp/ for the sweep."""
     claimed: list[_Member] = []
     swapped: list[str] = []  # staged names now holding the old copies
     try:
@@ -192,8 +193,6 @@ def _commit_claims(sp: Handle, members: list[_Member], worker: str) -> list[_Mem
             claimed.append(member)
             crash.point("claim-batch-after-member")
         fs.fsync_dir(sp.layout.fd(State.LEASED))
-        if swapped:
-            fs.fsync_dir(sp.layout.fd(State.PENDING))
     except BaseException as err:
         for name in swapped:
             unstage(sp, name)

@@ -20,10 +20,14 @@ removal returns, and a new file fsync'd costs three times the CPU of an old one 
 A job file is rewritten only once no name but its tmp/ one can survive a power cut: its old names
 (pending/ and leased/ for a claim's, leased/ for a completion's) must be durably gone first, or
 a power cut could bring one back naming the new content (a job file under another job's name).
-So a kept file waits in ``unsettled`` until a claim has fsync'd those folders (``settle``);
-only then may ``take_file`` hand it out. A crash anywhere leaves a spare under a staging name in
-tmp/ (``tmp_name``: ``<pid>-<random>.tmp``): nothing reads tmp/, and the tmp sweep removes the
-spares of a worker that died (its pid is gone). Only a handle that ``begin`` set keeps spares
+So a kept file waits in ``unsettled`` until a claim has fsync'd leased/, and a claim's old copy
+then in ``after_pending`` until pending/ is fsync'd too (``settle_claims``); only then may
+``take_file`` hand it out. That fsync of pending/ is for reuse alone (a power cut that brings
+pending/<id> back beside the claimed leased/<id> is settled by advancement: the claim's copy wins),
+so it is not on the pickup path: the worker makes it as the first chore while the attempt runs
+(``runner.batching``); until then a claim writes new files. A crash anywhere leaves a spare under
+a staging name in tmp/ (``tmp_name``: ``<pid>-<random>.tmp``): nothing reads tmp/, and the tmp
+sweep removes the spares of a worker that died (its pid is gone). Only a handle that ``begin`` set keeps spares
 (a worker); every other process removes and creates files as before.
 """
 
@@ -45,6 +49,7 @@ def begin(sp: Handle) -> None:
     sp.spare_beats = []
     sp.spare_files = []
     sp.unsettled_files = []
+    sp.after_pending = []
 
 
 def keep(sp: Handle, beat_name: str) -> bool:
@@ -73,17 +78,6 @@ def keeps_files(sp: Handle) -> bool:
     return sp.unsettled_files is not None
 
 
-def keep_file(sp: Handle, spare: str) -> bool:
-    """Keep ``spare``, a job file under a name in tmp/ that no folder needs (a claim's old copy,
-    swapped out), until ``settle``; False when this handle keeps none or has enough: the caller
-    removes it."""
-    if not _room_for_files(sp):
-        return False
-    assert sp.unsettled_files is not None  # (_room_for_files)
-    sp.unsettled_files.append(spare)
-    return True
-
-
 def keep_moved(sp: Handle, state: State, name: str) -> bool:
     """Move ``state``/``name``, a job's copy no longer needed (its file is in done/ or dead/), to
     tmp/ as a spare, kept until ``settle``; False when this handle keeps none or has enough, or
@@ -97,7 +91,8 @@ def keep_moved(sp: Handle, state: State, name: str) -> bool:
 def _room_for_files(sp: Handle) -> bool:
     """This handle keeps job files and has fewer than ``SPARES_MOST``, settled or not."""
     unsettled = sp.unsettled_files
-    return unsettled is not None and len(unsettled) + len(sp.spare_files or ()) < SPARES_MOST
+    kept = len(sp.spare_files or ()) + len(sp.after_pending or ())
+    return unsettled is not None and len(unsettled) + kept < SPARES_MOST
 
 
 def _moved_to_tmp(sp: Handle, state: State, name: str, kept: list[str]) -> bool:
@@ -126,20 +121,47 @@ def swap_in(sp: Handle, staged: str, job_id: str) -> bool:
 
 
 def keep_swapped(sp: Handle, swapped: list[str]) -> None:
-    """Keep the old copies claims swapped out (``swap_in``), now that pending/ and leased/ were
-    fsync'd after their moves, and settle every kept file (more than the cap are removed)."""
-    for name in swapped:
-        if not keep_file(sp, name):
-            remove(sp, name)
+    """leased/ was just fsync'd after a claim's moves: every kept file waiting for that is settled,
+    and the old copies the claim swapped out (``swap_in``) wait for pending/'s fsync
+    (``settle_claims``); more than the cap are removed."""
     settle(sp)
+    for name in swapped:
+        if _room_for_files(sp):
+            assert sp.after_pending is not None  # (_room_for_files)
+            sp.after_pending.append(name)
+        else:
+            remove(sp, name)
 
 
 def settle(sp: Handle) -> None:
-    """pending/ and leased/ were fsync'd after every kept file's old names went: they may be
-    rewritten now."""
+    """leased/ was fsync'd after every unsettled file's old name there went (a completion's copy;
+    a claim's waits in ``after_pending`` for pending/ too): they may be rewritten now."""
     if sp.unsettled_files and sp.spare_files is not None:
         sp.spare_files += sp.unsettled_files
         sp.unsettled_files.clear()
+
+
+def settle_claims(sp: Handle) -> None:
+    """fsync pending/, after which the claims' old copies may be rewritten (repeatable; nothing
+    to do, no fsync). A failed fsync removes them and raises (a retried fsync proves nothing)."""
+    waiting = sp.after_pending
+    if not waiting:
+        return
+    try:
+        fs.fsync_dir(sp.layout.fd(State.PENDING))
+    except BaseException:
+        for name in waiting:  # their old names' fate is unknown: never rewritten, removed
+            remove(sp, name)
+        waiting.clear()
+        raise
+    assert sp.spare_files is not None  # (begin set both)
+    sp.spare_files += waiting
+    waiting.clear()
+
+
+def claims_to_settle(sp: Handle) -> bool:
+    """Whether claims' old copies wait for pending/'s fsync (a worker's next chore)."""
+    return bool(sp.after_pending)
 
 
 def take_file(sp: Handle) -> str | None:
@@ -152,7 +174,7 @@ def release(sp: Handle) -> None:
     do for a whole poll, so that tmp/ is empty while the spool is at rest (``ls tmp/`` shows only
     what is being written, and ``spool fsck`` lists no worker's spares as in progress)."""
     kept: list[str] = []
-    for names in (sp.spare_beats, sp.spare_files, sp.unsettled_files):
+    for names in (sp.spare_beats, sp.spare_files, sp.unsettled_files, sp.after_pending):
         if names:
             kept += names
             names.clear()
@@ -163,4 +185,4 @@ def release(sp: Handle) -> None:
 def drop_all(sp: Handle) -> None:
     """Remove every spare this handle keeps (a worker stopping) and keep no more."""
     release(sp)
-    sp.spare_beats = sp.spare_files = sp.unsettled_files = None
+    sp.spare_beats = sp.spare_files = sp.unsettled_files = sp.after_pending = None

@@ -143,20 +143,29 @@ def _warm_worker(claimed_now: bool) -> Callable[[Spool, Ctx], None]:
     """A worker's handle that keeps spare files (``spool.moves.spares``) and has finished a batch
     of two already (its spares: the old copies its claim swapped out, the leased/ copies its
     completion moved to tmp/); then the target and a second job, claimed in a batch of two when
-    ``claimed_now`` (the spares settled by that claim: the completion writes over them)."""
+    ``claimed_now`` (the spares settled by that claim and the worker's first chore after it,
+    ``spares.settle_claims``: the completion writes over them)."""
 
     def setup(sp: Spool, ctx: Ctx) -> None:
         spares.begin(sp)
         for n in range(2):
             sp.submit("echo", {"warm": n})
         with acquire(sp.layout.fd("locks"), worker_lock_name(WORKER), blocking=True):
-            _batch_done(sp, claim_many(sp, WORKER, ["echo"], 2))
+            _batch_done(sp, _claim_then_settle(sp, lambda: claim_many(sp, WORKER, ["echo"], 2)))
             ctx["job"], ctx["second"] = sp.submit("echo", {"n": 1}), sp.submit("echo", {"n": 2})
             if claimed_now:
-                ctx["members"] = claim_many(sp, WORKER, ["echo"], 2)
+                ctx["members"] = _claim_then_settle(sp, lambda: claim_many(sp, WORKER, ["echo"], 2))
                 assert [held.job_file.id for held in ctx["members"]] == [ctx["job"], ctx["second"]]
 
     return setup
+
+
+def _claim_then_settle(sp: Spool, claiming: Callable[[], Any]) -> Any:
+    """A worker's claim and its first chore while the attempt runs: pending/'s fsync, after which
+    the claim's old copies may be written over (``spares.settle_claims``)."""
+    claimed = claiming()
+    spares.settle_claims(sp)
+    return claimed
 
 
 def _batch_done(sp: Spool, members: list[Held]) -> Any:
@@ -201,14 +210,14 @@ TRANSITIONS = [
     Transition(
         "claim_batch_over_spares",
         _warm_worker(claimed_now=False),
-        _over_spares(lambda sp, ctx: claim_many(sp, WORKER, ["echo"], 2)),
+        _over_spares(lambda sp, ctx: _claim_then_settle(sp, lambda: claim_many(sp, WORKER, ["echo"], 2))),
         _no_retry,
         frozenset({"done"}),
     ),
     Transition(
         "claim_over_spares",
         _warm_worker(claimed_now=False),
-        _over_spares(lambda sp, ctx: claim(sp, WORKER, ["echo"])),
+        _over_spares(lambda sp, ctx: _claim_then_settle(sp, lambda: claim(sp, WORKER, ["echo"]))),
         _no_retry,
         frozenset({"done"}),
     ),

@@ -157,6 +157,7 @@ def batches_over_spare_files(sp: Any, rec: RecordingFS) -> None:
         assert len(members) == 2
         first = members[0].job_file
         rec.ack("claim", id=first.id, attempt=first.attempt, tries=first.tries)
+        spares.settle_claims(sp)  # the worker's first chore while the first member runs
         leases = [Lease(held.job_file.id, "w1", held.job_file.attempt) for held in members]
         start_queued(sp, leases[1])
         assert complete_many(sp, [Finished(lease, held, RESULT) for lease, held in zip(leases, members)]) == [None] * 2
@@ -167,8 +168,9 @@ def batches_over_spare_files(sp: Any, rec: RecordingFS) -> None:
 
 def claims_one_by_one_over_spare_files(sp: Any, rec: RecordingFS) -> None:
     """The same with one job at a time, as a worker claims from a shallow queue: each claim swaps
-    its content in and fsyncs pending/ after leased/, each completion (a batch of one) moves its
-    leased/ copy to tmp/, and the next files are written over those."""
+    its content in and fsyncs leased/, the worker's next chore fsyncs pending/ (its old copy's
+    first name), each completion (a batch of one) moves its leased/ copy to tmp/, and the next
+    files are written over those."""
     spares.begin(sp)
     for key in SPARE_KEYS:
         rec.ack("submit", id=_SUBMITTED_BEFORE[key], key=key, task="echo")
@@ -176,6 +178,7 @@ def claims_one_by_one_over_spare_files(sp: Any, rec: RecordingFS) -> None:
         held = claim_held(sp, "w1", {"echo"})
         assert held is not None and held.job_file.id == _SUBMITTED_BEFORE[key]
         rec.ack("claim", id=held.job_file.id, attempt=held.job_file.attempt, tries=held.job_file.tries)
+        spares.settle_claims(sp)  # the worker's first chore while the attempt runs
         lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
         assert complete_many(sp, [Finished(lease, held, RESULT)]) == [None]
         rec.ack("complete", id=lease.job_id, result=RESULT)

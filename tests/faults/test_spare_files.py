@@ -9,6 +9,7 @@ no longer the worker's file is never written. The power-loss model covers the sa
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import subprocess
@@ -33,6 +34,7 @@ def _batch(sp: Spool, size: int) -> list[str]:
     """Claim ``size`` jobs in one batch and complete them in one; their ids."""
     members = claim_many(sp, "w1", {"echo"}, size)
     assert len(members) == size
+    spares.settle_claims(sp)  # the worker's first chore while the first member runs
     finished = []
     for held in members:
         lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
@@ -97,6 +99,7 @@ def test_one_by_one_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, 
 
     def one() -> str:
         held = claim_held(sp, "w1", {"echo"})
+        spares.settle_claims(sp)  # the worker's first chore while the attempt runs
         assert held is not None
         lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
         assert complete_many(sp, [Finished(lease, held, json.dumps({"id": lease.job_id}).encode())]) == [None]
@@ -111,6 +114,48 @@ def test_one_by_one_a_worker_creates_one_file_per_job_and_frees_none(sp: Spool, 
     assert kinds["exchange leased"] == len(later) and kinds["rename tmp"] == len(later), kinds
     assert not kinds["rename replace leased"] and not kinds["unlink leased"], kinds
     _check_published(spool_dir, first + later)
+
+
+def test_a_claim_leaves_the_fsync_of_pending_to_the_next_chore_and_its_old_copy_waits_for_it(
+    sp: Spool, spool_dir: Path
+) -> None:
+    """The claim is durable once leased/ is fsync'd, so its handler may start then; pending/'s
+    fsync only makes the old copy reusable (its first name, pending/<id>, durably gone), and the
+    worker makes it as a chore while the handler runs (``spares.settle_claims``). Until then the
+    copy is never written over."""
+    for n in range(3):
+        sp.submit("echo", {"n": n})
+    spares.begin(sp)
+    recorder = RecordingFS(spool_dir)
+    with installed(recorder):
+        held = claim_held(sp, "w1", {"echo"})
+    assert held is not None
+    fsynced = [op.dir for op in recorder.ops if op.kind == "fsync_dir"]
+    assert "leased" in fsynced and "pending" not in fsynced, fsynced
+    assert spares.claims_to_settle(sp) and sp.after_pending is not None and len(sp.after_pending) == 1
+    (old_copy,) = sp.after_pending
+    assert spares.take_file(sp) is None  # nothing settled to write over yet
+    with installed(recorder):
+        spares.settle_claims(sp)
+        spares.settle_claims(sp)  # repeatable: nothing more to fsync
+    fsynced = [op.dir for op in recorder.ops if op.kind == "fsync_dir"]
+    assert fsynced.count("pending") == 1, fsynced
+    assert not spares.claims_to_settle(sp) and spares.take_file(sp) == old_copy
+
+
+def test_a_workers_chores_settle_a_claims_old_copy_at_their_first_turn(sp: Spool) -> None:
+    """The attempt loop gives the worker's chores (``runner.batching.Batches``) a turn as soon as
+    they are due: a claim's old copy waiting for pending/'s fsync makes them due at once."""
+    from spool.runner.batching import Batches  # start-up: the runner's chores, for this test alone
+
+    sp.submit("echo", {"n": 1})
+    batches = Batches(sp, "w1", lambda *_args: None)  # a worker's handle: it keeps spares
+    assert batches.due() == math.inf  # nothing to do
+    assert claim_held(sp, "w1", {"echo"}) is not None
+    assert batches.due() == -math.inf and spares.claims_to_settle(sp)
+    batches.run()
+    assert not spares.claims_to_settle(sp) and batches.due() == math.inf
+    assert sp.spare_files is not None and len(sp.spare_files) == 1
 
 
 def test_a_handle_that_keeps_no_spares_creates_and_removes_as_before(sp: Spool, spool_dir: Path) -> None:
@@ -134,6 +179,7 @@ def test_a_spare_gone_or_no_longer_the_workers_file_is_never_written(
     spares.begin(sp)
     done = _batch(sp, 2)
     claimed = claim_many(sp, "w1", {"echo"}, 2)  # settles the first batch's spares: 4 to write over
+    spares.settle_claims(sp)
     assert sp.spare_files is not None and len(sp.spare_files) == 4
     swept, linked, other_mode, _ = sp.spare_files
     os.unlink(spool_dir / "tmp" / swept)  # the tmp sweep's, say

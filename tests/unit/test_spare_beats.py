@@ -25,7 +25,8 @@ def _take(sp: Spool, worker: str = "w1") -> Lease:
 
 def _tmp(spool_dir: Path, sp: Spool | None = None) -> list[str]:
     """tmp/'s names, but for ``sp``'s spare job files (tests/faults/test_spare_files.py's)."""
-    job_spares = set((sp.spare_files or []) + (sp.unsettled_files or [])) if sp is not None else set()
+    kept = (sp.spare_files or []) + (sp.unsettled_files or []) + (sp.after_pending or []) if sp is not None else []
+    job_spares = set(kept)
     return sorted(name for name in os.listdir(spool_dir / "tmp") if name not in job_spares)
 
 
