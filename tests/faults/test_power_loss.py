@@ -185,6 +185,32 @@ def claims_one_by_one_over_spare_files(sp: Any, rec: RecordingFS) -> None:
     assert rec.rewrites() >= 3, "no spare was written over: the scenario checks nothing new"
 
 
+def claims_over_claims_old_copies(sp: Any, rec: RecordingFS) -> None:
+    """Two batch claims before any completion: the second's claimed contents are written over the
+    old copies the first swapped out, once pending/ is fsync'd (the worker's first chore,
+    ``spares.settle_claims``); a first name of such a copy (pending/<id>) that came back would
+    hold another job's content, which recovery takes for a new job."""
+    spares.begin(sp)
+    for key in SPARE_KEYS:
+        rec.ack("submit", id=_SUBMITTED_BEFORE[key], key=key, task="echo")
+    rounds = []
+    for _round in range(2):
+        members = claim_many(sp, "w1", {"echo"}, 2)
+        assert len(members) == 2
+        for held in members:
+            rec.ack("claim", id=held.job_file.id, attempt=held.job_file.attempt, tries=held.job_file.tries)
+        spares.settle_claims(sp)
+        rounds.append(members)
+    assert rec.rewrites() >= 2, "the second claim wrote over no old copy: the scenario checks nothing new"
+    for members in rounds:
+        leases = [Lease(held.job_file.id, "w1", held.job_file.attempt) for held in members]
+        for lease in leases:
+            start_queued(sp, lease)
+        assert complete_many(sp, [Finished(lease, held, RESULT) for lease, held in zip(leases, members)]) == [None] * 2
+        for lease in leases:
+            rec.ack("complete", id=lease.job_id, result=RESULT)
+
+
 def submit_two(root: Path) -> None:
     """Two jobs accepted (durably) before the recorded run."""
     with Spool(root, environ={}) as sp:
@@ -269,6 +295,7 @@ SCENARIOS = [
     Scenario(
         "claims one by one over spare files", claims_one_by_one_over_spare_files, prepare=submit_four, jobs_bound=(4, 4)
     ),
+    Scenario("claims over claims' old copies", claims_over_claims_old_copies, prepare=submit_four, jobs_bound=(4, 4)),
     # Recovery's coordinator pass fires the same slot again: its key finds the job, or makes the one.
     Scenario("schedule firing", schedule_fires, prepare=write_hourly_schedule, jobs_bound=(0, 1)),
     Scenario("queue set", queue_set, jobs_bound=(0, 0)),
@@ -625,3 +652,31 @@ def test_model_loses_exactly_what_was_not_made_durable() -> None:
     assert any("tmp/b" not in files and "pending/b.yaml" not in files for files in strict)
     # A cut before anything: the spool as it was.
     assert History(empty, ops).files(next(History(empty, ops).states())) == {}
+
+
+class NeverSyncsPending(RecordingFS):
+    """A worker that writes over its claims' old copies with pending/ never fsync'd: a copy's first
+    name (pending/<id>) may come back after a power cut, naming what was written over it."""
+
+    def fsync_dir(self, dir_fd: int) -> None:
+        if self.rel(dir_fd) != State.PENDING.value:
+            super().fsync_dir(dir_fd)
+
+
+def test_model_finds_a_claims_old_copy_written_over_before_pending_is_fsynced(tmp_path: Path) -> None:
+    """Why ``spares.settle_claims`` fsyncs pending/ before a claim's old copy is handed out: without
+    it, pending/<A> can come back holding job C's claimed content, and recovery makes a fifth job."""
+    run = run_model(
+        Scenario(
+            "claims over claims' old copies, pending/ unsynced",
+            claims_over_claims_old_copies,
+            prepare=submit_four,
+            jobs_bound=(4, 4),
+        ),
+        tmp_path,
+        fs_class=NeverSyncsPending,
+        stop_after=1,
+    )
+    print(run.summary())
+    assert run.violations, "the model passed a claim's old copy written over while its pending/ name could come back"
+    assert any("jobs after recovery" in problem for problem in run.violations[0].problems), run.violations[0]
