@@ -67,7 +67,7 @@ def _look_at_job(
     sp: Handle, job_id: str, folders: list[State] | None, report: Report, files: dict[str, tuple[State, JobFile]]
 ) -> None:
     copies = copies_of(sp, job_id, folders)
-    if not (copies.keep or copies.drops or copies.planted):
+    if folders is not None and not (copies.keep or copies.drops or copies.planted):
         # RACE: a worker or the coordinator moved it after the listing (leased/ -> pending/ is
         # backwards in the listing's order): look it up by id in every folder, now.
         copies = copies_of(sp, job_id)
