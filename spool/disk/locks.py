@@ -13,7 +13,8 @@ flock and close goes through the ``spool.disk.fsio`` seam.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Literal, overload
 
@@ -90,6 +91,27 @@ def acquire_existing(locks_fd: int, name: str) -> Lock | None:
         if lock is None or lock.is_at(locks_fd, name):
             return lock
         lock.release()  # RACE: removed by its holder between our open and our flock: look again
+
+
+@contextmanager
+def held_unless_busy(locks_fd: int, name: str, *, create: bool = False) -> Iterator[bool]:
+    """Hold ``locks/<name>`` for the block, never waiting: True when held, and True without a
+    lock when there is no lock file and ``create`` is False (nobody can be holding it then);
+    False when another process holds it. ``create=False`` writes nothing (``acquire_existing``).
+
+    For a look that must not race the lock's holders (fsck's judgements, a submit's look for a
+    reserved key's job) and may not block, as a holder may be waiting on a lock its caller holds."""
+    lock: Lock | None
+    try:
+        lock = acquire(locks_fd, name, blocking=False) if create else acquire_existing(locks_fd, name)
+    except FileNotFoundError:
+        yield True
+        return
+    if lock is None:
+        yield False
+        return
+    with lock:
+        yield True
 
 
 def _take(fd: int, *, blocking: bool) -> Lock | None:

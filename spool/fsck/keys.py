@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from spool.disk.fsio import fs
 from spool.disk.ids import is_valid_id
 from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
-from spool.disk.locks import Lock, acquire, acquire_existing
+from spool.disk.locks import acquire, held_unless_busy
 from spool.moves.submission import job_kept_now, reservation, reserve_key
 
 if TYPE_CHECKING:
@@ -44,28 +44,10 @@ class Verdict(enum.Enum):
 
 
 @contextmanager
-def _held(sp: Handle, name: str, *, create: bool) -> Iterator[bool]:
-    """Hold ``locks/<name>`` for the block: True when held, or when there is no lock file (and
-    ``create`` is False: nobody can hold it then); False when another process holds it."""
-    locks_fd = sp.layout.fd("locks")
-    lock: Lock | None
-    try:
-        lock = acquire(locks_fd, name, blocking=False) if create else acquire_existing(locks_fd, name)
-    except FileNotFoundError:
-        yield True
-        return
-    if lock is None:
-        yield False
-        return
-    with lock:
-        yield True
-
-
-@contextmanager
 def job_lock_held(sp: Handle, job_id: str) -> Iterator[bool]:
     """Hold the job's lock for the block, without creating it (True: no move of it can be under
     way, or none ever was: no lock file); False while another process holds it (a move in flight)."""
-    with _held(sp, job_lock_name(job_id), create=False) as held:
+    with held_unless_busy(sp.layout.fd("locks"), job_lock_name(job_id)) as held:
         yield held
 
 
@@ -80,7 +62,7 @@ def job_kept(sp: Handle, job_id: str) -> Verdict:
 
 def judge_reservation(sp: Handle, name: str, *, remove: bool = False) -> Verdict:
     """Judge ``keys/<name>`` under its key's lock; with ``remove``, unlink it there if orphaned."""
-    with _held(sp, key_lock_name(name), create=remove) as held:
+    with held_unless_busy(sp.layout.fd("locks"), key_lock_name(name), create=remove) as held:
         if not held:
             return Verdict.BUSY
         job_id = reservation(sp, name)
@@ -124,7 +106,7 @@ def _unreserved(sp: Handle, key: str, job_id: str) -> Verdict:
     """Is ``job_id`` still a kept job whose key is not reserved for it? ORPHAN: yes (the
     reservation is missing or names another id, under the key's lock); KEPT: it is reserved
     now, or the job is gone (a purge since the listing); BUSY: a lock is held."""
-    with _held(sp, key_lock_name(key_name(key)), create=False) as held:
+    with held_unless_busy(sp.layout.fd("locks"), key_lock_name(key_name(key))) as held:
         if not held:
             return Verdict.BUSY
         if reservation(sp, key_name(key)) == job_id:

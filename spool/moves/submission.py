@@ -23,7 +23,7 @@ from spool.disk.ids import is_valid_id, new_id
 from spool.job import SCHEDULE_KEY_PREFIX, Job, JobFile, encode_measured, is_ready
 from spool.disk.layout import State, job_lock_name, key_lock_name, key_name
 from spool.base.lazylog import lazy_logger
-from spool.disk.locks import Lock, acquire, acquire_existing
+from spool.disk.locks import Lock, acquire, held_unless_busy
 from spool.moves.store import create_job, folders_of, has_result, read_job, stage, state_of, unstage, wake
 from spool.base.timetext import now_text
 from spool.yaml.safe import dump_yaml
@@ -256,13 +256,9 @@ def job_kept_now(sp: Handle, job_id: str) -> bool | None:
     then the key's. Shared by the submit's key lookup and fsck's judgement of keys/."""
     if folders_of(sp, job_id) or has_result(sp, job_id):
         return True
-    try:
-        lock = acquire_existing(sp.layout.fd("locks"), job_lock_name(job_id))
-    except FileNotFoundError:
-        return bool(folders_of(sp, job_id)) or has_result(sp, job_id)
-    if lock is None:
-        return None
-    with lock:
+    with held_unless_busy(sp.layout.fd("locks"), job_lock_name(job_id)) as held:
+        if not held:
+            return None
         return bool(folders_of(sp, job_id)) or has_result(sp, job_id)
 
 

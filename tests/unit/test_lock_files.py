@@ -12,7 +12,7 @@ from pathlib import Path
 from spool import Spool
 from spool.base.records import Lease
 from spool.disk.layout import job_lock_name, key_lock_name, key_name
-from spool.disk.locks import acquire
+from spool.disk.locks import acquire, held_unless_busy
 from spool.moves.claiming import claim_held
 from spool.moves.transitions import complete
 from tests.support import ROOT, run_spool, wait_until
@@ -38,7 +38,7 @@ def test_a_purge_removes_the_jobs_and_its_keys_lock_files(sp: Spool, spool_dir: 
 
 _WAITER = """
 import os, sys
-from spool.disk.locks import acquire
+from spool.disk.locks import acquire, held_unless_busy
 locks_fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 lock = acquire(locks_fd, "J1.lock", blocking=True)
 print("held", os.stat("J1.lock", dir_fd=locks_fd).st_ino, flush=True)
@@ -82,3 +82,27 @@ def test_a_process_waiting_on_a_removed_lock_file_takes_the_new_one_not_the_remo
             waiter.communicate()  # reaped, its pipes closed
     finally:
         os.close(locks_fd)
+
+
+def test_held_unless_busy_never_waits_and_writes_nothing_unless_told(tmp_path: Path) -> None:
+    """A checker's look under a lock: no lock file means nobody can hold it (True, and still no
+    file); a free one is held for the block (True); one held elsewhere is busy (False) at once.
+    flock is per open file, so a second acquire in this process stands for another process."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    fd = os.open(locks, os.O_RDONLY)
+    try:
+        with held_unless_busy(fd, "j.lock") as held:
+            assert held is True
+        assert os.listdir(locks) == []  # plain: created nothing
+        with held_unless_busy(fd, "j.lock", create=True) as held:
+            assert held is True and os.listdir(locks) == ["j.lock"]
+            assert acquire(fd, "j.lock", blocking=False) is None  # held for the block
+        other = acquire(fd, "j.lock", blocking=False)
+        assert other is not None  # released after it
+        with other:
+            for create in (False, True):
+                with held_unless_busy(fd, "j.lock", create=create) as held:
+                    assert held is False
+    finally:
+        os.close(fd)
