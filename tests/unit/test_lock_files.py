@@ -38,7 +38,7 @@ def test_a_purge_removes_the_jobs_and_its_keys_lock_files(sp: Spool, spool_dir: 
 
 _WAITER = """
 import os, sys
-from spool.disk.locks import acquire, held_unless_busy
+from spool.disk.locks import acquire
 locks_fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 lock = acquire(locks_fd, "J1.lock", blocking=True)
 print("held", os.stat("J1.lock", dir_fd=locks_fd).st_ino, flush=True)
