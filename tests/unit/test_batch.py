@@ -194,29 +194,29 @@ class FullAfterRenames(RealFS):
         super().rename_noreplace(src_fd, src, dst_fd, dst)
 
 
-def test_a_full_disk_while_staging_writes_nothing_and_unreserves_everything(
-    sp: Spool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_full_disk_while_staging_writes_nothing_and_unreserves_everything(sp: Spool) -> None:
     """Every file of a round is staged before any is linked or renamed: a full disk half way
     through the staging leaves no job, no reservation, nothing in tmp/."""
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfter(3 + 1))  # 3 job files, then 1 reservation
-    with pytest.raises(DiskFull):
-        sp.submit_many(specs)
-    monkeypatch.undo()
+    previous = fsio.use(FullAfter(3 + 1))  # 3 job files, then 1 reservation
+    try:
+        with pytest.raises(DiskFull):
+            sp.submit_many(specs)
+    finally:
+        fsio.use(previous)
     assert all_jobs(sp) == [] and names(sp, "keys") == [] and names(sp, "tmp") == []
     assert [s.created for s in sp.submit_many(specs)] == [True, True, True]
     assert len(all_jobs(sp)) == 3 and len(names(sp, "keys")) == 3
 
 
-def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(
-    sp: Spool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(sp: Spool) -> None:
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", FullAfterRenames(3 + 1))  # 3 reservations, 1 job, then ENOSPC
-    with pytest.raises(DiskFull):
-        sp.submit_many(specs)
-    monkeypatch.undo()
+    previous = fsio.use(FullAfterRenames(3 + 1))  # 3 reservations, 1 job, then ENOSPC
+    try:
+        with pytest.raises(DiskFull):
+            sp.submit_many(specs)
+    finally:
+        fsio.use(previous)
     (committed,) = all_jobs(sp)  # the first member was renamed; the caller was told nothing
     assert names(sp, "keys") == [key_name("k0")] and names(sp, "tmp") == []
     again = sp.submit_many(specs)
@@ -256,6 +256,6 @@ def test_syncfs_is_trusted_only_on_filesystems_known_to_sync_everything(
     monkeypatch.setattr(linux, "fs_type", lambda fd: 0x65735546)  # FUSE
     assert fsio.fs.syncfs(tmp_fd) is False
     synced: list[str] = []
-    monkeypatch.setattr(type(fsio.fs.__dict__["_impl"]), "fsync_file", lambda self, fd, name: synced.append(name))
+    monkeypatch.setattr(fsio.fs, "fsync_file", lambda fd, name: synced.append(name))  # the seam's own method
     assert all(s.created for s in sp.submit_many([sp.spec("echo", {"n": n}) for n in range(3)]))
     assert len(synced) == 3

@@ -147,3 +147,26 @@ def test_acquire_within_waits_on_the_clock_it_is_given(tmp_path: Path) -> None:
     assert clock.monotonic() - started == pytest.approx(30.0, abs=0.06)  # the fake clock slept, not us
     assert len(told) == 1 and told[0] - started >= 1.0
     layout.close()
+
+
+def test_a_swap_or_a_method_set_on_fs_reaches_callers_and_the_old_way_in_fails_loudly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seam keeps its implementation's methods bound (``fsio.Seam``, a cut of the hot path):
+    ``use`` and a method set on ``fs`` bind them anew, and what ``use`` replaces is called no
+    more; reaching into the seam to swap it (``fs.__dict__["_impl"]``, as tests once did) is an
+    error, never a swap that silently changes nothing."""
+    with behind_the_seam(CallsFS()) as calls:
+        fs.close(os.open(tmp_path, os.O_RDONLY))
+    fs.close(os.open(tmp_path, os.O_RDONLY))
+    assert calls.calls == ["close"]  # type: ignore[attr-defined]
+    closed: list[int] = []
+    monkeypatch.setattr(fs, "close", closed.append)
+    fs.close(7)
+    assert closed == [7]
+    monkeypatch.undo()
+    fs.close(os.open(tmp_path, os.O_RDONLY))
+    assert closed == [7]
+    with pytest.raises(AttributeError, match="fsio.use"):
+        fs.__dict__  # noqa: B018
+    assert fs.file_mode in (0o600, 0o660)  # an attribute that is not a method still reads through

@@ -198,12 +198,14 @@ class DiskFullFS(RealFS):
         fsio._raise_disk_full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
 
-def test_a_full_disk_at_submit_is_try_later_and_writes_nothing(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", DiskFullFS())
-    with pytest.raises(DiskFull) as info:
-        sp.submit("echo", key="k")
+def test_a_full_disk_at_submit_is_try_later_and_writes_nothing(sp: Spool) -> None:
+    previous = fsio.use(DiskFullFS())
+    try:
+        with pytest.raises(DiskFull) as info:
+            sp.submit("echo", key="k")
+    finally:
+        fsio.use(previous)
     assert info.value.exit_code == 75
-    monkeypatch.undo()
     assert job_count(sp) == 0 and names(sp, "keys") == [] and names(sp, "tmp") == []
 
 

@@ -165,12 +165,15 @@ class CountingFS(RealFS):
 
 
 @pytest.fixture
-def counting_fs(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    # What is behind the seam every module calls (`fsio.use`); monkeypatch puts the real one back.
+def counting_fs() -> Iterator[Counter[str]]:
+    # What is behind the seam every module calls (`fsio.use`), the real one put back after.
     counting = CountingFS()
     counting.calls = Counter()
-    monkeypatch.setitem(fsio.fs.__dict__, "_impl", counting)
-    return counting.calls
+    previous = fsio.use(counting)
+    try:
+        yield counting.calls
+    finally:
+        fsio.use(previous)
 
 
 @pytest.fixture
