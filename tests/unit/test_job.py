@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import datetime, UTC
 
@@ -249,9 +250,10 @@ def test_a_jobs_front_is_encoded_once_and_every_rewrite_writes_what_one_whole_du
     lease = Lease(job.id, "host-a:1", 1, "2026-12-01T17:00:01.000Z")
     opened = Attempt(1, "host-a:1", "2026-12-01T17:00:01.000Z", None, None, None)
     leased = first.replace(attempt=1, tries=1, lease=lease, attempts=(opened,))
+    assert leased == dataclasses.replace(first, attempt=1, tries=1, lease=lease, attempts=(opened,))  # the short way
     for job_file in (first, leased, leased.replace(lease=None, error="Traceback:\n  boom\n")):
         assert encode(job_file) == dump_yaml(job_file.to_mapping())
         assert decode(encode(job_file), source="s", expected_id=job.id, max_bytes=1 << 20) == job_file
     assert job.front_yaml is job.front_yaml  # kept on the Job
-    other = jobs.dataclasses.replace(job, priority=7)  # a new Job: its own front
+    other = dataclasses.replace(job, priority=7)  # a new Job: its own front
     assert b"priority: 7\n" in other.front_yaml and b"priority: 0\n" in job.front_yaml
