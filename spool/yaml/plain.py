@@ -59,6 +59,7 @@ class Plain:
     def __init__(self, traps: Traps) -> None:
         self.traps = traps
         self.verdicts: dict[str, str | None] = {}  # word -> itself, or None when it is quoted
+        self.keys: dict[str, str] = {}  # a key -> as written (``_Writer.key``)
 
     def dump(self, obj: object) -> bytes:
         """``obj`` as ``dump_yaml`` writes it, or ``NotPlain``."""
@@ -121,34 +122,49 @@ class _Writer:
     def __init__(self, plain: Plain, out: list[str]) -> None:
         self.word = plain.word
         self.phrase = plain.phrase
+        self.keys = plain.keys
         self.out = out
 
     def mapping(self, obj: dict[Any, Any], indent: int, lead: str, depth: int) -> None:
         """Each entry on its line at ``indent``; the first one after ``lead`` (``- `` in a sequence)."""
         if depth >= MAX_NEST:
             raise NotPlain
-        out, pad, prefix = self.out, " " * indent, lead
+        out, pad, prefix, keys, word = self.out, " " * indent, lead, self.keys, self.word
         for key, value in obj.items():
-            if type(key) is not str or len(key) > 60:
-                raise NotPlain  # too long for a simple key
-            if self.word(key) is None:
-                key = f"'{key}'"  # read back as something else plain (``n``, ``1``): quoted, as the emitter does
+            if type(key) is not str:
+                raise NotPlain
+            written = keys.get(key) or self.key(key)
             kind = type(value)
-            if kind is dict:
+            if kind is str and " " not in value:  # the scalars of a job file, most of them: inline
+                plain = word(value)
+                out.append(f"{prefix}{written}: {value}\n" if plain is not None else f"{prefix}{written}: '{value}'\n")
+            elif kind is int:
+                out.append(f"{prefix}{written}: {value}\n")
+            elif kind is dict:
                 if value:
-                    out.append(f"{prefix}{key}:\n")
+                    out.append(f"{prefix}{written}:\n")
                     self.mapping(value, indent + 2, " " * (indent + 2), depth + 1)
                 else:
-                    out.append(f"{prefix}{key}: {{}}\n")
+                    out.append(f"{prefix}{written}: {{}}\n")
             elif kind is list or kind is tuple:
                 if value:
-                    out.append(f"{prefix}{key}:\n")
+                    out.append(f"{prefix}{written}:\n")
                     self.sequence(value, indent, depth + 1)
                 else:
-                    out.append(f"{prefix}{key}: []\n")
+                    out.append(f"{prefix}{written}: []\n")
             else:
-                out.append(f"{prefix}{key}: {self.scalar(value, len(prefix) + len(key) + 2)}\n")
+                out.append(f"{prefix}{written}: {self.scalar(value, len(prefix) + len(written) + 2)}\n")
             prefix = pad
+
+    def key(self, key: str) -> str:
+        """``key`` as written: itself, or in single quotes when it reads back as something else
+        plain (``n``, ``1``), as the emitter writes it; kept in ``keys`` (a job file's few names)."""
+        if len(key) > 60:
+            raise NotPlain  # too long for a simple key
+        written = key if self.word(key) is not None else f"'{key}'"
+        if len(self.keys) < 4096:
+            self.keys[key] = written
+        return written
 
     def sequence(self, items: list[Any] | tuple[Any, ...], indent: int, depth: int) -> None:
         if depth >= MAX_NEST:
