@@ -212,6 +212,7 @@ class _Writer:
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?[0-9]+\.[0-9]*")
 _WORDS = {"null": None, "true": True, "false": False}
+_NUMBER_STARTS = frozenset("-0123456789")  # how _INT's and _FLOAT's matches start: no regex for the rest
 
 
 class _Reader:
@@ -276,8 +277,9 @@ def _scalar(text: str) -> object:
     """What the writer meant by ``text`` (the proof in ``Plain.load`` checks it)."""
     if text in _WORDS:
         return _WORDS[text]
-    if len(text) <= 100 and _INT.fullmatch(text):  # longer: int() may refuse (max_str_digits)
-        return int(text)
-    if len(text) <= 100 and _FLOAT.fullmatch(text):
-        return float(text)
+    if text[:1] in _NUMBER_STARTS and len(text) <= 100:  # longer: int() may refuse (max_str_digits)
+        if _INT.fullmatch(text):
+            return int(text)
+        if _FLOAT.fullmatch(text):
+            return float(text)
     return _unquoted(text)
