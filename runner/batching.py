@@ -35,14 +35,15 @@ from spool.spool import Spool
 
 log = logging.getLogger("spool.worker")
 
-CLAIM_BATCH_MOST = 64
+CLAIM_BATCH_MOST = 128
 BATCH_SECONDS = 0.05  # a batch claim takes what its attempts should run within this
 # How long a result may wait for others to share its syncs: as long as a batch's attempts run, so
 # a batch claimed together is mostly saved together (with 5 ms, 2-3 results were). Backlog drain,
 # 2 alternated pairs each (2026-12-06): a 5 -> 20 ms hold +9-14% journaled, +6% root; then 16 ->
-# 32 at most +7-14% journaled; then 32 / 20 ms -> 64 / 50 ms +18-36% journaled, +4-9% root.
+# 32 at most +7-14% journaled; then 32 / 20 ms -> 64 / 50 ms +18-36% journaled, +4-9% root; then 64 ->
+# 128 at most (2026-12-07, 3 alternated pairs each): +2-11% journaled, -2 to +11% root (mean +6%, +5%).
 HOLD_SECONDS = BATCH_SECONDS
-OUTBOX_MOST = 64
+OUTBOX_MOST = 128
 QUEUED_WAIT_SECONDS = 0.25  # a batch's waiting members are given back when the attempt before them runs longer
 # Jobs that land one by one a little faster than the workers take them (one producer submitting in
 # a loop) would each be claimed alone, paying a claim's three fsyncs and two ledger writes, and

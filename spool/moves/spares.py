@@ -41,7 +41,7 @@ from spool.disk.layout import State, job_name, tmp_name
 if TYPE_CHECKING:
     from spool.handle import Handle
 
-SPARES_MOST = 128  # two of a worker's largest batch claims (runner.batching): more are removed
+SPARES_MOST = 256  # two of a worker's largest batch claims (runner.batching): more are removed
 
 
 def begin(sp: Handle) -> None:
