@@ -340,3 +340,17 @@ def test_bench_warns_before_a_run_that_may_use_up_the_disks_inodes(tmp_path: Pat
     assert len(said) == 1 and "free inodes on this disk (df -i)" in said[0], said
     _warn_if_few_inodes(free, argparse.Namespace(many_jobs=1, jobs=1, peers_only=True), 0, said.append)
     assert len(said) == 1, "a small run is not warned about"
+
+
+@pytest.mark.slow  # ~20 s: four processes under callgrind
+def test_instructions_counts_a_workers_and_a_submits_and_cleans_up(tmp_path: Path) -> None:
+    """The deterministic CPU measure (``benchmarks/instructions.py``): a worker's instructions per
+    job and a submit's are positive and plausible (a job costs more than a submit: the worker
+    reads, rewrites and moves it twice), and every spool it made is gone."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (.ci/run installs it)")
+    done = _run_benchmark(tmp_path, "instructions.py", "--jobs", "40", "--submits", "30", "--json")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["worker"]["jobs"] == 40 and report["submit"]["submits"] == 30
+    assert 100_000 < report["submit"]["per_submit"] < report["worker"]["per_job"] < 50_000_000, report
+    assert list(tmp_path.iterdir()) == [], "the spools are removed"
