@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.throughput import process_env  # noqa: E402
 from spool import Spool  # noqa: E402
 
 _SUBMITS = """
@@ -43,19 +44,11 @@ with Spool(Path(sys.argv[2]), environ={"SPOOL_MAX_PENDING": "1000000"}) as sp:
 """
 
 
-def _environ() -> dict[str, str]:
-    """Bytecode cached (a pip-installed spool's start-up), the checkout importable, no SPOOL_ settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOOL_") and k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), "spool-bench-pycache"))
-    return env
-
-
 def _counted(command: list[str]) -> int:
     """The instructions callgrind counted for ``command`` (its own process only)."""
     ran = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
-        env=_environ(),
+        env=process_env(),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,10 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from spool.disk import fsio
+from spool.disk.fsio import RealFS
 
 ROOT = Path(__file__).resolve().parent.parent
 SPOOL_CMD = [sys.executable, "-m", "spool.cli"]
@@ -117,3 +121,14 @@ def fill_disk(path: Path) -> None:
             except OSError as err:
                 assert err.errno == errno.ENOSPC, err
                 return
+
+
+@contextmanager
+def behind_the_seam(impl: RealFS) -> Iterator[RealFS]:
+    """``impl`` (a recording or fault-injecting RealFS) behind the seam every spool module calls
+    (``spool.disk.fsio.use``), and what it replaced put back after, whatever happens inside."""
+    previous = fsio.use(impl)
+    try:
+        yield impl
+    finally:
+        fsio.use(previous)

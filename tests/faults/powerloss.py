@@ -60,13 +60,12 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spool.disk import fsio
 from spool.disk.fsio import RealFS
+from support import behind_the_seam as installed  # the name this module and its tests use
 
 # Above the largest pid_max Linux allows (2**22), so ``writer_alive`` says "gone".
 DEAD_PID = 4_200_000 + 17
@@ -220,16 +219,6 @@ class RecordingFS(RealFS):
         if source is None or target is None:
             raise AssertionError(f"{kind} across the spool's boundary: {src} -> {dst}")
         self._log(Op(kind, source, src, dst_dir=target, dst=dst, replace=replace))
-
-
-@contextmanager
-def installed(recorder: RealFS) -> Iterator[RealFS]:
-    """Put ``recorder`` behind the seam every spool module calls, and the original back after."""
-    original = fsio.use(recorder)
-    try:
-        yield recorder
-    finally:
-        fsio.use(original)
 
 
 # -- the spool before the run ---------------------------------------------------------------------

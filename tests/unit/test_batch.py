@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from support import behind_the_seam
 from spool.moves import batch
 from spool.disk import fsio, linux
 from spool import job as jobs
@@ -198,12 +199,8 @@ def test_a_full_disk_while_staging_writes_nothing_and_unreserves_everything(sp: 
     """Every file of a round is staged before any is linked or renamed: a full disk half way
     through the staging leaves no job, no reservation, nothing in tmp/."""
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    previous = fsio.use(FullAfter(3 + 1))  # 3 job files, then 1 reservation
-    try:
-        with pytest.raises(DiskFull):
-            sp.submit_many(specs)
-    finally:
-        fsio.use(previous)
+    with behind_the_seam(FullAfter(3 + 1)), pytest.raises(DiskFull):  # 3 job files, then 1 reservation
+        sp.submit_many(specs)
     assert all_jobs(sp) == [] and names(sp, "keys") == [] and names(sp, "tmp") == []
     assert [s.created for s in sp.submit_many(specs)] == [True, True, True]
     assert len(all_jobs(sp)) == 3 and len(names(sp, "keys")) == 3
@@ -211,12 +208,8 @@ def test_a_full_disk_while_staging_writes_nothing_and_unreserves_everything(sp: 
 
 def test_a_full_disk_mid_batch_keeps_the_committed_and_unreserves_the_rest(sp: Spool) -> None:
     specs = [sp.spec("echo", key=f"k{n}") for n in range(3)]
-    previous = fsio.use(FullAfterRenames(3 + 1))  # 3 reservations, 1 job, then ENOSPC
-    try:
-        with pytest.raises(DiskFull):
-            sp.submit_many(specs)
-    finally:
-        fsio.use(previous)
+    with behind_the_seam(FullAfterRenames(3 + 1)), pytest.raises(DiskFull):  # 3 reservations, 1 job, then ENOSPC
+        sp.submit_many(specs)
     (committed,) = all_jobs(sp)  # the first member was renamed; the caller was told nothing
     assert names(sp, "keys") == [key_name("k0")] and names(sp, "tmp") == []
     again = sp.submit_many(specs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support import behind_the_seam
 from spool import Spool
 from spool.base.records import Lease
 from spool.disk import fsio
@@ -38,11 +39,8 @@ def test_a_keyed_submit_finds_its_job_moving_back_to_pending_mid_look(tmp_path: 
                     release(sp, lease, held)  # leased/ -> pending/, between the two stats
                 return there
 
-        previous = fsio.use(MovesBackMidLook())
-        try:
+        with behind_the_seam(MovesBackMidLook()):
             again = sp.submit("echo", {"n": 1}, key="invoice-7")
-        finally:
-            fsio.use(previous)
         assert moves == ["released"]  # the move happened inside the submit's look
         assert again == first  # one job for the key, not a second one
         assert sorted(p.name for p in (sp.root / "pending").iterdir() if not p.name.startswith(".")) == [

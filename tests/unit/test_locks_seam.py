@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spool.disk import fsio
+from support import behind_the_seam
 from spool.base.clock import FakeClock
 from spool.base.errors import UsageError
 from spool.disk.fsio import RealFS, fs
@@ -54,15 +52,6 @@ class CallsFS(RealFS):
             return real(*args, **kwargs)
 
         return call
-
-
-@contextmanager
-def behind_the_seam(impl: RealFS) -> Iterator[RealFS]:
-    previous = fsio.use(impl)
-    try:
-        yield impl
-    finally:
-        fsio.use(previous)
 
 
 def test_init_makes_every_folder_and_sets_modes_through_the_seam(tmp_path: Path) -> None:

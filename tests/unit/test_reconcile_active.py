@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from support import behind_the_seam
 from spool.moves import recovery
 from spool.disk import fsio
 from spool.base.clock import FakeClock
@@ -54,11 +55,8 @@ def listed_folders(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> list[set[State
 
     def counted(*args: Any, **kwargs: Any) -> recovery.Listing:
         calls.append(set())
-        previous = fsio.use(Listing())
-        try:
+        with behind_the_seam(Listing()):
             return real_reconcile(*args, **kwargs)
-        finally:
-            fsio.use(previous)
 
     monkeypatch.setattr(recovery, "reconcile", counted)
     return calls

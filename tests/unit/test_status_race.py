@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support import behind_the_seam
 from spool import Spool
 from spool.base.records import Lease
 from spool.disk import fsio
@@ -32,11 +33,8 @@ def test_a_status_read_while_the_job_moves_finds_it_where_it_went(tmp_path: Path
                     release(sp, lease, held)  # leased/ -> pending/, after the look, before the read
                 return super().read_file(dir_fd, name, max_bytes, **kwargs)
 
-        previous = fsio.use(MovesBeforeTheRead())
-        try:
+        with behind_the_seam(MovesBeforeTheRead()):
             status = sp.status(job_id)
-        finally:
-            fsio.use(previous)
         assert moves == ["released"]  # the move happened inside the status read
         assert status["state"] == "pending"
     finally:

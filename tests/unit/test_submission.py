@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from support import behind_the_seam
 from spool.disk import fsio
 from spool.admin import cancel
 from spool.base.errors import DiskFull, InvalidJob, NotFound, TryLater
@@ -199,12 +200,8 @@ class DiskFullFS(RealFS):
 
 
 def test_a_full_disk_at_submit_is_try_later_and_writes_nothing(sp: Spool) -> None:
-    previous = fsio.use(DiskFullFS())
-    try:
-        with pytest.raises(DiskFull) as info:
-            sp.submit("echo", key="k")
-    finally:
-        fsio.use(previous)
+    with behind_the_seam(DiskFullFS()), pytest.raises(DiskFull) as info:
+        sp.submit("echo", key="k")
     assert info.value.exit_code == 75
     assert job_count(sp) == 0 and names(sp, "keys") == [] and names(sp, "tmp") == []
 

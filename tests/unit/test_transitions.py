@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from support import behind_the_seam
 from spool import queues
-from spool.disk import fsio
 from spool.admin import cancel, purge, requeue, requeue_all_dead
 from spool.moves.chains import advance_waiting
 from spool.moves.ready import make_ready
@@ -169,11 +169,8 @@ def counting_fs() -> Iterator[Counter[str]]:
     # What is behind the seam every module calls (`fsio.use`), the real one put back after.
     counting = CountingFS()
     counting.calls = Counter()
-    previous = fsio.use(counting)
-    try:
+    with behind_the_seam(counting):
         yield counting.calls
-    finally:
-        fsio.use(previous)
 
 
 @pytest.fixture
