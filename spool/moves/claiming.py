@@ -108,6 +108,8 @@ def claim_held(
                 return claimed
         return None
     finally:
+        if busy:
+            sp.ledger.retry_soon()  # nothing wakes us when their holders let go
         for job_id, given_back in busy:
             try:
                 sp.ledger.unreserve(job_id, given_back)

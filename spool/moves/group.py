@@ -149,9 +149,11 @@ def _lock_and_stage(sp: Handle, locks: ExitStack, reservation: Reservation, work
         for job_id in reservation.ids:
             lock = job_lock(sp, job_id, blocking=False)
             if lock is None:
-                continue  # RACE: its holder (a make_ready, a cancel) keeps it; it goes back in line
+                sp.ledger.retry_soon()  # nothing wakes us when its holder lets go
+                continue  # RACE: its holder (a make_ready, a cancel, a resync) keeps it; it goes back in line
             locks.enter_context(lock)
             if not still_reserved(sp, job_id, reservation):
+                sp.ledger.retry_soon()
                 continue  # the reconcile took it back (see still_reserved): not ours to claim
             job_file = claimable(sp, job_id)
             if job_file is None:

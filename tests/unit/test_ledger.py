@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from spool.ledger.reservations import BUSY_FIRST_SECONDS, BUSY_LAST_SECONDS
 from spool.moves.chains import advance_waiting
 from spool.moves.ready import make_ready
 from spool.disk.layout import State, job_name
@@ -191,3 +193,24 @@ def test_deleting_the_ledger_and_fsck_repair_restores_every_state_and_key(spool_
         assert [c.id if c else None for c in order] == [ids["head"], ids["ready"], None]
         folders = list_folders(sp)
         assert sum(len(states) for states in folders.jobs.values()) == len(expected) + 1
+
+
+def test_a_claim_that_met_a_busy_lock_is_asked_back_soon_and_backs_off_while_it_stays_busy(sp: Spool) -> None:
+    """``retry_soon``: a worker's idle wait ends at ``retry_at`` (runner.worker._idle_wait)."""
+    ledger = sp.ledger
+    ledger.retry_at = None
+    before = time.time()
+    ledger.retry_soon()
+    assert ledger.retry_at is not None and before + BUSY_FIRST_SECONDS <= ledger.retry_at <= time.time() + 0.01
+    pauses = []
+    for _ in range(12):  # each one still busy at the retry it asked for
+        ledger.retry_soon()
+        pauses.append(ledger._busy_pause)  # noqa: SLF001
+    assert pauses[:3] == [2 * BUSY_FIRST_SECONDS, 4 * BUSY_FIRST_SECONDS, 8 * BUSY_FIRST_SECONDS]
+    assert pauses[-1] == BUSY_LAST_SECONDS
+    ledger._busy_until -= 2 * BUSY_LAST_SECONDS  # noqa: SLF001 (a quiet second and more since)
+    ledger.retry_soon()
+    assert ledger._busy_pause == BUSY_FIRST_SECONDS  # noqa: SLF001
+    ledger.retry_at = before  # a rate window's earlier moment is kept
+    ledger.retry_soon()
+    assert ledger.retry_at == before
