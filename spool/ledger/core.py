@@ -193,10 +193,11 @@ class Ledger(LedgerQueries, QueueRows, Reservations):
         detail: str | None = None,
         now: float | None = None,
     ) -> None:
-        """Make the job's row match its file after a transition, and log the event."""
+        """Make the job's row match its file after a transition, and log the event. A submit's
+        row (``event="submit"``) never replaces one: see ``_upsert``."""
         now = self._clock.wall() if now is None else now
         with self._write() as db:
-            _upsert(db, job_file, state, ready, now)
+            _upsert(db, job_file, state, ready, now, first=event == "submit")
             db.execute(
                 "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
                 (job_file.id, now, event, job_file.attempt, worker, detail),
@@ -210,7 +211,7 @@ class Ledger(LedgerQueries, QueueRows, Reservations):
         now = self._clock.wall()
         with self._write() as db:
             for job_file, state, ready in entries:
-                _upsert(db, job_file, state, ready, now)
+                _upsert(db, job_file, state, ready, now, first=event == "submit")
                 db.execute(
                     "INSERT INTO history(job_id, at, event, attempt, worker, detail) VALUES(?,?,?,?,?,?)",
                     (job_file.id, now, event, job_file.attempt, worker, None),
@@ -319,11 +320,19 @@ def _next_ready_seq(db: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def _upsert(db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool, now: float) -> None:
-    if not ready and _update_unready(db, job_file, state, now):
+def _upsert(
+    db: sqlite3.Connection, job_file: JobFile, state: State, ready: bool, now: float, first: bool = False
+) -> None:
+    """The row of ``job_file`` in ``state``. ``first``: a submit's row, written after the job's
+    file was committed (and after a wait for the ledger), so a row already there was made from
+    the file meanwhile (the coordinator's reconcile resyncs a file without a row) and may have
+    moved on (claimed, done): it is kept, never set back to the submit's pending."""
+    if not ready and not first and _update_unready(db, job_file, state, now):
         return
     job = job_file.job
     old = db.execute("SELECT ready, ready_seq FROM jobs WHERE id = ?", (job.id,)).fetchone()
+    if first and old is not None:
+        return
     if ready and old and old[0]:
         seq = old[1]  # still ready: keep its place in line
     else:

@@ -19,6 +19,8 @@ from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_name, key_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
+from spool.moves import submission
+from spool.moves.recovery import reconcile
 from spool.moves.store import folders_of, read_job
 from spool.moves.submission import Submitted, lookup_key
 from spool.moves.transitions import Lease, claim, complete, fail
@@ -286,3 +288,27 @@ def test_a_drop_still_being_written_waits_for_its_writer(sp: Spool) -> None:
     (job_id,) = sp.ledger.ids(state="pending")
     assert sp.status(job_id)["dropped_as"] == "slow.yaml" and os.listdir(sp.root / "dead") == []
     assert sp.job(job_id)[1].job.args == {"n": 1}
+
+
+def test_a_submit_indexed_late_never_sets_back_a_row_that_moved_on(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submitter slow between its durable commit and its ledger row (waiting for the ledger, a
+    SIGSTOP): meanwhile the coordinator's reconcile finds the file without a row and resyncs it,
+    and a worker claims and completes it. The late submit row must not make the job pending again
+    (claimable, counted against max_pending, shown pending) until the next reconcile."""
+    original, seen = submission._index_submit, []  # noqa: SLF001
+
+    def late(handle, job_file, state, ready):  # type: ignore[no-untyped-def]
+        seen.append(job_file.id)
+        reconcile(handle, full=False)  # the coordinator's pass: resynced from the file
+        claimed = claim(handle, "w1", None)
+        assert claimed is not None and claimed.id == job_file.id
+        complete(handle, Lease(job_file.id, "w1", claimed.attempt), b"1")
+        original(handle, job_file, state, ready)
+
+    monkeypatch.setattr(submission, "_index_submit", late)
+    job_id = sp.submit("echo", {"i": 1})
+    assert seen == [job_id]
+    row = sp.ledger.row(job_id)
+    assert row is not None and row["state"] == "done" and not row["ready"]
+    history = sp.ledger._read("SELECT event FROM history WHERE job_id = ? ORDER BY seq", (job_id,))  # noqa: SLF001
+    assert [event for (event,) in history] == ["resync", "claim", "complete", "submit"]
