@@ -354,3 +354,11 @@ def test_instructions_counts_a_workers_and_a_submits_and_cleans_up(tmp_path: Pat
     assert report["worker"]["jobs"] == 40 and report["submit"]["submits"] == 30
     assert 100_000 < report["submit"]["per_submit"] < report["worker"]["per_job"] < 50_000_000, report
     assert list(tmp_path.iterdir()) == [], "the spools are removed"
+
+
+def test_sync_after_idle_prints_a_row_per_gap(tmp_path: Path) -> None:
+    done = _run_benchmark(tmp_path, "sync_after_idle.py", "--syncs", "5", "--gaps", "0,5")
+    rows = re.findall(r"^\s+([\d.]+)\s+([\d.]+) / ([\d.]+)\s+([\d.]+) / ([\d.]+)$", done.stdout, re.MULTILINE)
+    assert [gap for gap, *_ in rows] == ["0", "5"], done.stdout
+    assert all(0 < float(p50) <= float(p99) for _gap, p50, p99, *_ in rows)
+    assert list(tmp_path.iterdir()) == [], "its folder is removed"
