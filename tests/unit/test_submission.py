@@ -19,7 +19,7 @@ from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_name, key_name
 from spool.runner.coordinator import Coordinator
 from spool.spool import Spool
-from spool.moves import submission
+from spool.moves import batch, submission
 from spool.moves.recovery import reconcile
 from spool.moves.store import folders_of, read_job
 from spool.moves.submission import Submitted, lookup_key
@@ -312,3 +312,20 @@ def test_a_submit_indexed_late_never_sets_back_a_row_that_moved_on(sp: Spool, mo
     assert row is not None and row["state"] == "done" and not row["ready"]
     history = sp.ledger._read("SELECT event FROM history WHERE job_id = ? ORDER BY seq", (job_id,))  # noqa: SLF001
     assert [event for (event,) in history] == ["resync", "claim", "complete", "submit"]
+
+
+def test_a_batch_indexed_late_never_sets_back_a_member(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same race for ``submit_many``: its rows come in one transaction after the batch's files."""
+    original = batch._index_batch  # noqa: SLF001
+
+    def late(handle, committed):  # type: ignore[no-untyped-def]
+        reconcile(handle, full=False)
+        claimed = claim(handle, "w1", None)
+        assert claimed is not None
+        complete(handle, Lease(claimed.id, "w1", claimed.attempt), b"1")
+        original(handle, committed)
+
+    monkeypatch.setattr(batch, "_index_batch", late)
+    submitted = sp.submit_many([{"task": "echo", "args": {"i": n}} for n in range(3)])
+    states = sorted(sp.ledger.row(s.id)["state"] for s in submitted)  # type: ignore[index]
+    assert states == ["done", "pending", "pending"]
