@@ -39,7 +39,11 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         "headless Chromium is not installed (Debian: apt-get install chromium chromium-driver)", allow_module_level=True
     )
 
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
@@ -123,12 +127,15 @@ class Shots:
 
 def text_of(driver: Any, element_id: str) -> str:
     """An element's text, or "" when there is none (or it went with a reload: pages follow the
-    spool live, and a job's page reloads when its job changes state)."""
+    spool live, and a job's page reloads when its job changes state). Read in one step in the
+    page: a find then a read raced a re-render, which Chrome 156 reports not as a stale element
+    but as "Node with given id does not belong to the document" (a CI run of 2026-12-07)."""
     try:
-        found = driver.find_elements(By.ID, element_id)
-        return found[0].text if found else ""
-    except StaleElementReferenceException:
+        script = "const el = document.getElementById(arguments[0]); return el ? (el.innerText ?? el.textContent) : ''"
+        found = driver.execute_script(script, element_id)
+    except WebDriverException:
         return ""
+    return str(found or "")
 
 
 def test_a_person_watches_jobs_run_opens_a_failure_requeues_it_and_filters(
