@@ -145,15 +145,16 @@ def claim_many(
 def _lock_and_stage(sp: Handle, locks: ExitStack, reservation: Reservation, worker: str) -> list[_Member]:
     """Steps 1-2: the members that may be claimed, locked, their claimed content staged and synced."""
     members: list[_Member] = []
+    busy = False  # a member given back to another lock's holder: ask again soon, once a claim (as claim_held)
     try:
         for job_id in reservation.ids:
             lock = job_lock(sp, job_id, blocking=False)
             if lock is None:
-                sp.ledger.retry_soon()  # nothing wakes us when its holder lets go
+                busy = True
                 continue  # RACE: its holder (a make_ready, a cancel, a resync) keeps it; it goes back in line
             locks.enter_context(lock)
             if not still_reserved(sp, job_id, reservation):
-                sp.ledger.retry_soon()
+                busy = True
                 continue  # the reconcile took it back (see still_reserved): not ours to claim
             job_file = claimable(sp, job_id)
             if job_file is None:
@@ -166,6 +167,9 @@ def _lock_and_stage(sp: Handle, locks: ExitStack, reservation: Reservation, work
         for member in members:
             unstage(sp, member.staged)
         raise
+    finally:
+        if busy:
+            sp.ledger.retry_soon()  # nothing wakes us when their holders let go
     crash.point("claim-batch-after-sync")
     return members
 

@@ -12,11 +12,12 @@ import pytest
 
 from spool.ledger.reservations import BUSY_FIRST_SECONDS, BUSY_LAST_SECONDS
 from spool.moves.chains import advance_waiting
+from spool.moves.group import claim_many
 from spool.moves.ready import make_ready
 from spool.disk.layout import State, job_name
 from spool.moves.recovery import list_folders, reconcile
 from spool.spool import Spool
-from spool.moves.store import read_job
+from spool.moves.store import job_lock, read_job
 from spool.moves.submission import lookup_key
 from spool.moves.transitions import Lease, claim, complete, fail
 from support import run_spool
@@ -214,3 +215,14 @@ def test_a_claim_that_met_a_busy_lock_is_asked_back_soon_and_backs_off_while_it_
     ledger.retry_at = before  # a rate window's earlier moment is kept
     ledger.retry_soon()
     assert ledger.retry_at == before
+
+
+def test_a_batch_claim_that_met_several_busy_locks_asks_back_once(sp: Spool) -> None:
+    """One claim is one retry: the first pause, not one doubling per member given back."""
+    ids = [sp.submit("echo", {"n": n}) for n in range(3)]
+    sp.ledger.retry_at = None
+    with job_lock(sp, ids[0]), job_lock(sp, ids[1]):  # another process's, as far as a claim can tell
+        claimed = claim_many(sp, "w1", None, 3)
+    assert [held.job_file.id for held in claimed] == [ids[2]]
+    assert sp.ledger._busy_pause == BUSY_FIRST_SECONDS  # noqa: SLF001
+    assert sp.ledger.states()[ids[0]] == sp.ledger.states()[ids[1]] == "pending"
