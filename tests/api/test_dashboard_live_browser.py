@@ -19,10 +19,9 @@ import pytest
 
 from spool import Spool, task
 from support import ROOT, Procs, wait_until
-from test_dashboard_browser import By
+from test_dashboard_browser import By, text_of
 
 progress_module = pytest.importorskip("spool.progress", reason="this version has no handler progress (spool.progress)")
-WebDriverException = pytest.importorskip("selenium.common.exceptions").WebDriverException
 HERE = Path(__file__).resolve().parent
 DEADLINE = 10.0  # seconds: far past the one a sample takes, for a loaded machine
 
@@ -43,17 +42,6 @@ def log_in(served: Any, browser: Any, path: str) -> None:
     browser.find_element(By.ID, "token").send_keys(served.token("boss", "admin"))
     browser.find_element(By.ID, "login").click()
     wait_until(lambda: path in browser.current_url, timeout=15, message=f"{path} after the login")
-
-
-def text_of(browser: Any, element_id: str) -> str:
-    """An element's text in one step ("" while the page reloads, or when it has no such element)."""
-    try:
-        found = browser.execute_script(
-            "const el = document.getElementById(arguments[0]); return el ? el.innerText : ''", element_id
-        )
-    except WebDriverException:
-        return ""
-    return str(found or "")
 
 
 def mark(browser: Any) -> None:

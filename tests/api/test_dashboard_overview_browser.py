@@ -12,8 +12,8 @@ import pytest
 
 from spool import Spool
 from support import ROOT, Procs, wait_until
-from test_dashboard_browser import By
-from test_dashboard_live_browser import log_in, text_of
+from test_dashboard_browser import By, text_of
+from test_dashboard_live_browser import log_in
 
 pytest.importorskip("selenium")
 HERE = Path(__file__).resolve().parent

@@ -11,8 +11,8 @@ from typing import Any
 from spool import Spool
 from support import wait_until
 from test_dashboard import Browser, dead_job, state_of
-from test_dashboard_browser import By
-from test_dashboard_live_browser import log_in, text_of
+from test_dashboard_browser import By, text_of
+from test_dashboard_live_browser import log_in
 
 
 def tabs(page_body: str) -> dict[str, str]:

@@ -290,6 +290,16 @@ def test_a_drop_still_being_written_waits_for_its_writer(sp: Spool) -> None:
     assert sp.job(job_id)[1].job.args == {"n": 1}
 
 
+def _finished_meanwhile(handle: Spool) -> str:
+    """What may happen while a submitter waits to write its rows: the coordinator's pass indexes
+    the committed files without rows (a resync), and a worker claims one and completes it; its id."""
+    reconcile(handle, full=False)
+    claimed = claim(handle, "w1", None)
+    assert claimed is not None
+    complete(handle, Lease(claimed.id, "w1", claimed.attempt), b"1")
+    return claimed.id
+
+
 def test_a_submit_indexed_late_never_sets_back_a_row_that_moved_on(sp: Spool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A submitter slow between its durable commit and its ledger row (waiting for the ledger, a
     SIGSTOP): meanwhile the coordinator's reconcile finds the file without a row and resyncs it,
@@ -299,10 +309,7 @@ def test_a_submit_indexed_late_never_sets_back_a_row_that_moved_on(sp: Spool, mo
 
     def late(handle, job_file, state, ready):  # type: ignore[no-untyped-def]
         seen.append(job_file.id)
-        reconcile(handle, full=False)  # the coordinator's pass: resynced from the file
-        claimed = claim(handle, "w1", None)
-        assert claimed is not None and claimed.id == job_file.id
-        complete(handle, Lease(job_file.id, "w1", claimed.attempt), b"1")
+        assert _finished_meanwhile(handle) == job_file.id
         original(handle, job_file, state, ready)
 
     monkeypatch.setattr(submission, "_index_submit", late)
@@ -319,10 +326,7 @@ def test_a_batch_indexed_late_never_sets_back_a_member(sp: Spool, monkeypatch: p
     original = batch._index_batch  # noqa: SLF001
 
     def late(handle, committed):  # type: ignore[no-untyped-def]
-        reconcile(handle, full=False)
-        claimed = claim(handle, "w1", None)
-        assert claimed is not None
-        complete(handle, Lease(claimed.id, "w1", claimed.attempt), b"1")
+        _finished_meanwhile(handle)
         original(handle, committed)
 
     monkeypatch.setattr(batch, "_index_batch", late)
