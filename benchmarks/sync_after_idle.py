@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.throughput import percentile  # noqa: E402
 
 FILES = 50  # rewritten in turn, as a worker rewrites its spare job files
 
@@ -53,16 +57,12 @@ def measure(folder: Path, syncs: int, gap_seconds: float) -> dict[str, float]:
             rounds.append(one_round(folder, folder_fd, n))
     finally:
         os.close(folder_fd)
-    files, folders = sorted(r[0] for r in rounds), sorted(r[1] for r in rounds)
-
-    def pct(values: list[float], q: float) -> float:
-        return values[min(len(values) - 1, int(q * len(values)))] * 1000
-
+    files, folders = [r[0] for r in rounds], [r[1] for r in rounds]
     return {
-        "file_p50_ms": statistics.median(files) * 1000,
-        "file_p99_ms": pct(files, 0.99),
-        "folder_p50_ms": statistics.median(folders) * 1000,
-        "folder_p99_ms": pct(folders, 0.99),
+        "file_p50_ms": percentile(files, 0.5) * 1000,
+        "file_p99_ms": percentile(files, 0.99) * 1000,
+        "folder_p50_ms": percentile(folders, 0.5) * 1000,
+        "folder_p99_ms": percentile(folders, 0.99) * 1000,
     }
 
 
