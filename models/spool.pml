@@ -643,12 +643,25 @@ end_idle:
      /* @step spool.moves.claiming._claim_with_lock_held crash=worker:claim-after-rename,serve:claim-after-rename : pending/ -> leased/, the commit point; not yet rewritten */
      in[j] = LEAS;
      CRASH;
-     /* @step spool.moves.claiming.as_claimed : rewritten: attempt+1, the try counted, the lease; the lock let go */
-     atomic { att[j]++; tries[j]++; lease[j] = 1; holder[j] = _pid; beat[j] = 1; a = att[j]; UNLOCK(jlock[j]) }
-     /* @step spool.moves.claiming.claim_held crash=worker:after-claim,serve:after-claim */
-     CRASH;
-     /* @step runner.attempt.loop.watch : the handler starts (under the lease it claimed) */
-     atomic { if :: att[j] == a && in[j] == LEAS -> started[j]++ :: else fi };
+     if
+     :: /* the server's claim for a remote worker: written whole before its attempt starts */
+        /* @step spool.moves.claiming.as_claimed : rewritten: attempt+1, the try counted, the lease; the lock let go */
+        atomic { att[j]++; tries[j]++; lease[j] = 1; holder[j] = _pid; beat[j] = 1; a = att[j]; UNLOCK(jlock[j]) }
+        /* @step spool.moves.claiming.claim_held crash=worker:after-claim,serve:after-claim */
+        CRASH;
+        /* @step runner.attempt.loop.watch : the handler starts (under the lease it claimed) */
+        atomic { if :: att[j] == a && in[j] == LEAS -> started[j]++ :: else fi }
+     :: /* a worker's early claim: leased/ fsync'd (the file there counts the try), the handler
+         * started under the job's lock, then the content written (spool.moves.claiming.Opening) */
+        /* @step spool.moves.claiming.claim_held crash=worker:after-claim : counted, not yet written, the lock held */
+        CRASH;
+        /* @step runner.attempt.loop.watch : the handler starts before the claim's content is written */
+        started[j]++;
+        /* @step spool.moves.claiming.Opening.write crash=worker:claim-after-start : the handler may be running */
+        CRASH;
+        /* @step spool.moves.claiming.Opening.write : rewritten: attempt+1, the try counted, the lease; the lock let go */
+        atomic { att[j]++; tries[j]++; lease[j] = 1; holder[j] = _pid; beat[j] = 1; a = att[j]; UNLOCK(jlock[j]) }
+     fi;
      if
      :: /* @step spool.moves.transitions.heartbeat : the counter moves (a lost lease: no beat) */
         atomic { att[j] == a && in[j] == LEAS -> beat[j] = 1 }
@@ -741,7 +754,7 @@ crashed:
   && !((in[j] & DONE) && (in[j] & DEAD)) \
   && !(result[j] && in[j] == DEAD) \
   && (!committed[j] || RUN(j) != 0 || purged[j]) \
-  && started[j] <= tries[j] \
+  && started[j] <= tries[j] + (in[j] == LEAS && !lease[j]) \
   && tries[j] <= MAXTRIES \
   && !impostor[j])
 #define INVARIANT (ONEKEY(0) && ONEKEY(1) && JOBOK(0) && JOBOK(1) && JOBOK(2) && JOBOK(3))

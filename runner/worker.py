@@ -28,8 +28,7 @@ from spool.base.errors import DiskFull, DurabilityError, LeaseLost, LedgerError,
 from spool.disk import State, log_name, worker_lock_name
 from spool.disk import Lock, acquire_within
 from spool.base.records import LeaseStatus
-from spool.progress import Progress
-from spool.runner.attempt.loop import Beat, watch
+from spool.runner.attempt.loop import watch
 from spool.runner.attempt.child import AttemptRequest, Child, Outcome
 from spool.runner.attempt.parents import ParentResultsError, parent_results, scratch_dir_of
 from spool.runner.diskfull import DiskFullPause
@@ -37,7 +36,8 @@ from spool.runner.keepalive import KeepAlive
 from spool.runner.wake import Waker
 from spool.spool import Spool
 from spool.runner.batching import Batches
-from spool.moves import Held, cancel_leased, claim_many, complete, fail, heartbeat, lease_status, release
+from spool.runner.fileslease import FilesLease, write_claim
+from spool.moves import Held, claim_many, complete, fail, lease_status
 from spool.base.records import Lease
 from spool.workers import advertisement, check_worker_name, published_term
 
@@ -190,7 +190,8 @@ class Worker:
         if (linger := self._batches.linger()) and self._waker is not None:
             self._waker.gather(linger)  # a stop's poke ends it sooner
         try:
-            claimed = claim_many(self.sp, self.name, self.tasks, asked := self._batches.claim_size(), self.queues)
+            asked = self._batches.claim_size()
+            claimed = claim_many(self.sp, self.name, self.tasks, asked, self.queues, early=True)
         except DiskFull as err:  # ENOSPC from the files or the ledger (both typed DiskFull)
             self._disk_full_pause(f"claiming paused: {err}")
             return None
@@ -251,7 +252,15 @@ class Worker:
         return explicit
 
     def _run_attempt(self, held: Held) -> None:
-        # Its first heartbeat (counter 0) was written by the claim, before its rename.
+        # Its first heartbeat (counter 0) was written by the claim, before its rename. An early
+        # claim's content is written once the child has the attempt (FilesLease.started), or
+        # before anything else reads the lease; at the latest here, whatever ended the attempt.
+        try:
+            self._open_attempt(held)
+        finally:
+            write_claim(held)
+
+    def _open_attempt(self, held: Held) -> None:
         lease = Lease(held.job_file.id, self.name, held.job_file.attempt)
         name = log_name(lease.job_id, lease.attempt)
         try:
@@ -261,6 +270,7 @@ class Worker:
             )
         except OSError as err:
             error = f"cannot open attempt log logs/{name}: {err.strerror or err}"
+            write_claim(held)
             self.report_outcome(lease, held, Outcome(ok=False, value=None, error=error, reject=False))
             return
         try:
@@ -355,46 +365,3 @@ class Worker:
                 )
                 return
         self._disk_full.cleared(f"attempt {lease.attempt} of {lease.job_id} saved")
-
-
-class FilesLease:
-    """A local attempt's lease keeper (``runner.attempt.loop.LeaseKeeper``): beats and progress
-    are heartbeat files, the outcome a move of the job file, all under the job's lock. The attempt
-    log is closed (trimmed whole) before the job moves on, so a follower sees it all."""
-
-    def __init__(self, worker: Worker, lease: Lease, held: Held, attempt_log: AttemptLog) -> None:
-        self.worker, self.lease, self.held, self.attempt_log = worker, lease, held, attempt_log
-
-    def heartbeat_seconds(self) -> float:
-        return self.worker.heartbeat_interval()
-
-    def beat(self, counter: int, progress: Progress | None, *, is_beat: bool) -> Beat:
-        heartbeat(self.worker.sp, self.lease, counter, progress)
-        if not is_beat:
-            return Beat.HELD
-        status = lease_status(self.worker.sp, self.lease, self.held)
-        return {LeaseStatus.HELD: Beat.HELD, LeaseStatus.CANCEL: Beat.CANCEL}.get(status, Beat.LOST)
-
-    def report(self, outcome: Outcome) -> None:
-        self.attempt_log.close()
-        self.worker.report_outcome(self.lease, self.held, outcome)
-
-    def release(self) -> None:
-        self.attempt_log.close()
-        try:
-            release(self.worker.sp, self.lease, self.held)
-        except LeaseLost as err:
-            log.warning("release of %s skipped: %s", self.lease.job_id, err)
-
-    def lost(self) -> None:
-        self.attempt_log.close()
-        log.warning(
-            "attempt %d of %s killed: the lease was lost (expired or requeued)", self.lease.attempt, self.lease.job_id
-        )
-
-    def cancelled(self) -> None:
-        self.attempt_log.close()
-        try:
-            cancel_leased(self.worker.sp, self.lease, self.held)
-        except LeaseLost as err:
-            log.warning("cancel of %s: %s", self.lease.job_id, err)

@@ -43,6 +43,7 @@ class Handle:
         self.spare_files: list[str] | None = None
         self.unsettled_files: list[str] | None = None
         self.after_pending: list[str] | None = None
+        self.after_leased: list[str] | None = None
 
     @property
     def root(self) -> Path:

@@ -7,7 +7,8 @@ files (``runner.worker.FilesLease``), a remote worker's calls the HTTP API
 (``runner.remote.worker.ApiLease``). A new transport (an engine, a queue with limits) is one more
 keeper; the loop, its timing and its order of checks stay the same for all of them:
 
-1. the child is asked to run the attempt (``Child.begin``);
+1. the child is asked to run the attempt (``Child.begin``), then the keeper hears it started
+   (a local claim writes its claimed content only now, while the handler runs);
 2. it is polled until the next beat or the next progress write is due, whichever comes first;
 3. an outcome is reported at once (complete or fail: the keeper's ``report``);
 4. past a stop's grace (or at a second signal) the child is killed and the lease released;
@@ -41,6 +42,11 @@ class Beat(enum.Enum):
 
 class LeaseKeeper(Protocol):
     """One attempt's side of the lease: where its beats, progress and outcome go."""
+
+    def started(self) -> None:
+        """The child has the attempt: finish what the claim left for after its start (called
+        once, before any other step)."""
+        ...
 
     def heartbeat_seconds(self) -> float:
         """How long until the next beat (it may change between beats: a coordinator restarted
@@ -92,6 +98,7 @@ def watch(
     """Run one attempt to its end (see the module's steps); returns once the keeper has it.
     ``chores`` get their turns while the child runs, between two polls."""
     child.begin(request)
+    keeper.started()
     beats = 0
     next_beat = time.monotonic() + keeper.heartbeat_seconds()
     shown = ProgressWrites()  # the handler's spool.progress(), sent promptly but coalesced

@@ -49,6 +49,9 @@ class ApiLease:
         self._monotonic = monotonic
         self.confirmed = monotonic()  # when the server last confirmed this lease (handed out, or a beat answered)
 
+    def started(self) -> None:
+        pass  # the server's claim wrote the lease whole before handing it out
+
     def heartbeat_seconds(self) -> float:
         return self.interval
 

@@ -22,6 +22,7 @@ CRASH_POINTS: dict[str, tuple[str, ...]] = {
         "claim-after-heartbeat",  # the lease's first heartbeat written, the job still in pending/
         "claim-after-rename",
         "after-claim",
+        "claim-after-start",  # a worker's claim counted and its handler sent, its content not yet written
         "complete-after-stage",
         "after-result",
         "complete-after-move",

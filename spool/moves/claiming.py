@@ -36,12 +36,13 @@ from spool.moves.store import (
 )
 
 if TYPE_CHECKING:
+    from spool.disk.locks import Lock
     from spool.handle import Handle
     from spool.ledger.limits import Reservation
 
 log = logging.getLogger("spool.transitions")
 
-__all__ = ["as_claimed", "claim", "claim_held", "claimable", "still_reserved"]
+__all__ = ["Opening", "as_claimed", "claim", "claim_held", "claimable", "still_reserved"]
 
 
 def claim(
@@ -58,6 +59,8 @@ def claim_held(
     reserved: Reservation | None = None,
     queues: Collection[str] | None = None,
     only: str | None = None,
+    *,
+    early: bool = False,
 ) -> Held | None:
     """PENDING -> LEASED: the best ready job of ``tasks`` in ``queues`` (None: any) that the
     queues' limits let through (``only``: that job, if it is one), or None; with the bytes
@@ -75,6 +78,14 @@ def claim_held(
     the lock) counts it as a spent try and expires it. The lease's first heartbeat file is
     written before the rename (``fence.first_beat``), so the coordinator never parses a new lease.
     A worker swaps the rewritten file in and keeps the old copy (``_write_claimed``).
+
+    ``early`` (a worker's own claim): the handler may start after one sync, not two. The claimed
+    content is staged unsynced before the rename, leased/ is fsync'd after it (the try is counted
+    from here: a file in leased/ with no lease for its attempt is a spent try to ``settle``), and
+    the Held returned carries an ``Opening`` that holds the job's lock: the worker starts the
+    handler, then ``Opening.write`` syncs the content, swaps it in, records the claim and frees
+    the lock. Crash point ``after-claim`` then comes before the content is written, and
+    ``claim-after-start`` after the handler was sent (both settled as a spent try).
     """
     busy: list[tuple[str, Reservation]] = []  # each given back after this claim (the finally)
     try:
@@ -90,18 +101,22 @@ def claim_held(
                 # only after this claim, or reserve_next hands us the same head job every time.
                 busy.append((job_id, reservation))
                 continue
-            with lock:
+            claimed = None
+            try:
                 if not still_reserved(sp, job_id, reservation):
                     busy.append((job_id, reservation))  # only its rate claim is given back
                     continue
                 try:
-                    claimed = _claim_with_lock_held(sp, job_id, worker, reservation.at)
+                    claimed = _claim_with_lock_held(sp, job_id, worker, reservation.at, lock if early else None)
                 except DiskFull:
                     busy.append((job_id, reservation))  # back in the claim order (the finally, if the ledger can)
                     raise
-                if claimed is not None:
+                if claimed is not None and claimed.opening is None:
                     # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
                     _record_claim(sp, claimed.job_file, worker)
+            finally:
+                if claimed is None or claimed.opening is None:
+                    lock.release()  # an Opening frees it once the content is written
             if claimed is not None:
                 log.info("claim %s attempt=%d worker=%s", job_id, claimed.job_file.attempt, worker)
                 crash.point("after-claim")
@@ -181,11 +196,14 @@ def as_claimed(sp: Handle, job_file: JobFile, worker: str, at: float) -> JobFile
     )
 
 
-def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float) -> Held | None:
-    """The claim itself; the caller holds the job's lock (``resync_under_lock`` takes it)."""
+def _claim_with_lock_held(sp: Handle, job_id: str, worker: str, at: float, early: Lock | None) -> Held | None:
+    """The claim itself; the caller holds the job's lock (``early``: it, to be freed by the
+    returned Held's Opening; ``resync_under_lock`` takes it)."""
     job_file = claimable(sp, job_id)
     if job_file is None:
         return None
+    if early is not None:
+        return _claim_early(sp, job_file, worker, at, early)
     attempt = job_file.attempt + 1
     first_beat(sp, job_id, attempt, worker)
     crash.point("claim-after-heartbeat")
@@ -231,3 +249,68 @@ def _write_claimed(sp: Handle, claimed: JobFile) -> bytes:
         raise
     spares.keep_swapped(sp, [staged] if swapped else [])
     return data
+
+
+def _claim_early(sp: Handle, job_file: JobFile, worker: str, at: float, lock: Lock) -> Held | None:
+    """``claim_held``'s ``early`` claim: staged (unsynced: a full disk still fails before anything
+    moves), renamed, leased/ fsync'd; the content waits for ``Opening.write``."""
+    job_id, claimed = job_file.id, as_claimed(sp, job_file, worker, at)
+    data = jobs.encode(claimed)
+    staged = stage(sp, data, sync=False)
+    try:
+        first_beat(sp, job_id, claimed.attempt, worker)
+        crash.point("claim-after-heartbeat")
+        try:
+            move_job(sp, job_id, State.PENDING, State.LEASED)
+        except (FileNotFoundError, FileExistsError):
+            drop_first_beat(sp, job_id, claimed.attempt)
+            resync(sp, job_id)
+            unstage(sp, staged)
+            return None
+        crash.point("claim-after-rename")
+        fs.fsync_dir(sp.layout.fd(State.LEASED))  # the try is counted from here (``settle``)
+    except BaseException:
+        unstage(sp, staged)
+        raise
+    spares.settle(sp)  # the old copies that waited for an fsync of leased/
+    return Held(data, claimed, Opening(sp, claimed, staged, lock, worker))
+
+
+class Opening:
+    """A worker's claim counted but not yet written (``claim_held``'s ``early``): leased/<id>.yaml
+    still holds the pending copy, the claimed content waits unsynced in tmp/, and the job's lock
+    is held, so nobody settles the file meanwhile. The worker sends the attempt to its child and
+    then calls ``write``, before anything else reads or moves the lease (every later step checks
+    the fence against the claimed content).
+
+    Crash point ``claim-after-start``: the handler may be running, the content not written; the
+    coordinator, once the lock is freed, settles the file as the spent try it is (``settle``:
+    attempt 'lost'), as after ``after-claim``. A power cut before the swap is durable leaves the
+    same, or the synced content: either is a counted try. Finished by ``settle``, never undone.
+    """
+
+    def __init__(self, sp: Handle, claimed: JobFile, staged: str, lock: Lock, worker: str) -> None:
+        self.sp, self.claimed, self.staged, self.worker = sp, claimed, staged, worker
+        self._lock: Lock | None = lock
+
+    def write(self) -> None:
+        """Sync the content, swap it in, record the claim, free the lock; once (then a no-op).
+        A failed sync or swap leaves the pending copy in leased/ for ``settle`` and is raised."""
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        sp = self.sp
+        try:
+            crash.point("claim-after-start")
+            try:
+                fs.fsync_file(sp.layout.fd("tmp"), self.staged)
+                swapped = spares.swap_in(sp, self.staged, self.claimed.id)
+            except BaseException:
+                unstage(sp, self.staged)
+                raise
+            if swapped:
+                spares.keep_swapped_late(sp, self.staged)
+            # RACE: recorded under the lock, so a later transition's row can't be overwritten by ours.
+            _record_claim(sp, self.claimed, self.worker)
+        finally:
+            lock.release()

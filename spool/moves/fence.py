@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from spool.base.errors import DiskFull, InvalidJob, LeaseLost
 from spool.disk.fsio import fs
@@ -35,12 +35,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("spool.transitions")  # the name the worker's warnings always had
 
 
+class Unwritten(Protocol):
+    """A claim counted but not yet written (``claiming.Opening``)."""
+
+    def write(self) -> None:
+        """Write it, once; then a no-op."""
+        ...
+
+
 @dataclass(frozen=True)
 class Held:
-    """What a claim wrote to leased/<id>.yaml: its exact bytes and the JobFile they encode."""
+    """What a claim wrote to leased/<id>.yaml: its exact bytes and the JobFile they encode.
+    ``opening``: a worker's early claim, whose content is written only once its handler was
+    sent (``claiming.Opening``; None once the claim wrote it itself)."""
 
     data: bytes
     job_file: JobFile
+    opening: Unwritten | None = None
 
 
 def current_job(sp: Handle, lease: Lease, held: Held | None) -> JobFile:

@@ -106,18 +106,25 @@ class _Member:
 
 
 def claim_many(
-    sp: Handle, worker: str, tasks: Collection[str] | None, most: int, queues: Collection[str] | None = None
+    sp: Handle,
+    worker: str,
+    tasks: Collection[str] | None,
+    most: int,
+    queues: Collection[str] | None = None,
+    *,
+    early: bool = False,
 ) -> list[Held]:
     """Up to ``most`` of the best ready jobs of ``tasks`` in ``queues`` (None: any) that the
     queues' limits let through, claimed together (see the module doc); the first is the one to
-    start now, the others are ``queued``. One job: ``claim_held``."""
+    start now, the others are ``queued``. One job: ``claim_held`` (``early``: its early claim,
+    whose content its caller writes once the handler was sent)."""
     if most <= 1:
-        held = claim_held(sp, worker, tasks, queues=queues)
+        held = claim_held(sp, worker, tasks, queues=queues, early=early)
         return [held] if held is not None else []
     reservation = sp.ledger.reserve_many(tasks, most, queues)
     reserved = reservation.ids
     if len(reserved) <= 1:  # one ready job: the one-job claim, with its own checks and retries
-        held = claim_held(sp, worker, tasks, reserved=reservation, queues=queues) if reserved else None
+        held = claim_held(sp, worker, tasks, reserved=reservation, queues=queues, early=early) if reserved else None
         return [held] if held is not None else []
     put_back = list(reserved)  # every reserved job not claimed goes back in the claim order
     with ExitStack() as locks:

@@ -163,8 +163,9 @@ def is_terminal_content(job_file: JobFile) -> bool:
     return job_file.reason is not None or bool(job_file.attempts) and job_file.attempts[-1].outcome == "done"
 
 
-def resync(sp: Handle, job_id: str) -> State | None:
-    """Settle the job's files and make its ledger row match them. Caller holds the job's lock."""
+def resync(sp: Handle, job_id: str, *, event: str = "resync") -> State | None:
+    """Settle the job's files and make its ledger row match them, recorded as ``event`` (an
+    expiry that settles a lost claim says ``expire``). Caller holds the job's lock."""
     copies = copies_of(sp, job_id)
     for _pending in copies.drops:
         log.warning(
@@ -197,7 +198,7 @@ def resync(sp: Handle, job_id: str) -> State | None:
         return state
     state, job_file = settle(sp, state, job_file)
     ready = state is State.PENDING and is_ready(job_file, sp.clock.wall())
-    sp.ledger.record(job_file, state, ready=ready, event="resync")
+    sp.ledger.record(job_file, state, ready=ready, event=event)
     return state
 
 
@@ -284,9 +285,10 @@ def _finish_requeue(sp: Handle, state: State, job_file: JobFile) -> tuple[State,
 
 
 def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, JobFile]:
-    """A claim renamed the job into leased/ and died before recording its lease: the try is spent."""
+    """A claim renamed the job into leased/ and died before recording its lease (a worker's early
+    claim: maybe after its handler started, ``claiming.Opening``): the try is spent."""
     attempt = job_file.attempt + 1
-    why = "the worker died while claiming the job"
+    why = "the worker died while claiming the job (before its lease was written)"
     counted = job_file.replace(
         attempt=attempt,
         tries=job_file.tries + 1,

@@ -22,13 +22,16 @@ A job file is rewritten only once no name but its tmp/ one can survive a power c
 a power cut could bring one back naming the new content (a job file under another job's name).
 So a kept file waits in ``unsettled`` until a claim has fsync'd leased/, and a claim's old copy
 then in ``after_pending`` until pending/ is fsync'd too (``settle_claims``); only then may
-``take_file`` hand it out. That fsync of pending/ is for reuse alone (a power cut that brings
-pending/<id> back beside the claimed leased/<id> is settled by advancement: the claim's copy wins),
-so it is not on the pickup path: the worker makes it as the first chore while the attempt runs
-(``runner.batching``); until then a claim writes new files. A crash anywhere leaves a spare under
-a staging name in tmp/ (``tmp_name``: ``<pid>-<random>.tmp``): nothing reads tmp/, and the tmp
-sweep removes the spares of a worker that died (its pid is gone). Only a handle that ``begin`` set keeps spares
-(a worker); every other process removes and creates files as before.
+``take_file`` hand it out. A worker's single claim swaps its content in after leased/'s fsync
+(``claiming.Opening``: the handler starts first), so its old copy waits in ``after_leased`` for
+the next fsync of leased/ before it joins ``after_pending``. That fsync of pending/ is for reuse
+alone (a power cut that brings pending/<id> back beside the claimed leased/<id> is settled by
+advancement: the claim's copy wins), so it is not on the pickup path: the worker makes it as the
+first chore while the attempt runs (``runner.batching``); until then a claim writes new files.
+A crash anywhere leaves a spare under a staging name in tmp/ (``tmp_name``:
+``<pid>-<random>.tmp``): nothing reads tmp/, and the tmp sweep removes the spares of a worker
+that died (its pid is gone). Only a handle that ``begin`` set keeps spares (a worker); every
+other process removes and creates files as before.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def begin(sp: Handle) -> None:
     sp.spare_files = []
     sp.unsettled_files = []
     sp.after_pending = []
+    sp.after_leased = []
 
 
 def keep(sp: Handle, beat_name: str) -> bool:
@@ -91,7 +95,7 @@ def keep_moved(sp: Handle, state: State, name: str) -> bool:
 def _room_for_files(sp: Handle) -> bool:
     """This handle keeps job files and has fewer than ``SPARES_MOST``, settled or not."""
     unsettled = sp.unsettled_files
-    kept = len(sp.spare_files or ()) + len(sp.after_pending or ())
+    kept = len(sp.spare_files or ()) + len(sp.after_pending or ()) + len(sp.after_leased or ())
     return unsettled is not None and len(unsettled) + kept < SPARES_MOST
 
 
@@ -133,12 +137,26 @@ def keep_swapped(sp: Handle, swapped: list[str]) -> None:
             remove(sp, name)
 
 
+def keep_swapped_late(sp: Handle, swapped: str) -> None:
+    """A claim swapped its content in after its fsync of leased/ (``claiming.Opening``): the old
+    copy now in tmp/ as ``swapped`` waits for the next fsync of leased/, then for pending/'s."""
+    if _room_for_files(sp):
+        assert sp.after_leased is not None  # (_room_for_files)
+        sp.after_leased.append(swapped)
+    else:
+        remove(sp, swapped)
+
+
 def settle(sp: Handle) -> None:
     """leased/ was fsync'd after every unsettled file's old name there went (a completion's copy;
-    a claim's waits in ``after_pending`` for pending/ too): they may be rewritten now."""
+    a claim's waits in ``after_pending`` for pending/ too): they may be rewritten now. A late
+    claim's old copy (``after_leased``) moves on to wait for pending/'s fsync."""
     if sp.unsettled_files and sp.spare_files is not None:
         sp.spare_files += sp.unsettled_files
         sp.unsettled_files.clear()
+    if sp.after_leased and sp.after_pending is not None:
+        sp.after_pending += sp.after_leased
+        sp.after_leased.clear()
 
 
 def settle_claims(sp: Handle) -> None:
@@ -174,7 +192,7 @@ def release(sp: Handle) -> None:
     do for a whole poll, so that tmp/ is empty while the spool is at rest (``ls tmp/`` shows only
     what is being written, and ``spool fsck`` lists no worker's spares as in progress)."""
     kept: list[str] = []
-    for names in (sp.spare_beats, sp.spare_files, sp.unsettled_files, sp.after_pending):
+    for names in (sp.spare_beats, sp.spare_files, sp.unsettled_files, sp.after_pending, sp.after_leased):
         if names:
             kept += names
             names.clear()
@@ -185,4 +203,4 @@ def release(sp: Handle) -> None:
 def drop_all(sp: Handle) -> None:
     """Remove every spare this handle keeps (a worker stopping) and keep no more."""
     release(sp)
-    sp.spare_beats = sp.spare_files = sp.unsettled_files = sp.after_pending = None
+    sp.spare_beats = sp.spare_files = sp.unsettled_files = sp.after_pending = sp.after_leased = None

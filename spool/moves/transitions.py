@@ -157,6 +157,7 @@ def expire(sp: Handle, job_id: str, attempt: int, why: str) -> State | None:
         if job_file.attempt == attempt - 1:
             settled = _lost_claim(sp, job_file)
             if settled is not None:
+                crash.point("after-expire")  # a lost claim's expiry, settled and recorded
                 return settled
             attempt = job_file.attempt  # the lease the file holds (an older attempt's) is what expires
         if job_file.attempt != attempt:
@@ -183,7 +184,7 @@ def _lost_claim(sp: Handle, job_file: JobFile) -> State | None:
     claim died after its rename and before its rewrite (it held the lock we now hold). ``resync``
     counts the spent try and sends the job back (or to dead/): its new state, or None if the
     file stays leased (it holds an older attempt's lease, which the caller expires as usual)."""
-    state = resync(sp, job_file.id)
+    state = resync(sp, job_file.id, event="expire")  # a lease expired (metrics count it), its try spent
     if state is State.LEASED:
         return None
     clear_lease_files(sp, job_file.id)

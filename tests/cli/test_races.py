@@ -196,6 +196,7 @@ WORKER_POINTS = {  # point -> the task whose run reaches it
     "worker:claim-after-heartbeat": "echo",
     "worker:claim-after-rename": "echo",
     "worker:after-claim": "echo",
+    "worker:claim-after-start": "echo",
     "worker:complete-after-stage": "echo",
     "worker:after-result": "echo",
     "worker:complete-after-move": "echo",

@@ -48,11 +48,10 @@ def test_jobs_that_crash_their_worker_or_their_attempt_die_after_max_tries(kit) 
     status = kit.wait_state(kills_worker, "dead", timeout=60)
     assert status["reason"] == "expired"
     assert status["attempt"] == status["tries"] == status["max_tries"] == 3
-    assert [(r["attempt"], r["outcome"]) for r in status["attempts"]] == [
-        (1, "expired"),
-        (2, "expired"),
-        (3, "expired"),
-    ]
+    assert [r["attempt"] for r in status["attempts"]] == [1, 2, 3]
+    # The handler may kill its worker before the worker wrote its claim's content (an early claim,
+    # spool.moves.claiming.Opening): that attempt is settled as a lost claim, else it expires.
+    assert all(r["outcome"] in ("expired", "lost") for r in status["attempts"]), status["attempts"]
     # Which path expires the lease is a race the promise leaves open: the freed worker lock, or
     # (on a loaded machine, when the lease runs out before the freed lock is noticed) the term.
     assert "died" in status["error"] or "no heartbeat" in status["error"], status["error"]
@@ -89,7 +88,9 @@ def test_a_crash_point_fires_once_under_spool_run(kit, tmp_path) -> None:
         name="run",
     )
     status = kit.wait_state(job_id, "done")
-    assert [r["outcome"] for r in status["attempts"]] == ["expired", "done"], "killed after claim 1, then not again"
+    # A worker's claim is early (spool.moves.claiming.Opening): killed after it was counted and
+    # before its content was written, it is settled as a lost claim, the try spent.
+    assert [r["outcome"] for r in status["attempts"]] == ["lost", "done"], "killed after claim 1, then not again"
     assert counter.read_text().splitlines() == [f"{job_id} 2"], "the handler never ran in attempt 1"
     assert "exit worker-1" in kit.log(supervisor) and "signal SIGKILL" in kit.log(supervisor)
     assert kit.stop(supervisor) == 0

@@ -114,3 +114,29 @@ def test_a_waiting_member_that_expires_gets_its_try_back_and_a_started_one_does_
     assert [status[i]["state"] for i in ids] == ["pending"] * 3
     assert [status[i]["tries"] for i in ids] == [1, 1, 0], "only the member that never started got its try back"
     assert [status[i]["attempts"][-1]["outcome"] for i in ids] == ["expired", "expired", "released"]
+
+
+def test_an_early_claim_syncs_once_before_its_handler_may_start_and_once_after(spool_dir: Path) -> None:
+    """A worker's one-job claim (``claim_many(early=True)``, ``claiming.Opening``): leased/'s fsync
+    counts the try and is the only sync before the claim returns; the content's fsync and its swap
+    into leased/ come in ``write``, which the worker calls once its child has the attempt."""
+    with Spool(spool_dir, environ={}) as sp:
+        job_id = sp.submit("echo", {"n": 1})
+    claim_ops, write_ops = RecordingFS(spool_dir), RecordingFS(spool_dir)
+    with Spool(spool_dir, environ={}) as sp:
+        with installed(claim_ops):
+            (held,) = claim_many(sp, "w1", ["echo"], 8, early=True)
+        assert held.opening is not None and held.job_file.id == job_id
+        claim_kinds = _kinds(claim_ops)
+        assert [k for k in claim_kinds if k.startswith(("fsync", "syncfs"))] == ["fsync_dir"]
+        assert _folder_fsyncs(claim_ops) == {"leased": 1}
+        assert claim_kinds.index("rename") < claim_kinds.index("fsync_dir"), "the try is durable at the rename's fsync"
+        assert sp.layout.path(State.LEASED, f"{job_id}.yaml").read_bytes() != held.data, "content not written yet"
+        with installed(write_ops):
+            held.opening.write()
+        write_kinds = _kinds(write_ops)
+        assert write_kinds[0] == "fsync_file" and "fsync_dir" not in write_kinds, write_kinds
+        assert sp.layout.path(State.LEASED, f"{job_id}.yaml").read_bytes() == held.data
+        assert sp.status(job_id)["state"] == "leased"
+        held.opening.write()  # a second call is a no-op
+        assert len(_kinds(write_ops)) == len(write_kinds)

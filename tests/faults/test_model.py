@@ -339,7 +339,7 @@ class SpoolMachine(RuleBasedStateMachine):
         lock = acquire(self.sp.layout.fd("locks"), job_lock_name(job_id), blocking=True)
         assert lock is not None
         with lock:
-            assert _claim_with_lock_held(self.sp, job_id, "racer", time.time()) is None
+            assert _claim_with_lock_held(self.sp, job_id, "racer", time.time(), None) is None
 
     @precondition(lambda self: self.model.leases)
     @rule(index=st.integers(0, 100))

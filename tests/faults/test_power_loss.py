@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,18 +172,33 @@ def claims_one_by_one_over_spare_files(sp: Any, rec: RecordingFS) -> None:
     its content in and fsyncs leased/, the worker's next chore fsyncs pending/ (its old copy's
     first name), each completion (a batch of one) moves its leased/ copy to tmp/, and the next
     files are written over those."""
+    _claims_one_by_one(sp, rec, SPARE_KEYS[:3], early=False)
+    assert rec.rewrites() >= 3, "no spare was written over: the scenario checks nothing new"
+
+
+def early_claims_one_by_one_over_spare_files(sp: Any, rec: RecordingFS) -> None:
+    """The same with a worker's early claims (``claiming.Opening``): each try is acknowledged at
+    leased/'s fsync, before its content is synced and swapped in (the handler runs meanwhile);
+    the swapped-out copy waits for the next claim's fsync of leased/, then for pending/'s."""
+    _claims_one_by_one(sp, rec, SPARE_KEYS, early=True)
+    assert rec.rewrites() >= 2, "no spare was written over: the scenario checks nothing new"
+
+
+def _claims_one_by_one(sp: Any, rec: RecordingFS, keys: Sequence[str], *, early: bool) -> None:
     spares.begin(sp)
     for key in SPARE_KEYS:
         rec.ack("submit", id=_SUBMITTED_BEFORE[key], key=key, task="echo")
-    for key in SPARE_KEYS[:3]:
-        held = claim_held(sp, "w1", {"echo"})
+    for key in keys:
+        held = claim_held(sp, "w1", {"echo"}, early=early)
         assert held is not None and held.job_file.id == _SUBMITTED_BEFORE[key]
+        assert (held.opening is not None) is early
         rec.ack("claim", id=held.job_file.id, attempt=held.job_file.attempt, tries=held.job_file.tries)
+        if held.opening is not None:
+            held.opening.write()  # once the worker's child has the attempt
         spares.settle_claims(sp)  # the worker's first chore while the attempt runs
         lease = Lease(held.job_file.id, "w1", held.job_file.attempt)
         assert complete_many(sp, [Finished(lease, held, RESULT)]) == [None]
         rec.ack("complete", id=lease.job_id, result=RESULT)
-    assert rec.rewrites() >= 3, "no spare was written over: the scenario checks nothing new"
 
 
 def claims_over_claims_old_copies(sp: Any, rec: RecordingFS) -> None:
@@ -294,6 +310,12 @@ SCENARIOS = [
     Scenario("batches over spare files", batches_over_spare_files, prepare=submit_four, jobs_bound=(4, 4)),
     Scenario(
         "claims one by one over spare files", claims_one_by_one_over_spare_files, prepare=submit_four, jobs_bound=(4, 4)
+    ),
+    Scenario(
+        "early claims one by one over spare files",
+        early_claims_one_by_one_over_spare_files,
+        prepare=submit_four,
+        jobs_bound=(4, 4),
     ),
     Scenario("claims over claims' old copies", claims_over_claims_old_copies, prepare=submit_four, jobs_bound=(4, 4)),
     # Recovery's coordinator pass fires the same slot again: its key finds the job, or makes the one.
@@ -680,3 +702,19 @@ def test_model_finds_a_claims_old_copy_written_over_before_pending_is_fsynced(tm
     print(run.summary())
     assert run.violations, "the model passed a claim's old copy written over while its pending/ name could come back"
     assert any("jobs after recovery" in problem for problem in run.violations[0].problems), run.violations[0]
+
+
+def test_model_finds_an_early_claims_old_copy_written_over_before_leased_is_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why an early claim's swapped-out copy waits in ``after_leased``: its swap into leased/ comes
+    after that claim's fsync of leased/, so until the next one leased/<id> can come back naming the
+    old copy; handed out at pending/'s fsync alone, it is written over with another job's content."""
+
+    def straight_to_pending(sp: Any, swapped: str) -> None:
+        sp.after_pending.append(swapped)
+
+    monkeypatch.setattr(spares, "keep_swapped_late", straight_to_pending)
+    run = run_model(SCENARIO["early claims one by one over spare files"], tmp_path, stop_after=1)
+    print(run.summary())
+    assert run.violations, "the model passed an early claim's old copy written over while leased/ could name it"
