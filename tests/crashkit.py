@@ -30,7 +30,9 @@ import pytest
 from support import Procs, run_spool, wait_until
 
 from spool import Spool
+from spool.base.errors import InvalidJob
 from spool.disk.layout import State
+from spool.moves.store import read_job
 
 LEASE_SECONDS = 2.0
 BACKOFF_BASE_SECONDS = 0.2
@@ -180,10 +182,31 @@ class Kit:
     alive = staticmethod(alive)
     supervised = staticmethod(supervised)
     runs = staticmethod(runs)
-    run_of = staticmethod(run_of)
 
     def __init__(self, spool_dir: Path, sp: Spool, procs: Procs) -> None:
         self.spool_dir, self.sp, self.procs = spool_dir, sp, procs
+
+    def run_of(self, path: Path, attempt: int) -> Run | None:
+        """The traced run of ``attempt``, once no worker's claim is still being written: a
+        worker's handler starts before its claim's content is (``spool.moves.claiming.Opening``),
+        so a test that stops or kills the worker of a running attempt waits for that too (a
+        kill inside that window is a lost claim, which the crash matrix and test_races cover)."""
+        run = run_of(path, attempt)
+        return run if run is not None and not self.claims_being_written() else None
+
+    def claims_being_written(self) -> list[str]:
+        """Jobs in leased/ with a heartbeat for an attempt their file does not have yet."""
+        leased = self.spool_dir / "leased"
+        found = []
+        for beat in leased.glob(".*.hb"):
+            job_id, _, number = beat.name[1:-3].rpartition(".")
+            try:
+                behind = read_job(self.sp, State.LEASED, job_id).attempt < int(number)
+            except (FileNotFoundError, InvalidJob, ValueError):
+                continue  # moved on meanwhile
+            if behind:
+                found.append(job_id)
+        return found
 
     # -- processes ------------------------------------------------------------------------------
 

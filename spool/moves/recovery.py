@@ -45,7 +45,7 @@ from spool.disk.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, jo
 from spool.moves.outcomes import finish_done, retry_or_bury
 from spool.base.records import Attempt
 from spool.moves.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.moves.store import queued_beat, result_is_earned, state_of
+from spool.moves.store import lease_beat, result_is_earned, state_of
 from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
@@ -164,8 +164,7 @@ def is_terminal_content(job_file: JobFile) -> bool:
 
 
 def resync(sp: Handle, job_id: str, *, event: str = "resync") -> State | None:
-    """Settle the job's files and make its ledger row match them, recorded as ``event`` (an
-    expiry that settles a lost claim says ``expire``). Caller holds the job's lock."""
+    """Settle the job's files and make its ledger row match them (an ``event``). Caller holds the lock."""
     copies = copies_of(sp, job_id)
     for _pending in copies.drops:
         log.warning(
@@ -217,8 +216,9 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
         or job_file.attempt == 0
         or (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)
     ):
-        if not queued_beat(sp, job_id, job_file.attempt + 1):
-            return _count_lost_claim(sp, job_file, now)
+        beat = lease_beat(sp, job_id, job_file.attempt + 1)  # (the claimer, its handler not started?)
+        if beat is None or not beat[1]:
+            return _count_lost_claim(sp, job_file, now, beat[0] if beat else None)
         move_job(sp, job_id, State.LEASED, State.PENDING)  # never started: its try never counted
         clear_lease_files(sp, job_id)
         return State.PENDING, job_file
@@ -284,9 +284,9 @@ def _finish_requeue(sp: Handle, state: State, job_file: JobFile) -> tuple[State,
     return target, fresh
 
 
-def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, JobFile]:
-    """A claim renamed the job into leased/ and died before recording its lease (a worker's early
-    claim: maybe after its handler started, ``claiming.Opening``): the try is spent."""
+def _count_lost_claim(sp: Handle, job_file: JobFile, now: str, worker: str | None) -> tuple[State, JobFile]:
+    """A claim renamed the job into leased/ and died before writing its lease (a worker's early claim
+    maybe after its handler started: ``claiming.Opening``): the try spent, by ``worker`` if known."""
     attempt = job_file.attempt + 1
     why = "the worker died while claiming the job (before its lease was written)"
     counted = job_file.replace(
@@ -294,7 +294,7 @@ def _count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, J
         tries=job_file.tries + 1,
         lease=None,
         attempts=job_file.end_attempt(outcome="lost", ended=now)
-        + (Attempt(attempt, None, started=now, ended=now, outcome="lost", error=why),),
+        + (Attempt(attempt, worker, started=now, ended=now, outcome="lost", error=why),),
     )
     state, final = retry_or_bury(sp, counted, error=why, outcome="lost", ended=now, reason="expired")
     if state is State.PENDING:

@@ -334,12 +334,19 @@ def queued_beat(sp: Handle, job_id: str, attempt: int) -> bool:
     """Whether the lease of ``attempt`` is a batch member whose handler never started (its
     heartbeat still says ``queued``): an expiry or a settle gives its try back. No file, or one
     that does not read: False, the try stays counted (the strict side, as before batches)."""
+    beat = lease_beat(sp, job_id, attempt)
+    return beat is not None and beat[1]
+
+
+def lease_beat(sp: Handle, job_id: str, attempt: int) -> tuple[str, bool] | None:
+    """(the worker, queued?) that the heartbeat file of ``attempt``'s lease names; None: no file
+    there, or one that does not read."""
     try:
         content = fs.read_file(sp.layout.fd(State.LEASED), heartbeat_name(job_id, attempt), HEARTBEAT_MAX_BYTES)
     except (OSError, InvalidJob):
-        return False
+        return None
     beat = parse_heartbeat(content)  # the first line as the writer writes a queued member's
-    return beat is not None and heartbeat_lines(content)[0] == heartbeat_content(*beat, queued=True)
+    return None if beat is None else (beat[1], heartbeat_lines(content)[0] == heartbeat_content(*beat, queued=True))
 
 
 def write_dot_file(sp: Handle, state: State | str, name: str, data: bytes) -> None:

@@ -212,7 +212,9 @@ def test_concurrency_2_holds_over_three_local_workers_and_a_remote_one_through_s
     assert {run.name for run in runs if run.end is None} == {run.name for run in killed}, killed
     for run in killed:
         record = statuses[run.job_id]["attempts"][run.attempt - 1]
-        assert (record["outcome"], record["worker"]) == ("expired", cluster.names[run.ppid]), record
+        # 'lost' when a local worker died before its early claim's content was written (its handler
+        # had started: spool.moves.claiming.Opening); either way the record names the worker.
+        assert record["worker"] == cluster.names[run.ppid] and record["outcome"] in ("expired", "lost"), record
     assert any(run.ppid == remote for run in runs)
     assert not any(run.is_alive() for run in killed)  # an attempt child outlives its attempt, not its worker
     intervals = _intervals(runs, statuses)

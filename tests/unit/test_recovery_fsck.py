@@ -20,6 +20,7 @@ from spool.base import crash
 from spool.fsck import fsck, sweep_tmp
 from spool.disk.fsio import fs
 from spool.disk.ids import new_id
+from spool.moves.claiming import claim_held
 from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
 from spool.disk.locks import acquire
@@ -102,7 +103,28 @@ def test_a_claim_killed_after_its_rename_is_a_spent_try(sp: Spool) -> None:
     back = read_job(sp, State.PENDING, job_id)
     assert (back.attempt, back.tries, back.lease) == (1, 1, None)
     assert back.attempts[-1].outcome == "lost" and back.backoff_seconds is not None
+    assert back.attempts[-1].worker == "w1", "the claim's first heartbeat names its worker"
     assert row_state(sp, job_id) == "pending"
+    assert_clean(sp)
+
+
+def test_an_early_claim_killed_after_its_handler_was_sent_is_a_spent_try_of_its_worker(sp: Spool) -> None:
+    """A worker's early claim (``claiming.Opening``) killed before its content is written: the
+    pending copy in leased/, the lease's first heartbeat; settled as the try it spent, by whom."""
+    job_id = sp.submit("echo")
+
+    def early(c: Spool) -> None:
+        held = claim_held(c, "w1", None, early=True)
+        assert held is not None and held.opening is not None
+        held.opening.write()
+
+    crash_at(sp, "worker:claim-after-start", early)
+    stranded = read_job(sp, State.LEASED, job_id)
+    assert stranded.lease is None and stranded.attempt == 0
+    settle_now(sp, job_id)
+    back = read_job(sp, State.PENDING, job_id)
+    assert (back.attempt, back.tries, back.lease) == (1, 1, None)
+    assert (back.attempts[-1].outcome, back.attempts[-1].worker) == ("lost", "w1")
     assert_clean(sp)
 
 
