@@ -244,7 +244,7 @@ inline settle(j) {
      :: (in[j] & DONE) && (in[j] & ~DONE) -> in[j] = DONE; lease[j] = 0
      :: (in[j] & DEAD) && !(in[j] & DONE) && (in[j] & ~DEAD) -> atomic { in[j] = DEAD; reason[j] = 1; lease[j] = 0 }
      :: in[j] == LEAS && !lease[j] && !result[j] ->
-        /* @step spool.moves.recovery._count_lost_claim : a claim died before its rewrite: the try is spent */
+        /* @step spool.moves.outcomes.count_lost_claim : a claim died before its rewrite: the try is spent */
         atomic {
           att[j]++; tries[j]++;
           if :: tries[j] >= MAXTRIES -> in[j] = DEAD; reason[j] = 1 :: else -> in[j] = PEND fi

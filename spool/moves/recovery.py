@@ -42,10 +42,9 @@ from spool.disk.ids import is_generated_id, is_valid_id
 from spool.moves.ingest import finish_ingest, has_ingest_evidence, ingest, quarantine, set_result_aside
 from spool.job import JobFile, is_ready
 from spool.disk.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
-from spool.moves.outcomes import finish_done, retry_or_bury
-from spool.base.records import Attempt
+from spool.moves.outcomes import count_lost_claim, finish_done
 from spool.moves.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.moves.store import lease_beat, result_is_earned, state_of
+from spool.moves.store import queued_beat, result_is_earned, state_of
 from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
@@ -216,9 +215,8 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
         or job_file.attempt == 0
         or (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)
     ):
-        beat = lease_beat(sp, job_id, job_file.attempt + 1)  # (the claimer, its handler not started?)
-        if beat is None or not beat[1]:
-            return _count_lost_claim(sp, job_file, now, beat[0] if beat else None)
+        if not queued_beat(sp, job_id, job_file.attempt + 1):
+            return count_lost_claim(sp, job_file, now)
         move_job(sp, job_id, State.LEASED, State.PENDING)  # never started: its try never counted
         clear_lease_files(sp, job_id)
         return State.PENDING, job_file
@@ -282,24 +280,6 @@ def _finish_requeue(sp: Handle, state: State, job_file: JobFile) -> tuple[State,
     rewrite_job(sp, target, fresh, sync=True)
     log.info("%s: moved back to %s/ by hand: requeued with fresh tries -> %s", job_file.id, state.value, target.value)
     return target, fresh
-
-
-def _count_lost_claim(sp: Handle, job_file: JobFile, now: str, worker: str | None) -> tuple[State, JobFile]:
-    """A claim renamed the job into leased/ and died before writing its lease (a worker's early claim
-    maybe after its handler started: ``claiming.Opening``): the try spent, by ``worker`` if known."""
-    attempt = job_file.attempt + 1
-    why = "the worker died while claiming the job (before its lease was written)"
-    counted = job_file.replace(
-        attempt=attempt,
-        tries=job_file.tries + 1,
-        lease=None,
-        attempts=job_file.end_attempt(outcome="lost", ended=now)
-        + (Attempt(attempt, worker, started=now, ended=now, outcome="lost", error=why),),
-    )
-    state, final = retry_or_bury(sp, counted, error=why, outcome="lost", ended=now, reason="expired")
-    if state is State.PENDING:
-        clear_lease_files(sp, job_file.id)
-    return state, final
 
 
 def resync_under_lock(sp: Handle, job_id: str, *, blocking: bool = False) -> bool:

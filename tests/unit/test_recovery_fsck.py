@@ -20,6 +20,7 @@ from spool.base import crash
 from spool.fsck import fsck, sweep_tmp
 from spool.disk.fsio import fs
 from spool.disk.ids import new_id
+from spool.base.timetext import format_time
 from spool.moves.claiming import claim_held
 from spool.moves.ingest import ingest
 from spool.disk.layout import State, job_lock_name, job_name, key_name, result_name, worker_lock_name
@@ -121,10 +122,13 @@ def test_an_early_claim_killed_after_its_handler_was_sent_is_a_spent_try_of_its_
     crash_at(sp, "worker:claim-after-start", early)
     stranded = read_job(sp, State.LEASED, job_id)
     assert stranded.lease is None and stranded.attempt == 0
+    claimed_at = 1_700_000_000.25  # when the first heartbeat was written: the claim's moment
+    os.utime(sp.layout.path(State.LEASED, f".{job_id}.1.hb"), (claimed_at, claimed_at))
     settle_now(sp, job_id)
     back = read_job(sp, State.PENDING, job_id)
     assert (back.attempt, back.tries, back.lease) == (1, 1, None)
-    assert (back.attempts[-1].outcome, back.attempts[-1].worker) == ("lost", "w1")
+    record = back.attempts[-1]
+    assert (record.outcome, record.worker, record.started) == ("lost", "w1", format_time(claimed_at))
     assert_clean(sp)
 
 
