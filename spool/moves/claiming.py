@@ -13,7 +13,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from spool.base import crash
-from spool.base.errors import DiskFull, InvalidJob, SpoolError
+from spool.base.errors import DiskFull, InvalidJob, LedgerError, SpoolError
 from spool.base.records import Attempt, Lease
 from spool.base.timetext import format_time
 from spool import job as jobs
@@ -145,11 +145,12 @@ def still_reserved(sp: Handle, job_id: str, reservation: Reservation) -> bool:
 
 
 def _record_claim(sp: Handle, claimed: JobFile, worker: str) -> None:
-    """The ledger after a durable claim. On a full disk the claim stands and its attempt runs:
-    the ledger is an index that the coordinator's reconcile brings back to the files."""
+    """The ledger after a durable claim. On a full disk or a failing ledger the claim stands and
+    its attempt runs (a worker's early claim records while its handler starts): the ledger is an
+    index that the coordinator's reconcile brings back to the files."""
     try:
         sp.ledger.record(claimed, State.LEASED, ready=False, event="claim", worker=worker)
-    except DiskFull as err:  # the ledger types SQLite's "disk is full" as DiskFull too
+    except (DiskFull, LedgerError) as err:  # the ledger types SQLite's "disk is full" as DiskFull too
         log.warning("claim %s: the ledger could not record it (%s); reconcile will", claimed.id, err)
 
 

@@ -11,10 +11,11 @@ import pytest
 
 from powerloss import RecordingFS, installed
 from spool import Spool
+from spool.base.errors import LedgerError
 from spool.disk.layout import State, heartbeat_name
 from spool.moves.fence import start_queued
 from spool.moves.group import Finished, claim_many, complete_many
-from spool.moves.store import queued_beat
+from spool.moves.store import job_lock, queued_beat
 from spool.moves.transitions import Lease, expire
 
 
@@ -140,3 +141,24 @@ def test_an_early_claim_syncs_once_before_its_handler_may_start_and_once_after(s
         assert sp.status(job_id)["state"] == "leased"
         held.opening.write()  # a second call is a no-op
         assert len(_kinds(write_ops)) == len(write_kinds)
+
+
+def test_an_early_claim_whose_ledger_row_fails_stands_written(spool_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Opening.write`` runs while the handler starts: a failing ledger must not take the claim
+    back or raise into the attempt loop. The content is written, the lock freed, the row left to
+    the coordinator's reconcile."""
+    with Spool(spool_dir, environ={}) as sp:
+        job_id = sp.submit("echo", {"n": 1})
+        (held,) = claim_many(sp, "w1", ["echo"], 8, early=True)
+        assert held.opening is not None
+
+        def broken(*_args: object, **_kwargs: object) -> None:
+            raise LedgerError("the ledger is unusable (a test's)")
+
+        monkeypatch.setattr(sp.ledger, "record", broken)
+        held.opening.write()
+        monkeypatch.undo()
+        assert sp.layout.path(State.LEASED, f"{job_id}.yaml").read_bytes() == held.data
+        lock = job_lock(sp, job_id, blocking=False)
+        assert lock is not None, "the job's lock was not freed"
+        lock.release()
