@@ -113,6 +113,7 @@ def disk_info(path: Path) -> dict[str, str]:
         "stat_f": out("stat", "-f", "-c", "%T", str(path)) or "?",
         "journal": "unknown",
         "inodes_free": str(os.statvfs(path).f_favail),
+        "create_us": f"{create_cost(path):.1f}",
     }
     if fstype == "ext4":
         features = out("dumpe2fs", "-h", source) if shutil.which("dumpe2fs") else ""
@@ -128,6 +129,36 @@ def disk_info(path: Path) -> dict[str, str]:
                 "yes" if has else "no"
             ) + f" (dumpe2fs refused; /proc/fs/jbd2 {'has' if has else 'has no'} {dev}-*)"
     return info
+
+
+def create_cost(path: Path, files: int = 100) -> float:
+    """CPU microseconds this process spends per new empty file in a fresh folder under ``path``
+    (the median of three rounds of ``files`` creates): an indicator, printed with the disk.
+
+    On an ext4 without a journal (this project's root disk) the inode allocator passes over every
+    inode freed in the last 60 s (300 s while its inode table block is dirty) before it takes a
+    free one (``recently_deleted`` in the kernel's fs/ext4/ialloc.c), so a file's creation costs
+    what the deletions of the last minutes make it: 6-8 us on a quiet disk, 80-200 us after a run's
+    folders were removed. spool makes three lasting files per job and its peers none, so a root-disk
+    row taken minutes after a mass deletion undercounts spool (docs/performance.md, "A file's birth
+    costs what the last minutes' deletions make it"). The probe removes its own 300 files.
+    """
+    rounds = []
+    for n in range(3):
+        folder = path / f"create-cost-{n}"
+        folder.mkdir()
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            cpu0 = _cpu_self()
+            for i in range(files):
+                os.close(os.open(str(i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=fd))
+            rounds.append((_cpu_self() - cpu0) * 1e6 / files)
+            for i in range(files):
+                os.unlink(str(i), dir_fd=fd)
+        finally:
+            os.close(fd)
+        folder.rmdir()
+    return sorted(rounds)[1]
 
 
 def _warn_if_few_inodes(free: int, o: argparse.Namespace, depth: int, say: Callable[[str], None]) -> None:
@@ -769,6 +800,8 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
                 say(f"Huey {name} drain {report['huey_runs'][name]['rate']:.0f}/s")
         if not o.no_peers:
             report["peers"] = measure_peers(work, o, huey, say)
+        if o.queues:  # before the kept spool's 300,000 files are removed: these rows are timed (create_cost)
+            report["queues"] = measure_queues(work, o, big, say)
         report["claims"] = measure_claims(work, o, big)
         say("claim cost done")
         kept = work / "kept-spool"
@@ -781,8 +814,6 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         report["fsync_seam"] = fsyncs_in_process(work / "fsync-spool", 20)
         if o.strace_jobs:
             report["strace"] = measure_syscalls(work, o)
-        if o.queues:
-            report["queues"] = measure_queues(work, o, big, say)
     finally:
         report["load_after"] = os.getloadavg()
         kill_everything(work)
@@ -829,7 +860,8 @@ def measure_peers(work: Path, o: argparse.Namespace, huey: bool, say: Callable[[
         o.backlog = 2_000 if o.quick else 10_000
     if os.geteuid() == 0:
         os.chmod(work, 0o711)  # the PostgreSQL cluster runs as another user, under this folder
-    return peers.measure(work, o, huey, say)
+    created = create_cost(work)  # the rows before may have removed files (see create_cost)
+    return {**peers.measure(work, o, huey, say), "create_us": f"{created:.1f}"}
 
 
 def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
@@ -844,7 +876,7 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     print(
         f"disk: --dir {Path(d['dir']).parent} is on {d['source']} mounted at {d['mount']}, {d['fstype']} "
         f"(stat -f: {d['stat_f']}), journal: {d['journal']}; options {d['options']}; "
-        f"free inodes {inodes} at the start",
+        f"free inodes {inodes} at the start; a new file here costs {d.get('create_us', '?')} us of CPU",
         file=out,
     )
     if "submit" not in r:  # --peers-only

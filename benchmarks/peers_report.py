@@ -57,7 +57,8 @@ def _ratio(mine: float | None, theirs: float | None) -> str:
 def print_table(r: dict[str, Any], out: TextIO) -> None:
     systems = r["systems"]
     pg = f"PostgreSQL {r['postgres']} (fsync=on, synchronous_commit=on, run as {r['postgres_user']})"
-    print(f"\npeers (issue 19), 2 workers each; {pg if r['postgres'] else 'no PostgreSQL cluster'}", file=out)
+    created = f"; a new file here cost {r['create_us']} us of CPU before the shapes" if "create_us" in r else ""
+    print(f"\npeers (issue 19), 2 workers each; {pg if r['postgres'] else 'no PostgreSQL cluster'}{created}", file=out)
     if r.get("huey_sqlite"):
         sq = r["huey_sqlite"]
         names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
