@@ -15,7 +15,7 @@ from spool.disk.layout import State
 from spool.base.records import Attempt
 from spool.disk.layout import heartbeat_name
 from spool.disk.fsio import fs
-from spool.moves.store import clear_lease_files, lease_beat, move_job, publish_job, rewrite_job
+from spool.moves.store import clear_lease_files, move_job, publish_job, rewrite_job
 from spool.base.timetext import format_time, now_text
 
 if TYPE_CHECKING:
@@ -139,14 +139,14 @@ def give_back(sp: Handle, job_file: JobFile, *, ended: str, crash_step: str | No
     return released
 
 
-def count_lost_claim(sp: Handle, job_file: JobFile, now: str) -> tuple[State, JobFile]:
+def count_lost_claim(sp: Handle, job_file: JobFile, now: str, beat: tuple[str, bool] | None) -> tuple[State, JobFile]:
     """A file in leased/ one attempt behind its lease's first heartbeat: a claim renamed it there
     and died before writing its lease (a worker's early claim maybe after its handler started:
     ``claiming.Opening``). The try is spent; the attempt's record is ``lost``, opened when that
     heartbeat was written (the claim's moment, before any handler start) by the worker it names,
-    or now by nobody when there is none. Caller holds the lock; commit point: ``retry_or_bury``'s."""
+    or now by nobody when there is none. ``beat``: what that heartbeat says (``store.lease_beat``,
+    read by the caller). Caller holds the lock; commit point: ``retry_or_bury``'s."""
     attempt = job_file.attempt + 1
-    beat = lease_beat(sp, job_file.id, attempt)
     written = fs.lstat(sp.layout.fd(State.LEASED), heartbeat_name(job_file.id, attempt)) if beat else None
     started = format_time(written.st_mtime) if written is not None else now
     why = "the worker died while claiming the job (before its lease was written)"

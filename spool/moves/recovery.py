@@ -44,7 +44,7 @@ from spool.job import JobFile, is_ready
 from spool.disk.layout import ADVANCEMENT, State, is_ignored_name, job_id_of, job_name
 from spool.moves.outcomes import count_lost_claim, finish_done
 from spool.moves.store import clear_lease_files, folders_of, has_result, job_lock, move_job, read_job, rewrite_job
-from spool.moves.store import queued_beat, result_is_earned, state_of
+from spool.moves.store import lease_beat, result_is_earned, state_of
 from spool.base.timetext import now_text
 
 if TYPE_CHECKING:
@@ -215,8 +215,9 @@ def settle(sp: Handle, state: State, job_file: JobFile) -> tuple[State, JobFile]
         or job_file.attempt == 0
         or (job_file.attempts and job_file.attempts[-1].attempt != job_file.attempt)
     ):
-        if not queued_beat(sp, job_id, job_file.attempt + 1):
-            return count_lost_claim(sp, job_file, now)
+        beat = lease_beat(sp, job_id, job_file.attempt + 1)
+        if beat is None or not beat[1]:  # not a batch member still queued (``store.queued_beat``)
+            return count_lost_claim(sp, job_file, now, beat)
         move_job(sp, job_id, State.LEASED, State.PENDING)  # never started: its try never counted
         clear_lease_files(sp, job_id)
         return State.PENDING, job_file

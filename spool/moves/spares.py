@@ -130,21 +130,22 @@ def keep_swapped(sp: Handle, swapped: list[str]) -> None:
     (``settle_claims``); more than the cap are removed."""
     settle(sp)
     for name in swapped:
-        if _room_for_files(sp):
-            assert sp.after_pending is not None  # (_room_for_files)
-            sp.after_pending.append(name)
-        else:
-            remove(sp, name)
+        _keep_or_remove(sp, name, sp.after_pending)
 
 
 def keep_swapped_late(sp: Handle, swapped: str) -> None:
     """A claim swapped its content in after its fsync of leased/ (``claiming.Opening``): the old
     copy now in tmp/ as ``swapped`` waits for the next fsync of leased/, then for pending/'s."""
-    if _room_for_files(sp):
-        assert sp.after_leased is not None  # (_room_for_files)
-        sp.after_leased.append(swapped)
+    _keep_or_remove(sp, swapped, sp.after_leased)
+
+
+def _keep_or_remove(sp: Handle, name: str, waiting: list[str] | None) -> None:
+    """Add the spare ``name`` to ``waiting`` (one of the handle's lists) while there is room,
+    else remove it."""
+    if waiting is not None and _room_for_files(sp):
+        waiting.append(name)
     else:
-        remove(sp, swapped)
+        remove(sp, name)
 
 
 def settle(sp: Handle) -> None:
