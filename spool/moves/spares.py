@@ -3,8 +3,10 @@ them, in place of removing one file and creating another.
 
 A removed file frees its block and a new file's first write allocates one; on this project's
 root disk (ext4 mounted with ``discard``, no journal) the free also trims the block before the
-removal returns, and a new file fsync'd costs three times the CPU of an old one rewritten
-(docs/performance.md, "Spare job files"). Two kinds, each in its own list on the handle:
+removal returns, a new file fsync'd costs three times the CPU of an old one rewritten
+(docs/performance.md, "Spare job files"), and every file created in the next minutes passes over
+the freed inode (the allocator's ``recently_deleted`` walk: "A file's birth costs what the last
+minutes' deletions make it"). Two kinds, each in its own list on the handle:
 
 - **heartbeats** (``spare_beats``): a finished attempt's heartbeat file, given to the next job
   the worker claims (``spool.moves.fence``). Hints, never fsync'd: a crash between any two steps
