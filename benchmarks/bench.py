@@ -165,7 +165,7 @@ def _warn_if_few_inodes(free: int, o: argparse.Namespace, depth: int, say: Calla
     """Say so before a run that may fill the disk's inode table (``free``: ``disk_info``'s count;
     a small loop image: 2 GB has 131,072, and old runs' folders keep theirs): the run would end in
     a bare ENOSPC traceback."""
-    makes = 3 * (o.many_jobs + 6 * o.jobs) + (0 if o.peers_only else 2 * depth)  # a job leaves ~3 files
+    makes = 3 * (o.many_jobs + 6 * o.jobs) + (0 if o.peers_only else 4 * depth)  # a job leaves ~3 files
     if free < makes:
         say(f"warning: {free:,} free inodes on this disk (df -i); a run makes up to ~{makes:,} files: clear old runs")
 
@@ -611,7 +611,7 @@ def huey_drain(work: Path, name: str, poll: Sequence[str], o: argparse.Namespace
 def measure_claims(work: Path, o: argparse.Namespace, big: int) -> list[dict[str, Any]]:
     sink = io.StringIO()
     small = min(1000, max(o.claims, big // 2))
-    rows = claim_cost.run([small, big], o.claims, work, False, out=sink)
+    rows = claim_cost.run([small, big], o.claims, work, True, out=sink)  # kept: removed at the end (create_cost)
     return [
         {
             "size": r["size"],
