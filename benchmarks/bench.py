@@ -165,7 +165,8 @@ def _warn_if_few_inodes(free: int, o: argparse.Namespace, depth: int, say: Calla
     """Say so before a run that may fill the disk's inode table (``free``: ``disk_info``'s count;
     a small loop image: 2 GB has 131,072, and old runs' folders keep theirs): the run would end in
     a bare ENOSPC traceback."""
-    makes = 3 * (o.many_jobs + 6 * o.jobs) + (0 if o.peers_only else 4 * depth)  # a job leaves ~3 files
+    # a job leaves ~3 files; the depth rows keep ~1 per claim-cost job and ~3 per kept job to the end
+    makes = 3 * (o.many_jobs + 6 * o.jobs) + (0 if o.peers_only else 4 * depth)
     if free < makes:
         say(f"warning: {free:,} free inodes on this disk (df -i); a run makes up to ~{makes:,} files: clear old runs")
 

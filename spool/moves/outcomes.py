@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from spool.base import crash
 from spool.job import JobFile
-from spool.disk.layout import State
+from spool.disk.layout import State, heartbeat_name
 from spool.base.records import Attempt
-from spool.disk.layout import heartbeat_name
 from spool.disk.fsio import fs
 from spool.moves.store import clear_lease_files, move_job, publish_job, rewrite_job
 from spool.base.timetext import format_time, now_text
