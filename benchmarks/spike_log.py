@@ -1,7 +1,7 @@
 """Issue 19's spike, part 2: a prototype of "one sync per acknowledged submit" beside Huey.
 
     python benchmarks/spike_log.py --dir DIR [--jobs N] [--shapes a,b,c] [--rounds R] [--backlog N]
-        [--submit log|file] [--ingest-sync fsync|syncfs] [--claim rewrite|rename]
+        [--submit log|file|shared] [--ingest-sync fsync|syncfs] [--claim rewrite|rename]
         [--cpu-ms producer=0,ingest=0,worker=0] [--no-huey] [--strace-huey N] [--json]
 
 It runs no spool code: plain ``os`` calls in the shape the design would have.
@@ -17,6 +17,10 @@ It runs no spool code: plain ``os`` calls in the shape the design would have.
   pending/ (two syncs per acknowledged submit, the second committing the name); no log, no
   ingester. With ``--claim rewrite`` this is every sync and creation spool makes per job today,
   with none of its Python: how far spool's recipe can go, beside Huey in the same run.
+- ``--submit shared``: ``--submit file`` with pending/'s fsync shared among the producers
+  (``shared_fsync``): an fsync of a folder makes durable every rename made in it before the fsync
+  began, so a producer whose rename precedes a sync another producer started skips its own.
+  Measured to bound that lever before building it into spool (docs/performance.md, 2026-12-08).
 - **One ingester** (the coordinator's part): reads each log from its cursor until a record that
   does not check (zeros, or torn: its CRC fails), and turns up to ``INGEST_MOST`` new records into
   ``pending/<id>.yaml`` with the durable recipe: written in tmp/, each file fsync'd
@@ -60,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -95,7 +100,7 @@ class Disk:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.fd = {name: os.open(root / name, os.O_RDONLY | os.O_DIRECTORY) for name in FOLDERS}
-        self.calls = {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0}
+        self.calls = {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0, "shared": 0}
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
@@ -197,6 +202,7 @@ def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float, sub
     file``), SPEC.md's submit, the job durable in pending/ (its fsync, then pending/'s)."""
     disk = Disk(root)
     log_fd = prezeroed(root / "logs" / f"p{me}.log", (jobs + 1) * REC) if submit == "log" else -1
+    syncs_fd = os.open(root / "pending-syncs", os.O_RDWR | os.O_CREAT, 0o600)  # ``shared_fsync``'s counters
     (root / f"ready-p{me}").touch()
     while time.time() < start_at:
         time.sleep(0.001)
@@ -214,7 +220,10 @@ def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float, sub
             disk.fsync(fd)
             os.close(fd)
             rename_noreplace(job_id + ".yaml", disk.fd["tmp"], disk.fd["pending"])
-            disk.fsync(disk.fd["pending"])  # acknowledged
+            if submit == "shared":
+                shared_fsync(disk, "pending", syncs_fd)  # acknowledged
+            else:
+                disk.fsync(disk.fd["pending"])  # acknowledged
         latencies.append(time.perf_counter() - t0)
     submitted = time.time()
     latencies.sort()
@@ -229,6 +238,31 @@ def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float, sub
 
 
 RENAME_NOREPLACE = 1
+SYNCS = struct.Struct("<QQ")  # pending-syncs: fsyncs of the folder begun, and finished
+
+
+def shared_fsync(disk: Disk, folder: str, counters_fd: int) -> None:
+    """Make ``folder``'s entries made so far durable, by this process's fsync or another's.
+
+    ``begun`` is read after the caller's rename: a sync numbered past it began after the rename
+    and covers it. Under the counters' flock (held through the fsync, so the producers that
+    queue behind a sync find it finished), skip when ``finished`` has passed ``begun``, else
+    number a new sync, make it, record it finished. Counted in ``disk.calls["shared"]``: syncs
+    skipped because another producer's covered them."""
+    raw = os.pread(counters_fd, SYNCS.size, 0)
+    begun = SYNCS.unpack(raw)[0] if len(raw) == SYNCS.size else 0
+    fcntl.flock(counters_fd, fcntl.LOCK_EX)
+    try:
+        raw = os.pread(counters_fd, SYNCS.size, 0)
+        started, finished = SYNCS.unpack(raw) if len(raw) == SYNCS.size else (0, 0)
+        if finished > begun:
+            disk.calls["shared"] += 1
+            return
+        os.pwrite(counters_fd, SYNCS.pack(started + 1, finished), 0)
+        disk.fsync(disk.fd[folder])
+        os.pwrite(counters_fd, SYNCS.pack(started + 1, started + 1), 0)
+    finally:
+        fcntl.flock(counters_fd, fcntl.LOCK_UN)
 
 
 def rename_noreplace(name: str, src_fd: int, dst_fd: int) -> None:
@@ -441,7 +475,7 @@ def jbd2_commits(path: Path) -> int | None:
 
 
 NO_INGESTER: dict[str, Any] = {  # ``--submit file``'s ingester report: there is none
-    "calls": {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0},
+    "calls": {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0, "shared": 0},
     "cpu": 0.0,
     "batches": 0,
     "ingested": 0,
@@ -514,7 +548,7 @@ def drain(work: Path, jobs: int, producers: int, o: Any, backlog: bool = False) 
         counted = jobs - first_batch
 
     def per_job(reports: list[dict[str, Any]]) -> dict[str, float]:
-        keys = ("fsync", "fdatasync", "syncfs", "creations")
+        keys = ("fsync", "fdatasync", "syncfs", "creations", "shared")
         return {k: sum(r["calls"][k] for r in reports) / jobs for k in keys}
 
     return {
@@ -561,8 +595,11 @@ def huey_syscalls(work: Path, jobs: int, o: Any) -> dict[str, Any]:
     return r
 
 
+NOT_SYNCS = ("creations", "shared")  # counted per job beside the syncs, not among them
+
+
 def _calls(c: dict[str, float]) -> str:
-    return " ".join(f"{k} {v:.2f}" for k, v in c.items() if v and k != "creations") or "none"
+    return " ".join(f"{k} {v:.2f}" for k, v in c.items() if v and k not in NOT_SYNCS) or "none"
 
 
 def show(shape: str, s: dict[str, Any], h: dict[str, Any] | None, load: tuple[float, float]) -> None:
@@ -578,8 +615,9 @@ def show(shape: str, s: dict[str, Any], h: dict[str, Any] | None, load: tuple[fl
     print(
         "          syncs/job: "
         + "; ".join(f"{role} {_calls(c)}" for role, c in calls.items())
-        + f"  (all {sum(v for c in calls.values() for k, v in c.items() if k != 'creations'):.2f})"
+        + f"  (all {sum(v for c in calls.values() for k, v in c.items() if k not in NOT_SYNCS):.2f})"
         + f"; creations/job {sum(c['creations'] for c in calls.values()):.2f}"
+        + (f"; pending/ fsyncs skipped/job {calls['producers']['shared']:.2f}" if calls["producers"]["shared"] else "")
     )
     print("          CPU ms/job: " + ", ".join(f"{k} {v:.3f}" for k, v in s["cpu_ms_per_job"].items()))
     if h:
@@ -616,7 +654,12 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--backlog", type=int, default=10_000, help="shape (b)'s jobs, loaded before a worker starts")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="each round alternates which system goes first")
-    parser.add_argument("--submit", choices=("log", "file"), default="log", help="file: SPEC.md's submit, no log")
+    parser.add_argument(
+        "--submit",
+        choices=("log", "file", "shared"),
+        default="log",
+        help="file: SPEC.md's submit, no log; shared: and pending/'s fsync shared",
+    )
     parser.add_argument("--ingest-sync", choices=("fsync", "syncfs"), default="fsync")
     parser.add_argument("--claim", choices=("rewrite", "rename"), default="rewrite")
     parser.add_argument("--batch-most", type=int, default=CLAIM_MOST, help="a claim's and a completion's most jobs")

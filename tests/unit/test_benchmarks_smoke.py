@@ -312,7 +312,21 @@ def test_spike_log_submit_file_is_specs_recipe_two_syncs_and_a_file_per_submit(t
         assert spike["jobs"] == 30 and spike["drain"] > 0
         producers = spike["calls_per_job"]["producers"]
         assert (producers["fsync"], producers["fdatasync"], producers["creations"]) == (2.0, 0.0, 1.0)
-        assert spike["calls_per_job"]["ingester"] == {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0}
+        none = {"fsync": 0, "fdatasync": 0, "syncfs": 0, "creations": 0, "shared": 0}
+        assert spike["calls_per_job"]["ingester"] == none
+
+
+def test_spike_log_submit_shared_makes_or_skips_one_pending_fsync_per_submit(tmp_path: Path) -> None:
+    """``--submit shared``: pending/'s fsync shared among the 4 producers of shape (c); each
+    submit still syncs its own file, and either makes pending/'s fsync or finds one begun after
+    its rename finished (counted as skipped), never neither."""
+    args = ["--shapes", "c", "--jobs", "60", "--rounds", "1", "--no-huey", "--submit", "shared", "--json"]
+    done = _run_benchmark(tmp_path, "spike_log.py", *args)
+    rounds = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(r["shape"], r["spike"]["jobs"], r["spike"]["producers"]) for r in rounds] == [("c", 60, 4)]
+    producers = rounds[0]["spike"]["calls_per_job"]["producers"]
+    assert producers["creations"] == 1.0
+    assert producers["fsync"] + producers["shared"] == pytest.approx(2.0), producers
 
 
 def test_spike_log_shape_b_loads_the_backlog_before_a_worker_starts(tmp_path: Path) -> None:
