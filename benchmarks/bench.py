@@ -131,6 +131,23 @@ def disk_info(path: Path) -> dict[str, str]:
     return info
 
 
+def loop_cost(steps: int = 1_000_000) -> float:
+    """CPU milliseconds this process spends on ``steps`` additions in a Python loop (the least of
+    three rounds: contention only adds): the CPU's speed at this moment, printed in the header.
+
+    These machines share their cores with neighbours: between two sessions (2026-12-07 20:47 and
+    2026-12-08 00:09) the same code's CPU per job grew 2.3-2.5x, for Huey as for spool. A ratio in
+    one run cancels it only where both sides are bound alike: spool's CPU-bound rows (a backlog's
+    drain) fall against Huey's sync-bound ones when the CPU is slow (docs/performance.md)."""
+    rounds = []
+    for _ in range(3):
+        cpu0, total = _cpu_self(), 0
+        for step in range(steps):
+            total += step
+        rounds.append((_cpu_self() - cpu0) * 1e3)
+    return min(rounds)
+
+
 def create_cost(path: Path, files: int = 100) -> float:
     """CPU microseconds this process spends per new empty file in a fresh folder under ``path``
     (the median of three rounds of ``files`` creates): an indicator, printed with the disk.
@@ -770,6 +787,7 @@ def run(o: argparse.Namespace, out: TextIO = sys.stdout) -> dict[str, Any]:
         "many_jobs": o.many_jobs,
         "strace_jobs": o.strace_jobs,
         "cores": os.cpu_count(),
+        "loop_ms": f"{loop_cost():.0f}",
         "load_before": os.getloadavg(),
         "disk": disk_info(work),
         "python": sys.version.split()[0],
@@ -871,7 +889,8 @@ def print_table(r: dict[str, Any], o: Any, out: TextIO) -> None:
     inodes = f"{int(d['inodes_free']):,}" if "inodes_free" in d else "?"  # (runs before 2026-12-06 lack it)
     print(
         f"\nspool bench, {r['date']}: {r['cores']} cores, load {r['load_before'][0]:.1f} before / "
-        f"{r.get('load_after', [float('nan')])[0]:.1f} after, Python {r['python']}, N = {r['jobs']}",
+        f"{r.get('load_after', [float('nan')])[0]:.1f} after, Python {r['python']}, N = {r['jobs']}"
+        + (f"; a million Python loop steps take {r['loop_ms']} ms of CPU (loop_cost)" if "loop_ms" in r else ""),
         file=out,
     )
     print(

@@ -161,6 +161,8 @@ def test_bench_prints_every_row_without_huey(tmp_path: Path) -> None:
     done = _run_benchmark(tmp_path, "bench.py", *_BENCH_TINY, "--no-huey", "--strace-jobs", strace_jobs)
     report = _bench_report(done)
     assert "Huey: skipped (--no-huey)" in done.stdout and "huey_runs" not in report
+    assert f"a million Python loop steps take {report['loop_ms']} ms of CPU" in done.stdout
+    assert int(report["loop_ms"]) > 0
     if strace_jobs != "0":
         assert "file creations per job (strace" in done.stdout
         assert report["strace"]["fsyncs_per_job"] > 0 and report["strace"]["creations_per_job"] > 0
