@@ -14,6 +14,7 @@ import importlib
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,23 +24,21 @@ from support import ROOT
 from spool import Spool
 from spool.base.surface import surface_of
 
-# The repository folder of each installed package (pyproject.toml's package-dir).
-PACKAGES = {
-    "spool": ROOT / "spool",
-    "spool.base": ROOT / "spool" / "base",
-    "spool.disk": ROOT / "spool" / "disk",
-    "spool.yaml": ROOT / "spool" / "yaml",
-    "spool.ledger": ROOT / "spool" / "ledger",
-    "spool.moves": ROOT / "spool" / "moves",
-    "spool.schedule": ROOT / "spool" / "schedule",
-    "spool.views": ROOT / "spool" / "views",
-    "spool.runner": ROOT / "runner",
-    "spool.runner.attempt": ROOT / "runner" / "attempt",
-    "spool.runner.remote": ROOT / "runner" / "remote",
-    "spool.runner.api": ROOT / "runner" / "api",
-    "spool.runner.api.dashboard": ROOT / "runner" / "api" / "dashboard",
-    "spool.cli": ROOT / "cli",
-}
+
+def _installed() -> dict[str, Path]:
+    """Every package pyproject.toml installs, with its folder in the repository: its package-dir,
+    or its parent's folder and its own name (setuptools' rule)."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders: dict[str, Path] = {}
+    for name in setup["packages"]:
+        parent, _, leaf = name.rpartition(".")
+        folders[name] = ROOT / setup["package-dir"][name] if name in setup["package-dir"] else folders[parent] / leaf
+    return folders
+
+
+INSTALLED = _installed()
+# The packages under the house rules: every installed one but the examples (a user's side of the API).
+PACKAGES = {name: folder for name, folder in INSTALLED.items() if name != "spool.examples"}
 
 
 def _modules() -> dict[str, Path]:
@@ -51,6 +50,17 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+
+
+def test_every_package_folder_is_installed() -> None:
+    """A folder with an ``__init__.py`` that pyproject.toml does not list is left out of a plain
+    ``pip install .`` (an editable install finds it anyway, so the suite would not notice):
+    spool/fsck/ and runner/dispatch/ were, and a pip-installed ``spool run`` could not start its
+    coordinator (``No module named 'spool.fsck'``) nor ``spool dispatch`` its engines."""
+    tops = ("spool", "runner", "cli", "examples")
+    folders = {init.parent for top in tops for init in (ROOT / top).rglob("__init__.py")}
+    assert sorted(str(f.relative_to(ROOT)) for f in folders - set(INSTALLED.values())) == []
+    assert [name for name, folder in INSTALLED.items() if not (folder / "__init__.py").is_file()] == []
 
 
 @dataclass(frozen=True)
