@@ -202,7 +202,7 @@ def producer(root: Path, me: int, jobs: int, start_at: float, cpu_ms: float, sub
     file``), SPEC.md's submit, the job durable in pending/ (its fsync, then pending/'s)."""
     disk = Disk(root)
     log_fd = prezeroed(root / "logs" / f"p{me}.log", (jobs + 1) * REC) if submit == "log" else -1
-    syncs_fd = os.open(root / "pending-syncs", os.O_RDWR | os.O_CREAT, 0o600)  # ``shared_fsync``'s counters
+    syncs_fd = os.open(root / "pending-syncs", os.O_RDWR | os.O_CREAT, 0o600) if submit == "shared" else -1
     (root / f"ready-p{me}").touch()
     while time.time() < start_at:
         time.sleep(0.001)
